@@ -1,0 +1,280 @@
+"""``easeml simulate``: replay selection policies on a quality/cost matrix.
+
+The protocol and metrics are ``ease_jupyter.selection.simulator``'s (ease.ml
+pvldb §6, arXiv App. A); this module only reads CSV files, reports progress
+and writes the JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+import click
+
+DEFAULT_POLICIES = "hybrid,greedy,round_robin,random,spearmint,oracle"
+
+
+def _read_matrix(path: Path, what: str):
+    """Read a users x models CSV: header ``user,<model>...``, one row per user.
+
+    Empty cells, ``NaN``, ``NA`` and ``--`` are missing values. Returns
+    (users, models, float matrix). Raises click.BadParameter naming the cell.
+    """
+    import csv
+
+    import numpy as np
+
+    param = f"--{what}"
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            rows = [r for r in csv.reader(fh) if r and any(c.strip() for c in r)]
+    except OSError as exc:
+        raise click.BadParameter(f"cannot read {path}: {exc.strerror}", param_hint=param) from None
+    except UnicodeDecodeError:
+        raise click.BadParameter(f"{path} is not a UTF-8 text CSV file", param_hint=param) from None
+    if len(rows) < 2:
+        raise click.BadParameter(f"{path}: expected a header row and at least one user row", param_hint=param)
+    header = [c.strip() for c in rows[0]]
+    models = header[1:]
+    if not models:
+        raise click.BadParameter(f"{path}: the header has no model columns (expected: user,<model>,...)",
+                                 param_hint=param)
+    if len(set(models)) != len(models):
+        raise click.BadParameter(f"{path}: duplicate model names in the header", param_hint=param)
+    users, values = [], []
+    for ln, row in enumerate(rows[1:], start=2):
+        if len(row) != len(header):
+            raise click.BadParameter(f"{path}, line {ln}: found {len(row)} fields, expected {len(header)} "
+                                     f"(user name + {len(models)} models)", param_hint=param)
+        users.append(row[0].strip())
+        vals = []
+        for col, cell in zip(models, row[1:]):
+            cell = cell.strip()
+            if cell in ("", "--") or cell.lower() in ("nan", "na"):
+                vals.append(math.nan)
+                continue
+            try:
+                v = float(cell)
+            except ValueError:
+                raise click.BadParameter(f"{path}, line {ln}, column {col!r}: found {cell!r}, expected a number",
+                                         param_hint=param) from None
+            if not math.isfinite(v):
+                raise click.BadParameter(f"{path}, line {ln}, column {col!r}: found {cell!r}, expected a finite number",
+                                         param_hint=param)
+            vals.append(v)
+        values.append(vals)
+    if len(set(users)) != len(users):
+        raise click.BadParameter(f"{path}: duplicate user names", param_hint=param)
+    return users, models, np.asarray(values, dtype=float)
+
+
+def _check_quality(path, q):
+    import numpy as np
+
+    bad = ~np.isnan(q) & ((q < 0) | (q > 1))
+    if bad.any():
+        i, j = map(int, np.argwhere(bad)[0])
+        raise click.BadParameter(f"{path}: user row {i + 1}, model column {j + 1} is {q[i, j]!r}; "
+                                 "qualities must be accuracies in [0, 1]", param_hint="--quality")
+    empty = np.all(np.isnan(q), axis=1)
+    if empty.any():
+        raise click.BadParameter(f"{path}: user row {int(np.flatnonzero(empty)[0]) + 1} has no value",
+                                 param_hint="--quality")
+
+
+def _align_cost(qpath, cpath, qu, qm, cu, cm, c, q):
+    import numpy as np
+
+    if c.shape != q.shape or set(cu) != set(qu) or set(cm) != set(qm):
+        raise click.BadParameter(
+            f"{cpath} has {c.shape[0]} users x {c.shape[1]} models, {qpath} has {q.shape[0]} x {q.shape[1]}; "
+            "expected the same user and model names", param_hint="--cost")
+    c = c[[cu.index(u) for u in qu]][:, [cm.index(m) for m in qm]]
+    need = ~np.isnan(q)
+    if np.isnan(c[need]).any():
+        i, j = map(int, np.argwhere(need & np.isnan(c))[0])
+        raise click.BadParameter(f"{cpath}: no cost for user {qu[i]!r}, model {qm[j]!r} although it has a quality",
+                                 param_hint="--cost")
+    if np.any(c[need] <= 0):
+        i, j = map(int, np.argwhere(need & (c <= 0))[0])
+        raise click.BadParameter(f"{cpath}: cost of user {qu[i]!r}, model {qm[j]!r} is {c[i, j]!r}; "
+                                 "expected seconds > 0", param_hint="--cost")
+    return c
+
+
+def _parse_synthetic(value: str) -> tuple[float, float]:
+    try:
+        a, b = (float(x) for x in value.split(","))
+    except ValueError:
+        raise click.BadParameter(f"found {value!r}, expected SIGMA_M,ALPHA such as 0.5,1.0",
+                                 param_hint="--synthetic") from None
+    if a <= 0:
+        raise click.BadParameter("SIGMA_M must be > 0", param_hint="--synthetic")
+    return a, b
+
+
+def _write_csv(path: Path, users, models, m) -> None:
+    import csv
+
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        wr = csv.writer(fh)
+        wr.writerow(["user", *models])
+        for u, row in zip(users, m):
+            wr.writerow([u, *[("" if x != x else f"{x:.6g}") for x in row]])
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--quality", "quality_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="CSV of accuracies in [0,1]: rows are users (first column the user name), columns models.")
+@click.option("--cost", "cost_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="CSV of training costs in seconds, same users and models as --quality. "
+                   "Without it every run costs 1.")
+@click.option("--synthetic", "synthetic", metavar="SIGMA_M,ALPHA",
+              help="Instead of --quality/--cost, generate SYN(SIGMA_M, ALPHA) of ease.ml Fig. 8 / arXiv App. B "
+                   "(e.g. 0.01,0.1  0.01,1.0  0.5,0.1  0.5,1.0).")
+@click.option("--syn-models", default=100, show_default=True, type=click.IntRange(1), help="Synthetic: models.")
+@click.option("--syn-users-per-group", default=100, show_default=True, type=click.IntRange(1),
+              help="Synthetic: users in each of the two baseline groups (mu_b = 0.75 and 0.25).")
+@click.option("--syn-sigma-b", default=0.1, show_default=True, type=click.FloatRange(0),
+              help="Synthetic: spread of the baseline quality within a group.")
+@click.option("--syn-sigma-u", default=None, type=click.FloatRange(0, min_open=True),
+              help="Synthetic: sigma_U of the user-correlation term (off by default).")
+@click.option("--syn-sigma-w", default=0.0, show_default=True, type=click.FloatRange(0),
+              help="Synthetic: white-noise standard deviation.")
+@click.option("--syn-seed", default=0, show_default=True, type=int, help="Synthetic: generator seed.")
+@click.option("--save-matrices", type=click.Path(file_okay=False, path_type=Path),
+              help="Synthetic: also write quality.csv and cost.csv into this directory.")
+@click.option("--policies", default=DEFAULT_POLICIES, show_default=True,
+              help="Comma-separated policies: hybrid, greedy, round_robin, random, spearmint, most_cited, "
+                   "most_recent, oracle, oracle_greedy (see docs/selection.md).")
+@click.option("--reps", default=50, show_default=True, type=click.IntRange(1), help="Repetitions (random splits).")
+@click.option("--budget", default=0.1, show_default=True, type=click.FloatRange(0, 1, min_open=True),
+              help="Fraction of the test users' total cost (or runs, cost-oblivious) to spend.")
+@click.option("--test-users", default=10, show_default=True, type=click.IntRange(1),
+              help="Test users per split; the others form the training set of the GP kernel.")
+@click.option("--seed", default=0, show_default=True, type=int, help="Master seed (splits and policies).")
+@click.option("--cost-aware/--cost-oblivious", default=True, show_default=True,
+              help="Cost-aware: time is cumulative cost and policies see costs. Cost-oblivious: time is runs.")
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(1),
+              help="Simulated workers running picks concurrently (beyond the paper).")
+@click.option("--jobs", default=1, show_default=True, type=click.IntRange(1),
+              help="Processes to run repetitions in.")
+@click.option("--json", "json_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="Where to write the results (JSON).")
+@click.option("--quiet", is_flag=True, help="No progress bar or summary.")
+def command(quality_path, cost_path, synthetic, syn_models, syn_users_per_group, syn_sigma_b, syn_sigma_u,
+            syn_sigma_w, syn_seed, save_matrices, policies, reps, budget, test_users, seed, cost_aware, workers,
+            jobs, json_path, quiet):
+    """Replay model-selection policies on a quality/cost matrix (ease.ml's protocol).
+
+    Each repetition splits the users at random into --test-users test users
+    and a training set; the GP kernel comes from the training users'
+    qualities (ease.ml arXiv App. A). Every policy then serves the test users
+    until --budget of their total cost is spent, and the average accuracy loss
+    is recorded over time. OUT.json holds, per policy, time_to_loss and
+    worst_time_to_loss at 0.05/0.02/0.01, auc, and the mean loss curve on a
+    common grid (fractions of the budget).
+
+    \b
+    Examples:
+      easeml simulate --quality Q.csv --cost C.csv --json out.json
+      easeml simulate --synthetic 0.5,1.0 --cost-oblivious --reps 10 --json syn.json
+    """
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # small matrices: one BLAS thread is fastest
+    import numpy as np
+
+    from ease_jupyter.selection import POLICIES, make_synthetic, simulate
+
+    names = [p.strip() for p in policies.split(",") if p.strip()]
+    if not names:
+        raise click.BadParameter("expected at least one policy", param_hint="--policies")
+    unknown = [p for p in names if p not in POLICIES]
+    if unknown:
+        raise click.BadParameter(f"unknown {unknown}; expected some of {', '.join(POLICIES)}", param_hint="--policies")
+    if synthetic is not None and (quality_path or cost_path):
+        raise click.UsageError("use either --synthetic or --quality/--cost, not both")
+    source: dict = {}
+    if synthetic is not None:
+        sm, al = _parse_synthetic(synthetic)
+        q, c = make_synthetic(n_models=syn_models, sigma_m=sm, alpha=al,
+                              baseline_groups=((0.75, syn_sigma_b), (0.25, syn_sigma_b)),
+                              users_per_group=syn_users_per_group, sigma_u=syn_sigma_u, sigma_w=syn_sigma_w,
+                              random_state=syn_seed)
+        users = [f"u{i}" for i in range(q.shape[0])]
+        models = [f"m{j}" for j in range(q.shape[1])]
+        source = {"synthetic": {"sigma_m": sm, "alpha": al, "n_models": syn_models,
+                                "users_per_group": syn_users_per_group, "sigma_b": syn_sigma_b,
+                                "sigma_u": syn_sigma_u, "sigma_w": syn_sigma_w, "seed": syn_seed}}
+        if save_matrices is not None:
+            save_matrices.mkdir(parents=True, exist_ok=True)
+            _write_csv(save_matrices / "quality.csv", users, models, q)
+            _write_csv(save_matrices / "cost.csv", users, models, c)
+    else:
+        if quality_path is None:
+            raise click.UsageError("missing --quality (or --synthetic)")
+        users, models, q = _read_matrix(quality_path, "quality")
+        _check_quality(quality_path, q)
+        c = None
+        if cost_path is not None:
+            cu, cm, c = _read_matrix(cost_path, "cost")
+            c = _align_cost(quality_path, cost_path, users, models, cu, cm, c, q)
+        source = {"quality": str(quality_path), "cost": str(cost_path) if cost_path else None}
+    if q.shape[0] < test_users + 1:
+        raise click.BadParameter(f"the matrix has {q.shape[0]} users; expected at least --test-users + 1 = "
+                                 f"{test_users + 1} (one user must remain for the training set)",
+                                 param_hint="--test-users")
+    if cost_aware and c is None and not quiet:
+        click.echo("note: no --cost given, every run costs 1 (cost-aware equals cost-oblivious)", err=True)
+
+    bar = None
+    if not quiet:
+        from tqdm import tqdm
+
+        bar = tqdm(total=reps, desc="repetitions", unit="rep", file=sys.stderr)
+    pool = None
+    map_fn = map
+    if jobs > 1:
+        import multiprocessing as mp
+
+        pool = mp.get_context("spawn").Pool(jobs)
+        map_fn = lambda f, it: pool.imap(f, it)  # noqa: E731 - ordered, streamed
+    try:
+        doc = simulate(q, c, policies=names, reps=reps, budget=budget, n_test=test_users, seed=seed,
+                       cost_aware=cost_aware, n_workers=workers, map_fn=map_fn,
+                       progress=(lambda r: bar.update(1)) if bar is not None else None)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        if pool is not None:
+            pool.close()
+        if bar is not None:
+            bar.close()
+    doc["source"] = source
+    doc["users"], doc["models"] = len(users), len(models)
+    try:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(doc, indent=1, allow_nan=False) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {json_path}: {exc.strerror}") from None
+    if not quiet:
+        _summary(doc)
+
+
+def _summary(doc: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    unit = doc["settings"]["time_unit"]
+    t = Table(title=f"time to average loss ({unit}); mean over {doc['settings']['reps']} reps")
+    for col in ("policy", "0.05", "0.02", "0.01", "worst 0.02", "auc"):
+        t.add_column(col, justify="right" if col != "policy" else "left")
+    fmt = lambda v: "-" if v is None else f"{v:.4g}"  # noqa: E731
+    for name, p in doc["policies"].items():
+        ttl = p["time_to_loss"]
+        t.add_row(name, fmt(ttl.get("0.05")), fmt(ttl.get("0.02")), fmt(ttl.get("0.01")),
+                  fmt(p["worst_time_to_loss"].get("0.02")), f"{p['auc']:.4f}")
+    Console(stderr=True).print(t)

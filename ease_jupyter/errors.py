@@ -1,0 +1,49 @@
+"""Exceptions shared by every layer.
+
+Each error names the field (or position) at fault, what was found and what was
+expected, so that a notebook user can fix the call without reading our code.
+"""
+
+from __future__ import annotations
+
+
+class EaseMLError(Exception):
+    """Base class of every error ease_jupyter raises on purpose."""
+
+
+class ProgramSyntaxError(EaseMLError, ValueError):
+    """A malformed ease.ml program (pvldb Fig. 3).
+
+    ``line`` and ``column`` are 1-based; ``found`` is the offending text and
+    ``expected`` describes what the grammar allows there.
+    """
+
+    def __init__(self, message: str, *, line: int, column: int, found: str, expected: str):
+        self.line, self.column, self.found, self.expected = line, column, found, expected
+        super().__init__(f"line {line}, column {column}: {message} (found {found!r}, expected {expected})")
+
+
+class DataError(EaseMLError, ValueError):
+    """Data that does not fit a task's schema.
+
+    ``field`` is a path such as ``"X[3].next.0"`` or ``"y"``.
+    """
+
+    def __init__(self, field: str, found: str, expected: str):
+        self.field, self.found, self.expected = field, found, expected
+        super().__init__(f"{field}: found {found}, expected {expected}")
+
+
+class NotFoundError(EaseMLError, KeyError):
+    """An unknown task, user, dataset version, job or example id."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else "not found"
+
+
+class AlreadyExistsError(EaseMLError, ValueError):
+    """A name that must be unique is already taken."""
+
+
+class InvalidStateError(EaseMLError, ValueError):
+    """An operation that the current state forbids, e.g. a finished job started again."""

@@ -1,0 +1,124 @@
+"""Persistence: a metadata ``Store`` (SQL or memory) and a content-addressed ``BlobStore``.
+
+``open_store()`` gives the pair the service uses. The SQL backend (and with it
+SQLAlchemy and Alembic) is imported only when asked for, so the memory backend
+works with neither installed.
+
+.. code-block:: python
+
+    store, blobs = open_store("memory://")
+    user = store.create_user("ada", token_hash="...")
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ._frozen import FrozenDict
+from .base import (
+    JOB_TRANSITIONS,
+    BlobStore,
+    DatasetVersion,
+    Edge,
+    EdgeKind,
+    ExampleChunk,
+    Job,
+    JobStatus,
+    JobUpdate,
+    Metric,
+    NewChunk,
+    Node,
+    NodeKind,
+    Store,
+    Task,
+    Toggle,
+    User,
+    VersionKind,
+)
+from .blobs import BlobCorruptedError, DirectoryBlobStore
+from .memory import InMemoryStore, MemoryBlobStore
+
+if TYPE_CHECKING:
+    from .sql import SQLStore
+
+__all__ = [
+    "JOB_TRANSITIONS",
+    "BlobCorruptedError",
+    "BlobStore",
+    "DatasetVersion",
+    "DirectoryBlobStore",
+    "Edge",
+    "EdgeKind",
+    "ExampleChunk",
+    "FrozenDict",
+    "InMemoryStore",
+    "Job",
+    "JobStatus",
+    "JobUpdate",
+    "MemoryBlobStore",
+    "Metric",
+    "NewChunk",
+    "Node",
+    "NodeKind",
+    "SQLStore",
+    "Store",
+    "Task",
+    "Toggle",
+    "User",
+    "VersionKind",
+    "default_data_dir",
+    "open_store",
+]
+
+MEMORY_URL = "memory://"
+DATA_DIR_ENV = "EASEML_DATA_DIR"
+
+
+def __getattr__(name: str) -> Any:
+    # SQLStore on first use only: importing it pulls in SQLAlchemy.
+    if name == "SQLStore":
+        from .sql import SQLStore
+
+        return SQLStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def default_data_dir() -> Path:
+    """``$EASEML_DATA_DIR``, or ``~/.easeml`` when it is unset or empty."""
+    return Path(os.environ.get(DATA_DIR_ENV) or Path.home() / ".easeml").expanduser()
+
+
+def _ensure_private_dir(path: Path) -> Path:
+    """Create ``path`` readable by its owner only (it holds every user's data and
+    token hashes). An existing directory keeps its permissions: they are the
+    operator's choice."""
+    if not path.is_dir():
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(path, 0o700)  # mkdir's mode is filtered by the umask
+    return path
+
+
+def open_store(url: str | None = None, data_dir: str | os.PathLike[str] | None = None) -> tuple[Store, BlobStore]:
+    """The metadata store and blob store for ``url`` and ``data_dir``.
+
+    Args:
+        url: ``"memory://"`` for an in-process pair that forgets everything on
+            exit; any SQLAlchemy URL (``postgresql+psycopg2://...``); or None
+            for SQLite at ``<data_dir>/easeml.sqlite``.
+        data_dir: Where the SQLite file and the blobs (``<data_dir>/blobs``)
+            live. Defaults to ``default_data_dir()``; created with mode 0700.
+            Ignored for ``"memory://"``.
+
+    Returns:
+        ``(store, blobs)``. The SQL store is migrated to the latest schema.
+    """
+    if url == MEMORY_URL:
+        return InMemoryStore(), MemoryBlobStore()
+    directory = _ensure_private_dir(Path(data_dir).expanduser() if data_dir is not None else default_data_dir())
+    if url is None:
+        url = f"sqlite:///{directory / 'easeml.sqlite'}"
+    from .sql import SQLStore
+
+    return SQLStore(url), DirectoryBlobStore(directory / "blobs")

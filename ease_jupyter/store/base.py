@@ -1,0 +1,381 @@
+"""The storage contract every backend follows (after Optuna's ``BaseStorage``).
+
+Guarantees, checked by ``tests/store/test_contract.py`` against every backend:
+
+* Every method returns frozen records (or tuples of them); mutating what you
+  got back is impossible and never changes the store.
+* Dataset versions are immutable. There is no method that changes or deletes a
+  version, its examples or its membership. ``create_dataset_version`` writes the
+  version, its new examples, its on/off toggles and its provenance edge in one
+  transaction: either all of it is stored or none of it.
+* Version numbers count 1, 2, 3, ... per task, in creation order, with no gaps.
+* Example ids count 0, 1, 2, ... per task, in feed order, and are never reused.
+* Jobs move only along the life cycle of ``JOB_TRANSITIONS`` (ACAI §3.3):
+  queued -> running -> succeeded | failed | cancelled; queued -> cancelled;
+  running -> queued (re-queued after a lost worker or a restart).
+* Unknown ids raise ``NotFoundError`` (so does an id of another task where a
+  method needs one of this task's: a parent version, a job's version, an
+  example to toggle); taken unique names raise ``AlreadyExistsError``;
+  forbidden transitions raise ``InvalidStateError``; malformed arguments raise
+  ``DataError`` naming the field. A failed call leaves the store as it was.
+* Provenance is a DAG whose nodes are dataset versions and trained models;
+  feeds, refines and training jobs are its edges (ACAI §4.4).
+
+Arrays never go into the SQL tables: they live in a ``BlobStore`` and the
+records hold their content digests.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+from collections import deque
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Iterable, Mapping
+
+
+class JobStatus(str, enum.Enum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    def is_finished(self) -> bool:
+        return self in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
+
+
+JOB_TRANSITIONS: Mapping[JobStatus, frozenset[JobStatus]] = {
+    JobStatus.QUEUED: frozenset({JobStatus.RUNNING, JobStatus.CANCELLED}),
+    JobStatus.RUNNING: frozenset(
+        {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.QUEUED}
+    ),
+    JobStatus.SUCCEEDED: frozenset(),
+    JobStatus.FAILED: frozenset(),
+    JobStatus.CANCELLED: frozenset(),
+}
+
+
+class VersionKind(str, enum.Enum):
+    FEED = "feed"  # parent's members plus newly fed examples
+    REFINE = "refine"  # parent's examples with some turned on or off
+
+
+class NodeKind(str, enum.Enum):
+    DATASET = "dataset"  # a dataset version id
+    MODEL = "model"  # the model a training job produced (its job id)
+
+
+class EdgeKind(str, enum.Enum):
+    FEED = "feed"
+    REFINE = "refine"
+    TRAIN = "train"
+
+
+@dataclass(frozen=True)
+class User:
+    id: int
+    name: str
+    is_admin: bool
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class Task:
+    id: int
+    owner_id: int
+    name: str
+    program: str  # the ease.ml program, as printed by ease_jupyter.schema
+    created_at: datetime
+    cancelled: bool = False
+
+
+@dataclass(frozen=True)
+class ExampleChunk:
+    """The examples one feed added: ids first_example_id .. first_example_id+count-1,
+    stored as rows of the arrays behind x_blob and y_blob."""
+
+    id: int
+    task_id: int
+    version_id: int
+    first_example_id: int
+    count: int
+    x_blob: str
+    y_blob: str
+
+
+@dataclass(frozen=True)
+class DatasetVersion:
+    id: int
+    task_id: int
+    number: int  # 1, 2, 3 ... within the task
+    kind: VersionKind
+    parent_id: int | None
+    members_blob: str  # digest of a sorted int64 array of the active example ids
+    n_examples: int  # how many examples are active
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class Toggle:
+    """One example turned on (active=True) or off by a refine."""
+
+    version_id: int
+    example_id: int
+    active: bool
+
+
+@dataclass(frozen=True)
+class Job:
+    id: int
+    task_id: int
+    dataset_version_id: int
+    model: str  # zoo candidate name
+    config: Mapping[str, Any]  # the augmented config (e.g. {"lr": 0.01})
+    status: JobStatus
+    created_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    accuracy: float | None = None  # best validation score
+    cost_seconds: float | None = None  # measured training time
+    artifact_blob: str | None = None  # the trained model's bytes
+    error: str | None = None
+    attempts: int = 0  # times it entered RUNNING
+
+
+@dataclass(frozen=True)
+class Metric:
+    job_id: int
+    epoch: int
+    name: str
+    value: float
+    created_at: datetime
+
+
+@dataclass(frozen=True, order=True)
+class Node:
+    kind: NodeKind
+    id: int
+
+
+@dataclass(frozen=True)
+class Edge:
+    id: int
+    kind: EdgeKind
+    src: Node | None  # None for a task's first feed (data from outside)
+    dst: Node
+    job_id: int | None
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class NewChunk:
+    """Arrays (already in the blob store) that a feed adds."""
+
+    x_blob: str
+    y_blob: str
+    count: int
+
+
+@dataclass(frozen=True)
+class JobUpdate:
+    """Fields ``update_job`` may set alongside a status change. None means unchanged."""
+
+    accuracy: float | None = None
+    cost_seconds: float | None = None
+    artifact_blob: str | None = None
+    error: str | None = None
+
+
+class Store(abc.ABC):
+    """Metadata store. See the module docstring for the guarantees."""
+
+    # -- users --------------------------------------------------------------
+    @abc.abstractmethod
+    def create_user(self, name: str, token_hash: str, *, is_admin: bool = False) -> User: ...
+
+    @abc.abstractmethod
+    def get_user(self, user_id: int) -> User: ...
+
+    @abc.abstractmethod
+    def user_by_name(self, name: str) -> User: ...
+
+    @abc.abstractmethod
+    def user_by_token_hash(self, token_hash: str) -> User: ...
+
+    @abc.abstractmethod
+    def list_users(self) -> tuple[User, ...]: ...
+
+    # -- tasks --------------------------------------------------------------
+    @abc.abstractmethod
+    def create_task(self, owner_id: int, name: str, program: str) -> Task:
+        """Names are unique per owner; two owners may use the same name."""
+
+    @abc.abstractmethod
+    def get_task(self, task_id: int) -> Task: ...
+
+    @abc.abstractmethod
+    def task_by_name(self, owner_id: int, name: str) -> Task: ...
+
+    @abc.abstractmethod
+    def list_tasks(self, owner_id: int | None = None) -> tuple[Task, ...]:
+        """An owner's tasks, or every task when owner_id is None; by id."""
+
+    @abc.abstractmethod
+    def set_task_cancelled(self, task_id: int, cancelled: bool) -> Task: ...
+
+    # -- dataset versions ---------------------------------------------------
+    @abc.abstractmethod
+    def create_dataset_version(
+        self,
+        task_id: int,
+        *,
+        kind: VersionKind,
+        parent_id: int | None,
+        members_blob: str,
+        n_examples: int,
+        chunk: NewChunk | None = None,
+        toggles: Mapping[int, bool] | None = None,
+    ) -> DatasetVersion:
+        """Atomically store a version, its chunk (feed), its toggles (refine)
+        and its provenance edge (parent -> version, or None -> version).
+
+        A feed needs ``chunk``; a refine needs ``toggles`` and a parent. The
+        parent must belong to the same task.
+        """
+
+    @abc.abstractmethod
+    def get_dataset_version(self, version_id: int) -> DatasetVersion: ...
+
+    @abc.abstractmethod
+    def list_dataset_versions(self, task_id: int) -> tuple[DatasetVersion, ...]:
+        """Ordered by number."""
+
+    @abc.abstractmethod
+    def list_chunks(self, task_id: int, *, up_to_version: int | None = None) -> tuple[ExampleChunk, ...]:
+        """A task's example chunks in example-id order; with ``up_to_version``
+        (a version id), only chunks fed at or before that version."""
+
+    @abc.abstractmethod
+    def list_toggles(self, version_id: int) -> tuple[Toggle, ...]: ...
+
+    def latest_dataset_version(self, task_id: int) -> DatasetVersion | None:
+        versions = self.list_dataset_versions(task_id)
+        return versions[-1] if versions else None
+
+    def next_example_id(self, task_id: int) -> int:
+        chunks = self.list_chunks(task_id)
+        return chunks[-1].first_example_id + chunks[-1].count if chunks else 0
+
+    # -- jobs and metrics ---------------------------------------------------
+    @abc.abstractmethod
+    def create_job(self, task_id: int, dataset_version_id: int, model: str, config: Mapping[str, Any]) -> Job:
+        """A QUEUED job. The version must belong to the task."""
+
+    @abc.abstractmethod
+    def get_job(self, job_id: int) -> Job: ...
+
+    @abc.abstractmethod
+    def list_jobs(self, task_id: int | None = None, *, status: JobStatus | None = None) -> tuple[Job, ...]:
+        """Ordered by id."""
+
+    @abc.abstractmethod
+    def update_job(self, job_id: int, status: JobStatus, update: JobUpdate | None = None) -> Job:
+        """Move a job along JOB_TRANSITIONS, stamping started_at/finished_at.
+
+        Entering RUNNING sets ``started_at`` (the current attempt's start) and
+        adds one to ``attempts``; a re-queue (running -> queued) clears
+        ``started_at``; entering a finished state sets ``finished_at``.
+        Entering SUCCEEDED with an ``artifact_blob`` adds the TRAIN provenance
+        edge (dataset version -> model) in the same transaction.
+        """
+
+    @abc.abstractmethod
+    def add_metric(self, job_id: int, epoch: int, name: str, value: float) -> Metric:
+        """Record a finite ``value``. Reporting the same (epoch, name) again
+        replaces it: a re-queued job may repeat an epoch."""
+
+    @abc.abstractmethod
+    def list_metrics(self, job_id: int) -> tuple[Metric, ...]:
+        """Ordered by (epoch, name)."""
+
+    # -- provenance -----------------------------------------------------------
+    @abc.abstractmethod
+    def edges_into(self, node: Node) -> tuple[Edge, ...]: ...
+
+    @abc.abstractmethod
+    def edges_out_of(self, node: Node) -> tuple[Edge, ...]: ...
+
+    def lineage(self, node: Node, *, direction: str = "backward") -> tuple[Edge, ...]:
+        """Every edge reachable from ``node`` going backward (its ancestry) or
+        forward (everything derived from it), breadth first, each edge once."""
+        if direction not in ("backward", "forward"):
+            raise ValueError(f"direction: found {direction!r}, expected 'backward' or 'forward'")
+        seen: dict[int, Edge] = {}
+        frontier: deque[Node] = deque([node])
+        while frontier:
+            current = frontier.popleft()
+            edges: Iterable[Edge] = (
+                self.edges_into(current) if direction == "backward" else self.edges_out_of(current)
+            )
+            for edge in edges:
+                if edge.id in seen:
+                    continue
+                seen[edge.id] = edge
+                nxt = edge.src if direction == "backward" else edge.dst
+                if nxt is not None:
+                    frontier.append(nxt)
+        return tuple(seen.values())
+
+    # -- metadata tags (ACAI §3.2) --------------------------------------------
+    @abc.abstractmethod
+    def set_tag(self, entity: str, entity_id: int, key: str, value: str) -> None:
+        """Set (or overwrite) a key-value tag on a 'task', 'dataset' or 'job'."""
+
+    @abc.abstractmethod
+    def tags(self, entity: str, entity_id: int) -> Mapping[str, str]: ...
+
+    @abc.abstractmethod
+    def find_by_tag(self, entity: str, key: str, value: str | None = None) -> tuple[int, ...]:
+        """Ids of entities with tag ``key`` (equal to ``value`` when given), ascending."""
+
+    def close(self) -> None:
+        """Release connections. The default does nothing."""
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class BlobStore(abc.ABC):
+    """Content-addressed bytes: the key of a blob is the sha256 of its content,
+    so writing the same content twice stores it once and a key never changes
+    meaning. Writes are atomic: a reader sees a whole blob or none."""
+
+    @abc.abstractmethod
+    def put_bytes(self, data: bytes) -> str: ...
+
+    @abc.abstractmethod
+    def get_bytes(self, digest: str) -> bytes: ...
+
+    @abc.abstractmethod
+    def exists(self, digest: str) -> bool: ...
+
+    def put_array(self, array: Any) -> str:
+        import io
+
+        import numpy as np
+
+        buffer = io.BytesIO()
+        np.save(buffer, np.ascontiguousarray(array), allow_pickle=False)
+        return self.put_bytes(buffer.getvalue())
+
+    def get_array(self, digest: str) -> Any:
+        import io
+
+        import numpy as np
+
+        return np.load(io.BytesIO(self.get_bytes(digest)), allow_pickle=False)

@@ -1,0 +1,115 @@
+"""Engines and migrations: everything that depends on the database dialect.
+
+SQLite needs care to be a good multi-threaded, multi-process store:
+
+* ``foreign_keys=ON`` (off by default), ``journal_mode=WAL`` (readers never
+  block the writer) and a ``busy_timeout`` (wait for a lock instead of failing),
+  set on every new connection.
+* Write transactions start with ``BEGIN IMMEDIATE``. A deferred ``BEGIN`` takes
+  the write lock only at the first write, so two writers that both read
+  ``max(number)`` first would deadlock-fail with "database is locked" instead of
+  queueing. pysqlite's own implicit BEGIN is switched off so that we control it.
+
+On PostgreSQL the store locks the rows it is about to change
+(``SELECT ... FOR UPDATE``) and the unique constraints catch anything else.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.pool import StaticPool
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+# Execution option that marks an engine whose transactions write (see module doc).
+WRITE_OPTION = "easeml_write"
+# Serialises concurrent schema upgrades of one PostgreSQL database (any constant will do).
+_PG_MIGRATION_LOCK = 0x6561_7365  # "ease"
+
+
+def is_sqlite_memory(url: URL) -> bool:
+    return url.get_backend_name() == "sqlite" and (
+        url.database in (None, "", ":memory:") or url.query.get("mode") == "memory"
+    )
+
+
+def make_engine(url: str | URL, **kwargs: Any) -> Engine:
+    """An engine for ``url`` with our per-dialect settings; ``kwargs`` go to ``create_engine``."""
+    url = make_url(url)
+    if url.get_backend_name() != "sqlite":
+        kwargs.setdefault("pool_pre_ping", True)  # survive a restarted database server
+        return create_engine(url, **kwargs)
+
+    connect_args = kwargs.pop("connect_args", {})
+    # Connections move between threads through the pool; each is used by one thread at a time.
+    connect_args.setdefault("check_same_thread", False)
+    if is_sqlite_memory(url):
+        # One shared connection, or every connection would see its own empty database.
+        kwargs.setdefault("poolclass", StaticPool)
+    engine = create_engine(url, connect_args=connect_args, **kwargs)
+    event.listen(engine, "connect", _sqlite_on_connect)
+    event.listen(engine, "begin", _sqlite_on_begin)
+    return engine
+
+
+def _sqlite_on_connect(dbapi_connection: Any, connection_record: Any) -> None:
+    # Autocommit at the driver level: _sqlite_on_begin emits BEGIN itself.
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA journal_mode=WAL")  # answers 'memory' for in-memory databases
+    finally:
+        cursor.close()
+
+
+def _sqlite_on_begin(connection: Any) -> None:
+    immediate = connection.get_execution_options().get(WRITE_OPTION, False)
+    connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+def writer(engine: Engine) -> Engine:
+    """The same engine (and pool) whose transactions take the write lock up front."""
+    return engine.execution_options(**{WRITE_OPTION: True})
+
+
+def alembic_config(engine: Engine) -> Any:
+    """An Alembic ``Config`` for our migrations, without any alembic.ini on disk."""
+    from alembic.config import Config
+
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    # ConfigParser interpolates '%', which URL-encoded passwords and options contain.
+    config.set_main_option("sqlalchemy.url", engine.url.render_as_string(hide_password=False).replace("%", "%%"))
+    return config
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    """Bring the schema to ``revision`` in one transaction on ``engine``.
+
+    Concurrent callers (several processes opening one database) queue: SQLite
+    through the write lock of BEGIN IMMEDIATE, PostgreSQL through an advisory lock.
+    """
+    from alembic import command
+
+    config = alembic_config(engine)
+    with writer(engine).begin() as connection:
+        if connection.dialect.name == "postgresql":
+            connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_PG_MIGRATION_LOCK})")
+        config.attributes["connection"] = connection  # env.py runs on it instead of connecting
+        command.upgrade(config, revision)
+
+
+def downgrade(engine: Engine, revision: str) -> None:
+    """Undo migrations down to ``revision`` ("base" for an empty schema)."""
+    from alembic import command
+
+    config = alembic_config(engine)
+    with writer(engine).begin() as connection:
+        config.attributes["connection"] = connection
+        command.downgrade(config, revision)

@@ -1,0 +1,129 @@
+"""Alembic migrations: they build exactly the schema of the ORM models, on every
+SQL backend, and ship inside the package."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("sqlalchemy")
+pytest.importorskip("alembic")
+
+from alembic.autogenerate import compare_metadata  # noqa: E402
+from alembic.migration import MigrationContext  # noqa: E402
+from alembic.script import ScriptDirectory  # noqa: E402
+from sqlalchemy import inspect  # noqa: E402
+
+from ease_jupyter.store.sql import Base, SQLStore, downgrade, upgrade  # noqa: E402
+from ease_jupyter.store.sql.engine import MIGRATIONS_DIR, alembic_config  # noqa: E402
+
+from .helpers import feed  # noqa: E402
+
+
+def schema_diffs(store: SQLStore) -> list:
+    with store.engine.connect() as connection:
+        context = MigrationContext.configure(connection, opts={"compare_type": True})
+        return compare_metadata(context, Base.metadata)
+
+
+def current_revision(store: SQLStore) -> str | None:
+    with store.engine.connect() as connection:
+        return MigrationContext.configure(connection).get_current_revision()
+
+
+def test_the_migrated_schema_matches_the_models(sql_url: str) -> None:
+    with SQLStore(sql_url) as store:
+        assert schema_diffs(store) == []
+        head = ScriptDirectory.from_config(alembic_config(store.engine)).get_current_head()
+        assert current_revision(store) == head
+
+
+def test_the_sqlite_settings_are_on(tmp_path) -> None:
+    with SQLStore(f"sqlite:///{tmp_path / 'db.sqlite'}") as store, store.engine.connect() as connection:
+        pragma = lambda name: connection.exec_driver_sql(f"PRAGMA {name}").scalar()  # noqa: E731
+        assert pragma("foreign_keys") == 1
+        assert pragma("journal_mode") == "wal"
+        assert pragma("busy_timeout") > 0
+
+
+def test_reopening_is_a_no_op_and_keeps_the_data(sql_url: str) -> None:
+    with SQLStore(sql_url) as store:
+        ada = store.create_user("ada", "h")
+    with SQLStore(sql_url) as store:
+        assert store.list_users() == (ada,)
+        assert schema_diffs(store) == []
+
+
+def test_downgrade_to_base_and_back(sql_url: str) -> None:
+    with SQLStore(sql_url) as store:
+        downgrade(store.engine, "base")
+        assert set(inspect(store.engine).get_table_names()) == {"alembic_version"}
+        assert current_revision(store) is None
+        upgrade(store.engine)
+        assert schema_diffs(store) == []
+        owner = store.create_user("ada", "h")
+        t = store.create_task(owner.id, "galaxy", "")
+        assert feed(store, t.id, 2).number == 1
+
+
+def test_concurrent_opens_of_a_new_database_migrate_once(sql_url: str) -> None:
+    stores: list[SQLStore] = []
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(4)
+
+    def open_one() -> None:
+        barrier.wait()
+        try:
+            stores.append(SQLStore(sql_url))
+        except BaseException as error:  # noqa: BLE001
+            errors.append(error)
+
+    threads = [threading.Thread(target=open_one) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert schema_diffs(stores[0]) == []
+    for store in stores:
+        store.close()
+
+
+def test_the_migration_scripts_ship_inside_the_package() -> None:
+    package = Path(__file__).resolve().parents[2] / "ease_jupyter" / "store"
+    assert MIGRATIONS_DIR == package / "migrations"
+    for name in ("env.py", "script.py.mako", "versions/0001_initial.py"):
+        assert (MIGRATIONS_DIR / name).is_file(), name
+    # pyproject's package-data globs must cover them, or wheels ship without migrations.
+    pyproject = (package.parents[1] / "pyproject.toml").read_text()
+    for glob in ('"migrations/*.py"', '"migrations/*.mako"', '"migrations/versions/*.py"'):
+        assert glob in pyproject
+
+
+def test_the_revision_history_is_linear(tmp_path) -> None:
+    with SQLStore(f"sqlite:///{tmp_path / 'db.sqlite'}") as store:
+        scripts = ScriptDirectory.from_config(alembic_config(store.engine))
+    assert len(scripts.get_heads()) == 1
+    assert len(scripts.get_bases()) == 1
+
+
+def test_in_memory_sqlite_is_one_shared_database() -> None:
+    # sqlite:// must not give each pooled connection its own empty database.
+    with SQLStore("sqlite://") as store:
+        ada = store.create_user("ada", "h")
+        errors: list[BaseException] = []
+
+        def read() -> None:
+            try:
+                assert store.get_user(ada.id) == ada
+            except BaseException as error:  # noqa: BLE001
+                errors.append(error)
+
+        threads = [threading.Thread(target=read) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []

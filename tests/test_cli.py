@@ -1,0 +1,56 @@
+"""The ``easeml`` console script and the headless demo."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from ease_jupyter.cli import SUBCOMMANDS, main
+
+
+def test_help_lists_every_subcommand():
+    result = CliRunner().invoke(main, ["--help"])
+    assert result.exit_code == 0
+    for name, (_, summary) in SUBCOMMANDS.items():
+        assert name in result.output and summary in result.output
+
+
+@pytest.mark.parametrize("name", sorted(SUBCOMMANDS))
+def test_every_subcommand_has_help(name):
+    result = CliRunner().invoke(main, [name, "--help"])
+    assert result.exit_code == 0, result.output
+    assert "Usage:" in result.output and "--help" in result.output
+
+
+def test_unknown_subcommand_is_an_error():
+    result = CliRunner().invoke(main, ["nonsense"])
+    assert result.exit_code == 2 and "No such command" in result.output
+
+
+def test_console_script_is_installed():
+    exe = shutil.which("easeml")
+    command = [exe] if exe else [sys.executable, "-m", "ease_jupyter"]
+    out = subprocess.run([*command, "--help"], capture_output=True, text=True, check=True)
+    assert "demo" in out.stdout
+
+
+def test_demo_quick_writes_a_leaderboard_report(tmp_path):
+    out = tmp_path / "report"
+    result = CliRunner().invoke(main, ["demo", "--quick", "--data-dir", str(tmp_path / "d"), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "report.json").read_text())
+    users = {u["user"]: u for u in report["users"]}
+    assert set(users) == {"alice", "bob"}
+    for user in users.values():
+        scores = [j["accuracy"] for j in user["jobs"]]
+        assert user["best"]["accuracy"] == max(scores)
+        assert user["test_accuracy"] > 0.85
+        # feed, then a refine that dropped 1% of the examples
+        assert [v["kind"] for v in user["versions"]] == ["feed", "refine"]
+    html = (out / "report.html").read_text()
+    assert "Leaderboard" in html and "alice" in html and "plotly" in html.lower()

@@ -1,0 +1,43 @@
+"""The pure core imports nothing from the outer layers (DESIGN.md, Layers)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "ease_jupyter"
+OUTER = {"store", "service", "widgets", "magics", "client", "cli", "local", "training", "datasets", "demo"}
+FORBIDDEN_THIRD_PARTY = {"sqlalchemy", "alembic", "distributed", "dask", "ipywidgets", "IPython", "tornado"}
+PURE = {"schema": set(), "zoo": {"schema"}, "selection": set()}
+
+
+def _imports(path: Path) -> set[str]:
+    """Absolute module names imported by a file (relative imports resolved)."""
+    module_parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module_parts[: len(module_parts) - node.level]
+                names.add(".".join([*base, node.module] if node.module else base))
+            elif node.module:
+                names.add(node.module)
+    return names
+
+
+@pytest.mark.parametrize("layer", sorted(PURE))
+def test_pure_layers_import_no_outer_layer(layer):
+    files = sorted((PACKAGE / layer).rglob("*.py"))
+    assert files, f"{layer} has no modules"
+    allowed = {"errors", layer, *PURE[layer]}
+    for path in files:
+        for name in _imports(path):
+            parts = name.split(".")
+            if parts[0] == "ease_jupyter" and len(parts) > 1:
+                assert parts[1] in allowed, f"{path.relative_to(PACKAGE)} imports {name}"
+                assert parts[1] not in OUTER
+            assert parts[0] not in FORBIDDEN_THIRD_PARTY, f"{path.relative_to(PACKAGE)} imports {name}"
