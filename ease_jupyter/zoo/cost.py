@@ -161,11 +161,11 @@ def forest_cost(n: int, d: int, k: int, trees: int) -> float:
     return float(trees) * n * lg * lg * math.sqrt(d) * max(1.0, math.log2(max(k, 2)))
 
 
-def boosting_cost(n: int, d: int, k: int, iters: int, bins: int = 255) -> float:
+def boosting_cost(n: int, d: int, k: int, iters: int, leaves: int = 15, bins: int = 255) -> float:
     """Histogram gradient boosting: binning (n d log2 bins) once, then per
     iteration and class a histogram pass over n d plus split search over
-    d x bins per leaf (31 leaves)."""
-    per_tree = n * d + 31.0 * d * bins
+    d x bins per leaf (``leaves``)."""
+    per_tree = n * d + float(leaves) * d * bins
     return n * d * math.log2(bins) + float(iters) * max(k, 1) * per_tree
 
 

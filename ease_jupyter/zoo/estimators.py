@@ -10,7 +10,10 @@ small so that every model fits the digits data (1797 x 64) in about a second.
 Targets: classifiers take class indices (n,); regressors take (n,) when the
 output has one value and (n, m) for m > 1 values (the output tensor
 flattened). Single-output regressors (SVR, gradient boosting) are wrapped in
-``MultiOutputRegressor`` when m > 1.
+``MultiOutputRegressor`` when m > 1. Regressors that assume unit-scale
+targets also standardise y (``TransformedTargetRegressor``). Gradient
+boosting and the scaled pipelines run on one BLAS/OpenMP thread (see
+``_sk_wrappers``).
 
 scikit-learn is imported only when a model is built.
 """
@@ -24,7 +27,8 @@ from typing import Any, Callable
 from ease_jupyter.zoo import cost as _cost
 
 FOREST_TREES = 100
-BOOSTING_ITERS = 50
+BOOSTING_ITERS = 30
+BOOSTING_LEAVES = 15
 
 
 @dataclass(frozen=True)
@@ -39,10 +43,20 @@ class EstimatorSpec:
 
 
 def _scaled(est: Any) -> Any:
-    from sklearn.pipeline import Pipeline
     from sklearn.preprocessing import StandardScaler
 
-    return Pipeline([("scale", StandardScaler()), ("model", est)])
+    from ease_jupyter.zoo._sk_wrappers import OneThreadPipeline
+
+    return OneThreadPipeline([("scale", StandardScaler()), ("model", est)])
+
+
+def _scaled_xy(est: Any) -> Any:
+    """Standardise the features and the target (SVR's epsilon, the MLP's
+    initialisation and the ridge penalty all assume unit-scale targets)."""
+    from sklearn.compose import TransformedTargetRegressor
+    from sklearn.preprocessing import StandardScaler
+
+    return TransformedTargetRegressor(regressor=_scaled(est), transformer=StandardScaler())
 
 
 def _multi(est: Any, n_outputs: int) -> Any:
@@ -75,9 +89,11 @@ def make_rf_classifier(max_features: Any, n_outputs: int) -> Any:
 
 
 def make_hgb_classifier(learning_rate: float, n_outputs: int) -> Any:
-    from sklearn.ensemble import HistGradientBoostingClassifier
+    from ease_jupyter.zoo._sk_wrappers import OneThreadHGBClassifier
 
-    return HistGradientBoostingClassifier(learning_rate=learning_rate, max_iter=BOOSTING_ITERS, early_stopping=False, random_state=0)
+    return OneThreadHGBClassifier(
+        learning_rate=learning_rate, max_iter=BOOSTING_ITERS, max_leaf_nodes=BOOSTING_LEAVES, early_stopping=False, random_state=0
+    )
 
 
 def make_knn_classifier(n_neighbors: int, n_outputs: int) -> Any:
@@ -100,13 +116,13 @@ def make_mlp_classifier(alpha: float, n_outputs: int) -> Any:
 def make_ridge(alpha: float, n_outputs: int) -> Any:
     from sklearn.linear_model import Ridge
 
-    return _scaled(Ridge(alpha=alpha))
+    return _scaled_xy(Ridge(alpha=alpha))
 
 
 def make_svr(C: float, n_outputs: int) -> Any:
     from sklearn.svm import SVR
 
-    return _scaled(_multi(SVR(C=C, kernel="rbf", gamma="scale"), n_outputs))
+    return _scaled_xy(_multi(SVR(C=C, kernel="rbf", gamma="scale"), n_outputs))
 
 
 def make_rf_regressor(max_features: Any, n_outputs: int) -> Any:
@@ -116,28 +132,30 @@ def make_rf_regressor(max_features: Any, n_outputs: int) -> Any:
 
 
 def make_hgb_regressor(learning_rate: float, n_outputs: int) -> Any:
-    from sklearn.ensemble import HistGradientBoostingRegressor
+    from ease_jupyter.zoo._sk_wrappers import OneThreadHGBRegressor
 
-    est = HistGradientBoostingRegressor(learning_rate=learning_rate, max_iter=BOOSTING_ITERS, early_stopping=False, random_state=0)
+    est = OneThreadHGBRegressor(
+        learning_rate=learning_rate, max_iter=BOOSTING_ITERS, max_leaf_nodes=BOOSTING_LEAVES, early_stopping=False, random_state=0
+    )
     return _multi(est, n_outputs)
 
 
 def make_knn_regressor(n_neighbors: int, n_outputs: int) -> Any:
     from sklearn.neighbors import KNeighborsRegressor
 
-    return _scaled(KNeighborsRegressor(n_neighbors=n_neighbors))
+    return _scaled_xy(KNeighborsRegressor(n_neighbors=n_neighbors))
 
 
 def make_mlp_regressor(alpha: float, n_outputs: int) -> Any:
     from sklearn.neural_network import MLPRegressor
 
-    return _scaled(
+    return _scaled_xy(
         MLPRegressor(hidden_layer_sizes=(_cost.MLP_HIDDEN,), alpha=alpha, max_iter=_cost.MLP_EPOCHS, early_stopping=False, random_state=0)
     )
 
 
 _forest = partial(_cost.forest_cost, trees=FOREST_TREES)
-_boost = partial(_cost.boosting_cost, iters=BOOSTING_ITERS)
+_boost = partial(_cost.boosting_cost, iters=BOOSTING_ITERS, leaves=BOOSTING_LEAVES)
 
 CLASSIFIERS: tuple[EstimatorSpec, ...] = (
     EstimatorSpec("logreg", "logistic regression", "linear", "C", (0.1, 1.0, 10.0), _cost.linear_cost, "make_logreg"),
@@ -158,16 +176,28 @@ REGRESSORS: tuple[EstimatorSpec, ...] = (
 )
 
 
-def build_estimator(factory: str, name: str, option: str, grid: tuple[Any, ...], n_outputs: int, config: Any) -> Any:
-    """Build a fresh, unfitted estimator for ``config`` (a ``ModelConfig`` of
+@dataclass(frozen=True)
+class EstimatorBuilder:
+    """``Candidate.build`` of scikit-learn candidates: ``builder(config)``
+    returns a fresh, unfitted estimator for ``config`` (a ``ModelConfig`` of
     model ``name``); the option defaults to the middle of the grid."""
-    from ease_jupyter.errors import EaseMLError
 
-    if config.model != name:
-        raise EaseMLError(f"config.model: found {config.model!r}, expected {name!r}")
-    opts = config.options
-    unknown = set(opts) - {option}
-    if unknown:
-        raise EaseMLError(f"config {config.key}: unknown option(s) {sorted(unknown)}, expected only {option!r}")
-    value = opts.get(option, grid[len(grid) // 2])
-    return globals()[factory](value, n_outputs)
+    factory: str  # a make_* function of this module
+    name: str
+    option: str
+    grid: tuple[Any, ...]
+    n_outputs: int = 1
+
+    def __call__(self, config: Any) -> Any:
+        from ease_jupyter.errors import EaseMLError
+        from ease_jupyter.zoo.base import ModelConfig
+
+        if not isinstance(config, ModelConfig) or config.model != self.name:
+            found = config.model if isinstance(config, ModelConfig) else type(config).__name__
+            raise EaseMLError(f"config.model: found {found!r}, expected {self.name!r}")
+        opts = config.options
+        unknown = set(opts) - {self.option}
+        if unknown:
+            raise EaseMLError(f"config {config.key}: unknown option(s) {sorted(unknown)}, expected only {self.option!r}")
+        value = opts.get(self.option, self.grid[len(self.grid) // 2])
+        return globals()[self.factory](value, self.n_outputs)

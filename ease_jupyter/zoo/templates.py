@@ -212,26 +212,37 @@ def _torch_stats(cls_name: str, args: tuple[Any, ...], kwargs: tuple[tuple[str, 
     return _cost.torch_train_flops(module, example_shape), module.n_params()
 
 
-def build_torch(name: str, cls_name: str, args: tuple[Any, ...], kwargs: tuple[tuple[str, Any], ...],
-                allowed: tuple[str, ...], ctor_options: tuple[str, ...], config: ModelConfig) -> Any:
-    """``Candidate.build`` of torch candidates: a fresh, untrained net.
+@dataclass(frozen=True)
+class TorchBuilder:
+    """``Candidate.build`` of torch candidates: ``builder(config)`` returns a
+    fresh, untrained net. A value (not a closure), so candidates compare
+    equal across calls and pickle for remote workers.
 
-    ``lr`` is not a constructor argument; it is read by execution
+    ``lr`` is not a constructor argument; execution reads it
     (``net.make_optimizer(config.options["lr"])``). Constructor options
     (``norm_k``) come from the config.
     """
-    from ease_jupyter.zoo import nets
 
-    if not isinstance(config, ModelConfig) or config.model != name:
-        found = config.model if isinstance(config, ModelConfig) else type(config).__name__
-        raise EaseMLError(f"config.model: found {found!r}, expected {name!r}")
-    opts = config.options
-    unknown = set(opts) - set(allowed)
-    if unknown:
-        raise EaseMLError(f"config {config.key}: unknown option(s) {sorted(unknown)}, expected {list(allowed)}")
-    kw = dict(kwargs)
-    kw.update({k: opts[k] for k in ctor_options if k in opts})
-    return getattr(nets, cls_name)(*args, **kw)
+    name: str
+    cls_name: str
+    args: tuple[Any, ...]
+    kwargs: tuple[tuple[str, Any], ...] = ()
+    allowed: tuple[str, ...] = ("lr",)
+    ctor_options: tuple[str, ...] = ()
+
+    def __call__(self, config: ModelConfig) -> Any:
+        from ease_jupyter.zoo import nets
+
+        if not isinstance(config, ModelConfig) or config.model != self.name:
+            found = config.model if isinstance(config, ModelConfig) else type(config).__name__
+            raise EaseMLError(f"config.model: found {found!r}, expected {self.name!r}")
+        opts = config.options
+        unknown = set(opts) - set(self.allowed)
+        if unknown:
+            raise EaseMLError(f"config {config.key}: unknown option(s) {sorted(unknown)}, expected {list(self.allowed)}")
+        kw = dict(self.kwargs)
+        kw.update({k: opts[k] for k in self.ctor_options if k in opts})
+        return getattr(nets, self.cls_name)(*self.args, **kw)
 
 
 def _torch_candidate(name: str, family: str, kind: str, workload: Workload, cls_name: str,
@@ -252,7 +263,7 @@ def _torch_candidate(name: str, family: str, kind: str, workload: Workload, cls_
         configs=configs,
         flops_per_example=flops,
         descriptor=_cost.descriptor(flops, params, True, kind),
-        build=functools.partial(build_torch, name, cls_name, args, kwargs, allowed, ctor),
+        build=TorchBuilder(name, cls_name, args, kwargs, allowed, ctor),
         epochs=TORCH_EPOCHS,
     )
 
@@ -279,7 +290,7 @@ def _sklearn_candidates(program: Program, workload: Workload) -> list[Candidate]
                 configs=tuple(ModelConfig.of(spec.name, {spec.option: v}) for v in spec.grid),
                 flops_per_example=flops,
                 descriptor=_cost.descriptor(flops, _cost.sklearn_params(spec.kind, _cost.NOMINAL_N, d, k), False, spec.kind),
-                build=functools.partial(estimators.build_estimator, spec.factory, spec.name, spec.option, spec.grid, n_outputs),
+                build=estimators.EstimatorBuilder(spec.factory, spec.name, spec.option, spec.grid, n_outputs),
                 epochs=1,
                 cost_fn=cost_fn,
             )

@@ -1,0 +1,173 @@
+"""``easeml models``: the workload a task's shapes match and its candidate models.
+
+    easeml models --input 64,64,3 --output 10
+    easeml models --program "{input: {[Tensor[3]], [next]}, output: {[Tensor[4]], []}}"
+    easeml models --input 64 --output 10 --examples 5000 --json
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from ease_jupyter.errors import EaseMLError
+
+_SHAPE_HELP = "comma-separated positive integers such as 64,64,3"
+
+
+def parse_shape(text: str, option: str = "shape") -> tuple[int, ...]:
+    """``"64,64,3"`` (optionally in brackets, spaces allowed) -> ``(64, 64, 3)``.
+
+    Raises:
+        click.BadParameter: naming the bad entry.
+    """
+    body = text.strip()
+    if body.startswith("[") and body.endswith("]"):
+        body = body[1:-1]
+    if not body.strip():
+        raise click.BadParameter(f"found an empty shape, expected {_SHAPE_HELP}", param_hint=option)
+    dims = []
+    for i, part in enumerate(body.split(",")):
+        p = part.strip()
+        if not p.isdigit() or int(p) < 1:
+            raise click.BadParameter(
+                f"{text!r}: entry {i + 1} is {p!r}, expected {_SHAPE_HELP}", param_hint=option
+            )
+        dims.append(int(p))
+    return tuple(dims)
+
+
+def _shape_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    return parse_shape(value, f"--{param.name.replace('_shape', '')}" if param.name else "shape")
+
+
+def _program_from_shapes(inp: tuple[int, ...], out: tuple[int, ...]) -> Any:
+    from ease_jupyter.schema.types import DataType, Program, TensorField
+
+    return Program(DataType((TensorField(inp),)), DataType((TensorField(out),)))
+
+
+def _program_from_text(text: str) -> Any:
+    try:
+        from ease_jupyter.schema import parse  # written in parallel; imported only when needed
+    except ImportError as e:  # pragma: no cover - depends on the installation
+        raise click.ClickException(f"--program needs ease_jupyter.schema.parse, which is not available ({e})") from e
+    try:
+        return parse(text)
+    except EaseMLError as e:
+        raise click.BadParameter(str(e), param_hint="--program") from e
+
+
+def _describe(dt: Any) -> str:
+    tensors = ", ".join(
+        (f"{t.name} :: " if getattr(t, "name", None) else "") + "Tensor[" + ",".join(map(str, t.shape)) + "]"
+        for t in dt.tensors
+    )
+    return "{[" + tensors + "], [" + ", ".join(dt.recursive) + "]}"
+
+
+def _human_flops(x: float) -> str:
+    for unit, scale in (("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6), ("kFLOP", 1e3)):
+        if x >= scale:
+            return f"{x / scale:.3g} {unit}"
+    return f"{x:.3g} FLOP"
+
+
+def _candidate_record(c: Any, examples: int, epochs: int | None) -> dict[str, Any]:
+    return {
+        "name": c.name,
+        "family": c.family,
+        "engine": c.engine.value,
+        "epochs": int(epochs or c.epochs),
+        "flops_per_example": float(c.flops_per_example),
+        "cost": c.cost(examples, epochs),
+        "descriptor": [float(v) for v in c.descriptor],
+        "configs": [{"key": cfg.key, "options": cfg.options} for cfg in c.configs],
+    }
+
+
+@click.command("models")
+@click.option("--input", "input_shape", callback=_shape_callback, metavar="SHAPE",
+              help="Input tensor shape in the user's layout, e.g. 64,64,3 (an image) or 64 (features).")
+@click.option("--output", "output_shape", callback=_shape_callback, metavar="SHAPE",
+              help="Output tensor shape, e.g. 10 (classes) or 64,64,3.")
+@click.option("--program", "program_text", metavar="TEXT",
+              help='An ease.ml program instead of --input/--output, e.g. "{input: {[Tensor[3]], [next]}, output: {[Tensor[4]], []}}".')
+@click.option("--examples", type=click.IntRange(min=1), default=1000, show_default=True,
+              help="Number of training examples the cost estimate assumes.")
+@click.option("--epochs", type=click.IntRange(min=1), default=None,
+              help="Training epochs the cost assumes (default: each candidate's own).")
+@click.option("--seq-len", type=click.IntRange(min=1), default=None,
+              help="Sequence length for the cost of time-series models (default 32).")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON instead of a table.")
+def command(input_shape: tuple[int, ...] | None, output_shape: tuple[int, ...] | None, program_text: str | None,
+            examples: int, epochs: int | None, seq_len: int | None, as_json: bool) -> None:
+    """List the workload a task matches (ease.ml template matching, pvldb Fig. 6)
+    and its candidate models, configs and estimated training cost."""
+    from ease_jupyter.zoo import DEFAULT_SEQ_LEN, NoCandidatesError, candidates, match_workload
+    from ease_jupyter.zoo.templates import template_for
+
+    if program_text is not None:
+        if input_shape is not None or output_shape is not None:
+            raise click.UsageError("give either --program or --input/--output, not both")
+        program = _program_from_text(program_text)
+    else:
+        if input_shape is None or output_shape is None:
+            missing = "--input" if input_shape is None else "--output"
+            raise click.UsageError(f"missing {missing}: give --input and --output shapes, or --program")
+        program = _program_from_shapes(input_shape, output_shape)
+
+    try:
+        workload = match_workload(program)
+    except EaseMLError as e:
+        raise click.BadParameter(str(e), param_hint="--program" if program_text else "--input/--output") from e
+    template = template_for(workload)
+    header: dict[str, Any] = {
+        "workload": workload.value,
+        "template": {"input": template.input, "output": template.output},
+        "program": {"input": _describe(program.input), "output": _describe(program.output)},
+        "examples": examples,
+    }
+    try:
+        cands = candidates(program, seq_len=seq_len or DEFAULT_SEQ_LEN)
+    except NoCandidatesError as e:
+        if as_json:
+            click.echo(json.dumps({**header, "candidates": [], "error": str(e)}, indent=2))
+        else:
+            click.echo(f"workload: {workload.value}")
+        raise click.ClickException(str(e)) from e
+
+    records = [_candidate_record(c, examples, epochs) for c in cands]
+    if as_json:
+        click.echo(json.dumps({**header, "candidates": records}, indent=2))
+        return
+
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = Console(width=None if sys.stdout.isatty() else 160, highlight=False)
+    # Plain (markup=False) output: program text and config keys contain [...]
+    # that rich would otherwise read as markup tags.
+    console.print(Text.assemble(("workload: ", "bold"), workload.value))
+    console.print(f"program:  input {header['program']['input']} -> output {header['program']['output']}", markup=False)
+    console.print(f"template: input {template.input} -> output {template.output}", markup=False)
+    table = Table(title=f"candidate models (cost for {examples} examples)")
+    for col, kw in (
+        ("name", {"style": "bold"}), ("family", {}), ("engine", {}), ("epochs", {"justify": "right"}),
+        ("est. cost", {"justify": "right"}), ("configs", {}),
+    ):
+        table.add_column(col, **kw)
+    for r in records:
+        cells = (r["name"], r["family"], r["engine"], str(r["epochs"]), _human_flops(r["cost"]),
+                 "\n".join(cfg["key"] for cfg in r["configs"]))
+        table.add_row(*(Text(c) for c in cells))
+    console.print(table)
+    total = sum(r["cost"] * len(r["configs"]) for r in records)
+    n_cfg = sum(len(r["configs"]) for r in records)
+    console.print(f"{len(records)} candidates, {n_cfg} configs, {_human_flops(total)} to train them all", markup=False)

@@ -1,0 +1,1 @@
+"""Tests of ease_jupyter.zoo."""
