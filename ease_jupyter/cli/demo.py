@@ -34,6 +34,7 @@ def command(quick: bool, data_dir: Path | None, out: Path, seed: int) -> None:
 
     from ..demo import run_demo, timed, write_report
     from ..local import LocalWorkspace
+    from ..zoo import ModelConfig
 
     console = Console(stderr=True)
     with tempfile.TemporaryDirectory(prefix="easeml-demo-") as scratch:
@@ -49,13 +50,14 @@ def command(quick: bool, data_dir: Path | None, out: Path, seed: int) -> None:
         )
         workspace.store.close()
     table = Table(title="Leaderboard (best model per user)")
-    for column in ("user", "task", "best model", "config", "validation", "test", "version"):
+    for column in ("user", "task", "best config", "validation", "held-back test", "data version"):
         table.add_column(column)
     for r in results:
+        config = ModelConfig.of(r.best["model"], r.best["config"]).key
         table.add_row(
-            r.user, r.task, r.best["model"], str(r.best["config"]), f"{r.best['accuracy']:.3f}",
-            f"{r.test_accuracy:.3f}", str(r.best["dataset_version"]),
+            r.user, r.task, config, f"{r.best['accuracy']:.3f}", f"{r.test_accuracy:.3f}",
+            str(r.best["dataset_version"]),
         )
-    Console().print(table)
+    Console(width=max(Console().width, 120)).print(table)
     json_path, html_path = write_report(results, out, elapsed_seconds=elapsed)
     click.echo(f"report: {html_path} and {json_path} ({elapsed:.1f} s)")

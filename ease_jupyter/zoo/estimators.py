@@ -79,7 +79,7 @@ def make_logreg(C: float, n_outputs: int) -> Any:
 def make_svc(C: float, n_outputs: int) -> Any:
     from sklearn.svm import SVC
 
-    return _scaled(SVC(C=C, kernel="rbf", gamma="scale", probability=False))
+    return _scaled(SVC(C=C, kernel="rbf", gamma="scale"))
 
 
 def make_rf_classifier(max_features: Any, n_outputs: int) -> Any:
