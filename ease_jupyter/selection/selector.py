@@ -1,0 +1,596 @@
+"""The :class:`Selector` facade: multi-tenant, cost-aware model selection as a
+plain object the scheduler service drives with ask/tell calls.
+
+It decides; it never runs anything. The caller registers users and their
+candidate models with cost estimates, asks ``next_picks(n_free_workers)`` for
+(user, model) pairs, trains them, and reports each result with ``observe``.
+The whole state is a plain dict (``to_dict`` / ``from_dict``) for restart
+recovery.
+
+Per decision the work is O(number of users) vectorised numpy plus O(K) for the
+chosen user; an observation is a rank-one GP update of one user only (see
+``gp.UserGP``). Per-user scalars (GREEDY's gap, the empirical confidence gap)
+are cached and recomputed only for users whose state changed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from .baselines import choose_ei, fixed_order_ranks, policy_spec
+from .gp import ModelPrior, UserGP, default_kernel
+from .parallel import pending_aware_std
+from .pickers import PickState, make_picker
+from .ucb import BETA_SCHEDULES, expected_improvement
+
+__all__ = ["Selector"]
+
+
+@dataclass
+class _User:
+    name: str
+    slot: int
+    models: np.ndarray  # catalogue indices of the candidates
+    names: list[str]
+    index: dict[str, int]
+    cost: np.ndarray  # raw cost estimates (seconds), per local model
+    weight: float
+    gp: UserGP
+    tried: np.ndarray  # bool per local model
+    pending: dict[int, float] = field(default_factory=dict)  # local model -> UCB when picked
+    best_y: float | None = None
+    best_k: int | None = None
+    e_bar: float = math.inf  # empirical confidence bound y + sigma_bar (Alg. 2 line 6)
+    sigma_bar: float = math.nan
+    obs: list[tuple[int, float, float, float | None]] = field(default_factory=list)  # (k, y, B, cost)
+    refits: int = 0
+    # caches, valid while not dirty
+    scores: np.ndarray | None = None
+    avail: np.ndarray | None = None
+
+
+class Selector:
+    """Multi-tenant, cost-aware model selection (ease.ml; PVLDB 2018 §4-5).
+
+    Parameters
+    ----------
+    models : sequence of str
+        The model catalogue (unique names). Users pick from subsets of it.
+    history : array (n_history_users, K), optional
+        Qualities of the catalogue on other, finished users: the GP kernel is
+        built from it (arXiv App. A). NaN marks missing cells.
+    descriptors : array (K, d), optional
+        Model descriptors for the kernel when there is no history.
+    prior : ModelPrior, optional
+        A prior fitted already (overrides ``history`` / ``descriptors``).
+    costs : mapping or sequence, optional
+        Default cost estimate (seconds) per catalogue model, used for users
+        registered without their own costs. Default 1.
+    policy : str, default "hybrid"
+        See ``baselines.POLICIES`` (``oracle`` needs the truth and exists only
+        in the simulator).
+    cost_aware : bool, default True
+        Cost-aware GP-UCB (sqrt(beta_t / c_k), §4.1) and cost-aware GREEDY.
+    delta : float, default 0.1
+        Confidence parameter of ``beta_t``.
+    beta_schedule : {"theorem", "alg1"}, default "theorem"
+    beta_scale : float, default 1.0
+        Multiplies ``beta_t``. 1 is the paper's schedule. Srinivas et al.
+        (ICML 2010, §6) scale the theoretical beta_t down by 5 in practice
+        (``beta_scale=0.2``); the benchmark measures both.
+    s : int, default 10
+        HYBRID's freeze window (§5.4).
+    hallucinate : bool, default True
+        GP-BUCB hallucination of pending picks (see ``parallel.py``).
+    weighted : bool, default True
+        Use per-user weights in the user pickers (weights default to 1).
+    rearm_on_change : bool, default True
+        HYBRID returns to GREEDY mode when users join or leave.
+    model_order : sequence of str, optional
+        The order for the ``fixed_order`` policy.
+    refit_every_doubling : bool or None, default None
+        Refit a user's kernel hyperparameters from her own observations at
+        3, 6, 12, ... observations. None: only when the prior has no history.
+    random_state : int or None
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> hist = np.array([[0.9, 0.6, 0.7], [0.8, 0.5, 0.7], [0.7, 0.4, 0.6], [0.95, 0.5, 0.8]])
+    >>> sel = Selector(["a", "b", "c"], history=hist, random_state=0)
+    >>> sel.add_user("alice", costs={"a": 10.0, "b": 1.0, "c": 2.0})
+    >>> sel.add_user("bob")
+    >>> picks = sel.next_picks(2)
+    >>> len(picks), len({u for u, _ in picks})
+    (2, 2)
+    >>> sel.observe(*picks[0], quality=0.8)
+    """
+
+    def __init__(self, models: Sequence[str], *, history: np.ndarray | None = None,
+                 descriptors: np.ndarray | None = None, prior: ModelPrior | None = None,
+                 costs: Mapping[str, float] | Sequence[float] | None = None, policy: str = "hybrid",
+                 cost_aware: bool = True, delta: float = 0.1, beta_schedule: str = "theorem",
+                 beta_scale: float = 1.0, s: int = 10,
+                 hallucinate: bool = True, weighted: bool = True, rearm_on_change: bool = True,
+                 model_order: Sequence[str] | None = None, refit_every_doubling: bool | None = None,
+                 random_state: int | None = None):
+        names = [str(m) for m in models]
+        if not names:
+            raise ValueError("models: expected at least one model name")
+        if len(set(names)) != len(names):
+            dup = sorted({m for m in names if names.count(m) > 1})
+            raise ValueError(f"models: duplicate names {dup}")
+        picker_name, chooser = policy_spec(policy)
+        if chooser == "oracle":
+            raise ValueError("policy: 'oracle' needs the true qualities; it exists only in the simulator")
+        if beta_schedule not in BETA_SCHEDULES:
+            raise ValueError(f"beta_schedule: found {beta_schedule!r}, expected one of {BETA_SCHEDULES}")
+        if not 0.0 < delta < 1.0:
+            raise ValueError(f"delta: found {delta!r}, expected a number in (0, 1)")
+        self.model_names = names
+        self._model_index = {m: i for i, m in enumerate(names)}
+        self.policy = policy
+        self.cost_aware = bool(cost_aware)
+        self.delta = float(delta)
+        self.beta_schedule = beta_schedule
+        if not (beta_scale >= 0 and math.isfinite(beta_scale)):
+            raise ValueError(f"beta_scale: found {beta_scale!r}, expected a finite number >= 0")
+        self.beta_scale = float(beta_scale)
+        self.s = int(s)
+        self.hallucinate = bool(hallucinate)
+        self.weighted = bool(weighted)
+        self.rearm_on_change = bool(rearm_on_change)
+        self.random_state = random_state
+        self._rng = np.random.default_rng(random_state)
+        K = len(names)
+        if prior is None:
+            prior = ModelPrior(random_state=random_state).fit(history, descriptors=descriptors, n_models=K)
+        if prior.n_models != K:
+            raise ValueError(f"prior: covers {prior.n_models} models, expected {K} (one per catalogue model)")
+        self.prior = prior
+        self._default_cost = self._cost_vector(costs, names, "costs")
+        self._picker_name, self._chooser = picker_name, chooser
+        self.picker = make_picker(picker_name, s=s, weighted=weighted, rearm_on_change=rearm_on_change)
+        self._model_order = list(model_order) if model_order is not None else None
+        if chooser == "fixed":
+            order = None if model_order is None else [self._model_index_of(m) for m in model_order]
+            self._ranks = fixed_order_ranks(policy, K, prior.mean_ if policy == "most_cited" else None, order)
+        else:
+            self._ranks = None
+        self.refit_every_doubling = (prior.source_ != "history") if refit_every_doubling is None else bool(refit_every_doubling)
+        self._users: dict[str, _User] = {}
+        self._slots: list[_User | None] = []
+        cap = 16
+        self._elig = np.zeros(cap, bool)
+        self._nobs = np.zeros(cap, np.int64)
+        self._busy = np.zeros(cap, bool)
+        self._sbar = np.zeros(cap)
+        self._gap = np.zeros(cap)
+        self._w = np.ones(cap)
+        self._dirty: set[int] = set()
+        self._total_best = 0.0
+        self._c_star = 1.0
+        self.n_decisions = 0
+        self._force_scores = False
+
+    # ------------------------------------------------------------------ helpers
+    def _model_index_of(self, m: str) -> int:
+        try:
+            return self._model_index[str(m)]
+        except KeyError:
+            raise KeyError(f"model: unknown model {m!r}; the catalogue has {len(self.model_names)} models") from None
+
+    def _cost_vector(self, costs, names: Sequence[str], field_name: str) -> np.ndarray:
+        if costs is None:
+            return np.ones(len(names)) if field_name == "costs" else None
+        if isinstance(costs, Mapping):
+            out = np.empty(len(names))
+            for i, m in enumerate(names):
+                if m in costs:
+                    out[i] = float(costs[m])
+                elif field_name != "costs":
+                    out[i] = self._default_cost[self._model_index_of(m)]
+                else:
+                    out[i] = 1.0
+            unknown = set(costs) - set(names)
+            if unknown:
+                raise KeyError(f"{field_name}: unknown models {sorted(unknown)[:5]}")
+        else:
+            out = np.asarray(list(costs), dtype=float)
+            if out.shape != (len(names),):
+                raise ValueError(f"{field_name}: found {out.shape[0] if out.ndim else 0} costs, expected {len(names)}")
+        if not np.all(np.isfinite(out)) or np.any(out <= 0):
+            raise ValueError(f"{field_name}: costs must be finite and > 0")
+        return out
+
+    def _grow(self, n: int) -> None:
+        cap = self._elig.size
+        if n <= cap:
+            return
+        new = max(n, 2 * cap)
+        def ext(a, fill):
+            b = np.full(new, fill, dtype=a.dtype); b[:cap] = a; return b
+        self._elig, self._nobs, self._busy = ext(self._elig, False), ext(self._nobs, 0), ext(self._busy, False)
+        self._sbar, self._gap, self._w = ext(self._sbar, 0.0), ext(self._gap, 0.0), ext(self._w, 1.0)
+
+    def _active_users(self):
+        return (u for u in self._slots if u is not None)
+
+    def _update_c_star(self) -> None:
+        c = max((float(u.cost.max()) for u in self._active_users()), default=1.0)
+        if c != self._c_star:
+            self._c_star = c
+            self._dirty.update(u.slot for u in self._active_users())
+
+    def _n_active(self) -> int:
+        return len(self._users)
+
+    def _beta(self, u: _User) -> float:
+        t = u.gp.n_obs + len(u.pending) + 1
+        K = u.models.size
+        if self.beta_schedule == "theorem":
+            b = 2.0 * math.log(math.pi ** 2 * max(self._n_active(), 1) * K * t * t / (6.0 * self.delta))
+        else:
+            b = math.log(K * t * t / self.delta)
+        return self.beta_scale * max(b, 0.0)
+
+    def _scale(self, u: _User):
+        return (self._c_star / u.cost) if self.cost_aware else 1.0
+
+    def _std(self, u: _User) -> np.ndarray:
+        return pending_aware_std(u.gp, list(u.pending), self.hallucinate)
+
+    def _refresh(self, u: _User) -> None:
+        avail = ~u.tried
+        if u.pending:
+            avail = avail.copy()
+            avail[list(u.pending)] = False
+        u.avail = avail
+        s = u.slot
+        self._elig[s] = bool(avail.any())
+        self._busy[s] = bool(u.pending)
+        self._nobs[s] = u.gp.n_obs
+        w = u.weight if self.weighted else 1.0
+        self._w[s] = u.weight
+        if self.picker.needs_stats or self._chooser == "ucb" or self._force_scores:
+            std = self._std(u)
+            u.scores = u.gp.mean_ + np.sqrt(self._beta(u) * self._scale(u)) * std
+            if not self._elig[s]:
+                gap = -math.inf
+            elif self.picker.stat == "ei":
+                best = u.best_y if u.best_y is not None else 0.0
+                ei = expected_improvement(u.gp.mean_, std, best)
+                if self.cost_aware:
+                    ei = ei * (self._c_star / u.cost)
+                gap = float(np.max(ei[avail]))
+            else:
+                gap = float(np.max(u.scores[avail])) - (u.best_y if u.best_y is not None else 0.0)
+            self._gap[s] = w * gap
+            self._sbar[s] = w * (u.sigma_bar if u.gp.n_obs > 0 else gap)
+        else:
+            u.scores = None
+
+    def _refresh_dirty(self) -> None:
+        if not self._dirty:
+            return
+        for s in self._dirty:
+            u = self._slots[s]
+            if u is not None:
+                self._refresh(u)
+        self._dirty.clear()
+
+    def _state(self) -> PickState:
+        n = len(self._slots)
+        return PickState(eligible=self._elig[:n], n_obs=self._nobs[:n], busy=self._busy[:n],
+                         sigma_bar=self._sbar[:n], gap=self._gap[:n], weight=self._w[:n],
+                         total_best=self._total_best, rng=self._rng)
+
+    def _choose_model(self, u: _User) -> int | None:
+        avail = u.avail
+        if avail is None or not avail.any():
+            return None
+        if self._chooser == "ucb":
+            return int(np.argmax(np.where(avail, u.scores, -np.inf)))
+        if self._chooser == "ei":
+            chat = (u.cost / self._c_star) if self.cost_aware else None
+            best = u.best_y if u.best_y is not None else 0.0
+            return choose_ei(u.gp.mean_, self._std(u), best, chat, avail)
+        ranks = self._ranks[u.models]
+        return int(np.argmin(np.where(avail, ranks, np.inf)))
+
+    def _ucb_of(self, u: _User, k: int) -> float:
+        std = self._std(u)
+        scale = self._scale(u)
+        sc = scale[k] if isinstance(scale, np.ndarray) else scale
+        return float(u.gp.mean_[k] + math.sqrt(self._beta(u) * sc) * std[k])
+
+    # ------------------------------------------------------------------ users
+    def add_user(self, user: str, *, models: Sequence[str] | None = None,
+                 costs: Mapping[str, float] | Sequence[float] | None = None, weight: float = 1.0) -> None:
+        """Register a user (a tenant) and her candidate models.
+
+        Args:
+            user: a unique name.
+            models: her candidate models (catalogue names); default: all.
+            costs: cost estimate per candidate (a mapping by name, or a sequence
+                aligned with ``models``); missing ones default to the
+                catalogue's ``costs``.
+            weight: her weight in the objective (> 0).
+
+        Raises:
+            ValueError: the name is taken, a cost is not > 0, the weight is not > 0.
+            KeyError: an unknown model name.
+        """
+        user = str(user)
+        if user in self._users:
+            raise ValueError(f"user: {user!r} is already registered")
+        if not (weight > 0 and math.isfinite(weight)):
+            raise ValueError(f"weight: found {weight!r}, expected a finite number > 0")
+        if models is None:
+            names = list(self.model_names)
+        else:
+            names = [str(m) for m in models]
+            if not names:
+                raise ValueError("models: expected at least one candidate model")
+            if len(set(names)) != len(names):
+                raise ValueError("models: duplicate names")
+        idx = np.asarray([self._model_index_of(m) for m in names], dtype=np.intp)
+        if costs is None:
+            cost = self._default_cost[idx].copy()
+        else:
+            cost = self._cost_vector(costs, names, "costs of " + user)
+        slot = len(self._slots)
+        self._grow(slot + 1)
+        u = _User(name=user, slot=slot, models=idx, names=names, index={m: i for i, m in enumerate(names)},
+                  cost=cost, weight=float(weight), gp=UserGP(self.prior, None if idx.size == self.prior.n_models
+                                                              and np.array_equal(idx, np.arange(idx.size)) else idx),
+                  tried=np.zeros(idx.size, bool))
+        self._users[user] = u
+        self._slots.append(u)
+        self._w[slot] = u.weight
+        self._update_c_star()
+        # beta_t has n (the number of users) in its log: everyone's scores move
+        self._dirty.update(x.slot for x in self._active_users())
+        self._refresh(u)  # the others stay dirty until the next decision (lazy, O(1) here)
+        self.picker.on_new_slot(self._state(), slot)
+        self.picker.on_membership_change()
+
+    def remove_user(self, user: str) -> list[tuple[str, str]]:
+        """Unregister a user. Returns her picks that were still pending (the
+        caller should cancel those jobs). Raises KeyError for an unknown user."""
+        u = self._get(user)
+        dropped = [(u.name, u.names[k]) for k in u.pending]
+        del self._users[u.name]
+        self._slots[u.slot] = None
+        s = u.slot
+        self._elig[s] = False; self._busy[s] = False; self._nobs[s] = 0
+        self._gap[s] = -math.inf; self._sbar[s] = -math.inf
+        if u.best_y is not None:
+            self._total_best -= u.weight * u.best_y
+        self._update_c_star()
+        self._dirty.update(x.slot for x in self._active_users())
+        self.picker.on_membership_change()
+        return dropped
+
+    def set_weight(self, user: str, weight: float) -> None:
+        """Change a user's weight in the objective."""
+        if not (weight > 0 and math.isfinite(weight)):
+            raise ValueError(f"weight: found {weight!r}, expected a finite number > 0")
+        u = self._get(user)
+        if u.best_y is not None:
+            self._total_best += (weight - u.weight) * u.best_y
+        u.weight = float(weight)
+        self._dirty.add(u.slot)
+
+    def _get(self, user: str) -> _User:
+        try:
+            return self._users[str(user)]
+        except KeyError:
+            raise KeyError(f"user: unknown user {user!r}") from None
+
+    @property
+    def users(self) -> list[str]:
+        return list(self._users)
+
+    # ------------------------------------------------------------------ ask / tell
+    def next_picks(self, n_workers: int = 1) -> list[tuple[str, str]]:
+        """Up to ``n_workers`` (user, model) pairs to train next.
+
+        Each returned pick is *pending* until :meth:`observe` or :meth:`cancel`
+        is called for it. Pending pairs are never returned again, and with
+        ``hallucinate`` they lower their user's variance (GP-BUCB), so the
+        picks of one call are diverse. Fewer pairs come back when fewer are
+        left to try.
+        """
+        if not isinstance(n_workers, (int, np.integer)) or n_workers < 0:
+            raise ValueError(f"n_workers: found {n_workers!r}, expected an integer >= 0")
+        picks: list[tuple[str, str]] = []
+        for _ in range(int(n_workers)):
+            self._refresh_dirty()
+            state = self._state()
+            slot = self.picker.pick_user(state)
+            if slot is None:
+                break
+            u = self._slots[slot]
+            k = self._choose_model(u)
+            if k is None:  # should not happen: eligible users have an available model
+                self._elig[slot] = False
+                continue
+            B = float(u.scores[k]) if u.scores is not None else self._ucb_of(u, k)
+            u.pending[k] = B
+            self.picker.on_pick(state, slot)
+            self._dirty.add(slot)
+            self.n_decisions += 1
+            picks.append((u.name, u.names[k]))
+        return picks
+
+    def observe(self, user: str, model: str, quality: float, cost: float | None = None) -> None:
+        """Report the quality (e.g. best validation accuracy) of a finished pick.
+
+        A result for a pair that was not picked (e.g. trained by hand) is
+        accepted too. A second result for the same pair is treated as a noisy
+        re-measurement. ``cost`` (measured seconds) is recorded with it.
+
+        Raises:
+            KeyError: unknown user, or a model that is not among her candidates.
+            ValueError: a quality that is not a finite number.
+        """
+        u = self._get(user)
+        try:
+            k = u.index[str(model)]
+        except KeyError:
+            raise KeyError(f"model: {model!r} is not a candidate of user {u.name!r}") from None
+        try:
+            y = float(quality)
+        except (TypeError, ValueError):
+            raise ValueError(f"quality: found {quality!r}, expected a finite number") from None
+        if not math.isfinite(y):
+            raise ValueError(f"quality: found {quality!r}, expected a finite number")
+        if cost is not None and not (math.isfinite(float(cost)) and float(cost) >= 0):
+            raise ValueError(f"cost: found {cost!r}, expected a finite number >= 0")
+        B = u.pending.pop(k, None)
+        if B is None:
+            B = self._ucb_of(u, k)
+        self._apply(u, k, y, B, cost)
+
+    def _apply(self, u: _User, k: int, y: float, B: float, cost: float | None) -> None:
+        u.gp.observe(k, y)
+        u.tried[k] = True
+        u.obs.append((k, y, B, None if cost is None else float(cost)))
+        # Algorithm 2 line 6: e = min(B_{t-1}(a), previous e); sigma_bar = e - y
+        u.e_bar = min(u.e_bar, B)
+        u.sigma_bar = u.e_bar - y
+        if u.best_y is None or y > u.best_y:
+            self._total_best += u.weight * (y - (u.best_y if u.best_y is not None else 0.0))
+            u.best_y, u.best_k = y, k
+        n = u.gp.n_obs
+        if self.refit_every_doubling and n >= 3 and (n / 3) == 2 ** int(math.log2(n / 3)):
+            u.gp.refit(random_state=0)  # deterministic: no draw from the picking rng
+            u.refits += 1
+        self._dirty.add(u.slot)
+
+    def cancel(self, user: str, model: str) -> None:
+        """Forget a pending pick that will not report (failed or cancelled job);
+        the pair becomes available again."""
+        u = self._get(user)
+        k = u.index.get(str(model))
+        if k is None or k not in u.pending:
+            raise KeyError(f"pick: ({user!r}, {model!r}) is not pending")
+        del u.pending[k]
+        self._dirty.add(u.slot)
+
+    def pending(self) -> list[tuple[str, str]]:
+        """The picks handed out and not yet observed or cancelled."""
+        return [(u.name, u.names[k]) for u in self._active_users() for k in u.pending]
+
+    def best(self, user: str) -> tuple[str, float] | None:
+        """The user's best (model, quality) so far, or None."""
+        u = self._get(user)
+        return None if u.best_k is None else (u.names[u.best_k], float(u.best_y))
+
+    def posterior(self, user: str) -> dict[str, tuple[float, float]]:
+        """model -> (posterior mean, std) for one user."""
+        u = self._get(user)
+        std = u.gp.std_
+        return {m: (float(u.gp.mean_[i]), float(std[i])) for i, m in enumerate(u.names)}
+
+    def stats(self, user: str) -> dict[str, Any]:
+        """What the user pickers see of one user: observations, running picks,
+        best so far, Algorithm 2's empirical bound ``e_bar`` and gap
+        ``sigma_bar``, the pick-rule ``gap`` (max UCB - best), ``beta``."""
+        u = self._get(user)
+        self._refresh_dirty()
+        if u.scores is None:
+            self._force_scores = True
+            try:
+                self._refresh(u)
+            finally:
+                self._force_scores = False
+        avail = u.avail if u.avail is not None else ~u.tried
+        if u.scores is not None and avail.any():
+            gap = float(np.max(u.scores[avail])) - (u.best_y if u.best_y is not None else 0.0)
+        else:
+            gap = None
+        return {"n_obs": u.gp.n_obs, "pending": [u.names[k] for k in u.pending], "best": self.best(u.name),
+                "e_bar": u.e_bar, "sigma_bar": u.sigma_bar, "gap": gap, "beta": self._beta(u),
+                "weight": u.weight, "eligible": bool(avail.any())}
+
+    @property
+    def mode(self) -> str:
+        """HYBRID's current mode ("greedy" / "round_robin"), else the picker name."""
+        return getattr(self.picker, "mode", self.picker.name)
+
+    # ------------------------------------------------------------------ state
+    def to_dict(self) -> dict[str, Any]:
+        """The whole state as plain lists/dicts/numbers (JSON-serialisable)."""
+        p = self.prior
+        prior = {"mean": p.mean_.tolist(), "cov": p.cov_.tolist(), "alpha": p.alpha, "source": p.source_,
+                 "features": p.features_.tolist() if p.features_ is not None else None,
+                 "theta": p.kernel_.theta.tolist() if p.kernel_ is not None else None}
+        users = []
+        for u in self._slots:
+            if u is None:
+                users.append(None)
+                continue
+            users.append({"name": u.name, "models": u.names, "cost": u.cost.tolist(), "weight": u.weight,
+                          "obs": [list(o) for o in u.obs],
+                          "pending": [[int(k), float(b)] for k, b in u.pending.items()]})
+        return {
+            "version": 1,
+            "models": list(self.model_names),
+            "config": {"policy": self.policy, "cost_aware": self.cost_aware, "delta": self.delta,
+                       "beta_schedule": self.beta_schedule, "beta_scale": self.beta_scale, "s": self.s, "hallucinate": self.hallucinate,
+                       "weighted": self.weighted, "rearm_on_change": self.rearm_on_change,
+                       "model_order": self._model_order, "refit_every_doubling": self.refit_every_doubling,
+                       "random_state": self.random_state},
+            "default_cost": self._default_cost.tolist(),
+            "prior": prior,
+            "users": users,
+            "picker": self.picker.get_state(),
+            "rng": self._rng.bit_generator.state,
+            "n_decisions": self.n_decisions,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Selector":
+        """Rebuild a selector from :meth:`to_dict` output (restart recovery)."""
+        if d.get("version") != 1:
+            raise ValueError(f"version: found {d.get('version')!r}, expected 1")
+        pd_ = d["prior"]
+        prior = ModelPrior.from_arrays(pd_["mean"], np.asarray(pd_["cov"]), alpha=pd_["alpha"])
+        prior.source_ = pd_["source"]
+        if pd_.get("features") is not None:
+            prior.features_ = np.asarray(pd_["features"], dtype=float)
+        if pd_.get("theta") is not None:
+            kern = default_kernel(0.01, 0.01, 1.0, 0.001)
+            try:
+                prior.kernel_ = kern.clone_with_theta(np.asarray(pd_["theta"]))
+            except Exception:  # a custom kernel: refits are unavailable after restore
+                prior.kernel_ = None
+        cfg = dict(d["config"])
+        sel = cls(d["models"], prior=prior, costs=d["default_cost"], **cfg)
+        for ud in d["users"]:
+            if ud is None:  # keep slot numbering (round-robin order) intact
+                sel._slots.append(None)
+                sel._grow(len(sel._slots))
+                continue
+            sel.add_user(ud["name"], models=ud["models"], costs=ud["cost"], weight=ud["weight"])
+            u = sel._users[ud["name"]]
+            for k, y, B, c in ud["obs"]:
+                sel._apply(u, int(k), float(y), float(B), c)
+            for k, B in ud["pending"]:
+                u.pending[int(k)] = float(B)
+            sel._dirty.add(u.slot)
+        n = len(sel._slots)
+        for s, u in enumerate(sel._slots):
+            if u is None:
+                sel._elig[s] = False; sel._gap[s] = -math.inf; sel._sbar[s] = -math.inf
+        sel.picker.set_state(d["picker"])
+        sel._rng.bit_generator.state = d["rng"]
+        sel.n_decisions = d["n_decisions"]
+        sel._refresh_dirty()
+        return sel

@@ -1,0 +1,190 @@
+"""User pickers against hand-computed cases (ease.ml §5: FCFS example, Algorithm 2, §5.4)."""
+
+import math
+
+import numpy as np
+import pytest
+
+from ease_jupyter.selection import (Greedy, Hybrid, ModelPrior, PickState, RandomPicker, RoundRobin, Selector,
+                                    UserPicker)
+
+
+def state(sigma_bar, gap, n_obs=None, eligible=None, busy=None, weight=None, total_best=0.0, seed=0):
+    n = len(sigma_bar)
+    return PickState(eligible=np.ones(n, bool) if eligible is None else np.asarray(eligible),
+                     n_obs=np.ones(n, int) if n_obs is None else np.asarray(n_obs),
+                     busy=np.zeros(n, bool) if busy is None else np.asarray(busy),
+                     sigma_bar=np.asarray(sigma_bar, float), gap=np.asarray(gap, float),
+                     weight=np.ones(n) if weight is None else np.asarray(weight, float),
+                     total_best=total_best, rng=np.random.default_rng(seed))
+
+
+class FCFS(UserPicker):
+    """First come, first served: the earliest user with anything left."""
+
+    def pick_user(self, st):
+        idx = np.flatnonzero(st.eligible)
+        return int(idx[0]) if idx.size else None
+
+
+def _cumulative_regret(picker_cls, rounds=2):
+    # pvldb §5.1: U1 = {M1: 90, M2: 95, M3: 100}, U2 = {M1: 70, M2: 95, M3: 100}
+    q = {"U1": [90, 95, 100], "U2": [70, 95, 100]}
+    prior = ModelPrior.from_arrays([0.5] * 3, 0.01 * np.eye(3))
+    sel = Selector(["M1", "M2", "M3"], prior=prior, policy="fixed_order", model_order=["M1", "M2", "M3"])
+    if picker_cls is not None:
+        sel.picker = picker_cls()
+    for u in q:
+        sel.add_user(u)
+    best = {"U1": 0, "U2": 0}
+    total = 0
+    for _ in range(rounds):
+        (u, m), = sel.next_picks(1)
+        y = q[u][int(m[1]) - 1]
+        sel.observe(u, m, y / 100)
+        best[u] = max(best[u], y)
+        total += sum(100 - b for b in best.values())
+    return total
+
+
+def test_fcfs_example_of_the_paper():
+    assert _cumulative_regret(FCFS) == 215  # U1 twice: (10 + 100) + (5 + 100)
+    assert _cumulative_regret(None) == 150  # round robin: (10 + 100) + (10 + 30)
+
+
+def test_round_robin_cycles_and_skips_ineligible_users():
+    rr = RoundRobin()
+    st = state([0] * 3, [0] * 3)
+    order = []
+    for _ in range(6):
+        s = rr.pick_user(st)
+        rr.on_pick(st, s)
+        order.append(s)
+    assert order == [0, 1, 2, 0, 1, 2]
+    st.eligible[1] = False
+    order = []
+    for _ in range(4):
+        s = rr.pick_user(st)
+        rr.on_pick(st, s)
+        order.append(s)
+    assert order == [0, 2, 0, 2]
+
+
+def test_weighted_round_robin_serves_in_proportion():
+    rr = RoundRobin(weighted=True)
+    st = state([0, 0], [0, 0], weight=[2.0, 1.0])
+    picks = []
+    for _ in range(9):
+        s = rr.pick_user(st)
+        rr.on_pick(st, s)
+        picks.append(s)
+    assert picks.count(0) == 6 and picks.count(1) == 3
+
+
+def test_random_picker_is_deterministic_under_a_seed():
+    a = [RandomPicker().pick_user(state([0] * 5, [0] * 5, seed=7)) for _ in range(3)]
+    st1, st2 = state([0] * 5, [0] * 5, seed=7), state([0] * 5, [0] * 5, seed=7)
+    p = RandomPicker()
+    assert [p.pick_user(st1) for _ in range(20)] == [p.pick_user(st2) for _ in range(20)]
+    assert len(set(a)) == 1
+
+
+def test_greedy_candidate_set_and_pick_rule_by_hand():
+    # mean sigma_bar = (0.1 + 0.3 + 0.2 + 0.5) / 4 = 0.275 -> V = {1, 3}
+    st = state(sigma_bar=[0.1, 0.3, 0.2, 0.5], gap=[0.9, 0.2, 0.8, 0.4])
+    g = Greedy()
+    np.testing.assert_array_equal(g.candidate_set(st), [False, True, False, True])
+    # user 0 has the largest gap but is not a candidate; among V the rule takes user 3
+    assert g.pick_user(st) == 3
+    assert g.last_candidates_ == frozenset({1, 3})
+
+
+def test_greedy_serves_every_user_once_first():
+    st = state(sigma_bar=[0.9, 0.1, 0.1], gap=[0.9, 0.1, 0.1], n_obs=[3, 0, 0], busy=[False, True, False])
+    assert Greedy().pick_user(st) == 2  # user 1 is already being served
+    st.n_obs[2] = 1
+    assert Greedy().pick_user(st) == 0
+
+
+def test_hybrid_switches_after_s_frozen_steps():
+    h = Hybrid(s=3)
+    st = state(sigma_bar=[0.5, 0.1, 0.4], gap=[0.3, 0.9, 0.2], total_best=1.0)
+    picks = [h.pick_user(st) for _ in range(3)]
+    assert picks == [0, 0, 0] and h.mode == "greedy" and h.stall == 2
+    # a drop of the regret (total_best rises) resets the count
+    st.total_best = 1.5
+    assert h.pick_user(st) == 0 and h.stall == 0
+    for _ in range(2):
+        assert h.pick_user(st) == 0
+    assert h.mode == "greedy" and h.stall == 2
+    s = h.pick_user(st)  # third frozen step: switch to round robin
+    assert h.mode == "round_robin" and h.switched_at_ == 7
+    order = [s]
+    h.on_pick(st, s)
+    for _ in range(5):
+        s = h.pick_user(st)
+        h.on_pick(st, s)
+        order.append(s)
+    assert order == [0, 1, 2, 0, 1, 2]
+
+
+def test_hybrid_counts_only_when_the_candidate_set_is_unchanged():
+    h = Hybrid(s=2)
+    st = state(sigma_bar=[0.5, 0.1, 0.4], gap=[0.3, 0.9, 0.2])
+    h.pick_user(st)
+    h.pick_user(st)
+    assert h.stall == 1
+    st.sigma_bar[:] = [0.1, 0.5, 0.1]  # V changes to {1}
+    h.pick_user(st)
+    assert h.stall == 0 and h.mode == "greedy"
+
+
+def test_hybrid_rearms_when_users_change():
+    h = Hybrid(s=1)
+    st = state(sigma_bar=[0.5, 0.1], gap=[0.3, 0.9])
+    h.pick_user(st)
+    h.pick_user(st)
+    assert h.mode == "round_robin"
+    h.on_membership_change()
+    assert h.mode == "greedy"
+    plain = Hybrid(s=1, rearm_on_change=False)
+    plain.pick_user(st)
+    plain.pick_user(st)
+    plain.on_membership_change()
+    assert plain.mode == "round_robin"
+
+
+def test_greedy_line6_recurrence_through_the_selector():
+    """sigma_bar = min(B_{t-1}(a), min previous y + sigma_bar) - y (Algorithm 2, line 6)."""
+    prior = ModelPrior.from_arrays([0.5, 0.5], 0.01 * np.eye(2), alpha=1e-8)
+    sel = Selector(["m0", "m1"], prior=prior, policy="greedy", cost_aware=False)
+    sel.add_user("a")
+    sel.add_user("b")
+    beta1 = 2 * math.log(math.pi ** 2 * 2 * 2 * 1 / 0.6)  # n=2 users, K=2, t=1, delta=0.1
+    B1 = 0.5 + math.sqrt(beta1) * 0.1
+    assert sel.next_picks(1) == [("a", "m0")]  # lines 1-4: everyone once, in order
+    sel.observe("a", "m0", 0.3)
+    st = sel.stats("a")
+    assert st["e_bar"] == pytest.approx(B1) and st["sigma_bar"] == pytest.approx(B1 - 0.3)
+    assert sel.next_picks(1) == [("b", "m0")]
+    sel.observe("b", "m0", 0.8)
+    # a: m1 untouched (mean 0.5, std 0.1), t=2; b: best 0.8 -> a's gap is larger and both are in V?
+    sa, sb = sel.stats("a"), sel.stats("b")
+    beta2 = 2 * math.log(math.pi ** 2 * 2 * 2 * 4 / 0.6)
+    assert sa["gap"] == pytest.approx(0.5 + math.sqrt(beta2) * 0.1 - 0.3, abs=1e-6)
+    assert sb["gap"] == pytest.approx(0.5 + math.sqrt(beta2) * 0.1 - 0.8, abs=1e-6)
+    # sigma_bar: a = B1 - 0.3 > b = B1 - 0.8, so V = {a}
+    assert sel.next_picks(1) == [("a", "m1")]
+    B2 = 0.5 + math.sqrt(beta2) * 0.1
+    sel.observe("a", "m1", 0.4)
+    st = sel.stats("a")
+    assert st["e_bar"] == pytest.approx(min(B1, B2)) and st["sigma_bar"] == pytest.approx(min(B1, B2) - 0.4)
+
+
+def test_ei_greedy_serves_unserved_users_then_the_largest_ei_per_cost():
+    from ease_jupyter.selection import EIGreedy
+
+    st = state(sigma_bar=[0, 0, 0], gap=[0.1, 0.5, 0.3], n_obs=[1, 1, 0])
+    assert EIGreedy().pick_user(st) == 2
+    st.n_obs[2] = 1
+    assert EIGreedy().pick_user(st) == 1

@@ -1,0 +1,160 @@
+"""The Selector facade: ask/tell, parallel picks, users coming and going, weights, state."""
+
+import json
+
+import numpy as np
+import pytest
+
+from ease_jupyter.selection import ModelPrior, Selector
+
+
+def make(policy="hybrid", n_users=3, k=6, seed=0, **kw):
+    rng = np.random.default_rng(seed)
+    hist = np.clip(rng.uniform(0.5, 0.9, (15, 1)) + 0.1 * rng.standard_normal((15, k)), 0, 1)
+    sel = Selector([f"m{j}" for j in range(k)], history=hist, policy=policy, random_state=seed, **kw)
+    for i in range(n_users):
+        sel.add_user(f"u{i}", costs=list(rng.uniform(0.5, 2.0, k)))
+    return sel
+
+
+def drive(sel, truth, steps, workers=1):
+    seq = []
+    for _ in range(steps):
+        picks = sel.next_picks(workers)
+        if not picks:
+            break
+        for u, m in picks:
+            sel.observe(u, m, truth[(u, m)])
+        seq.extend(picks)
+    return seq
+
+
+def truth_for(sel, seed=1):
+    rng = np.random.default_rng(seed)
+    return {(u, m): float(rng.uniform(0.3, 0.95)) for u in sel.users for m in sel.model_names}
+
+
+@pytest.mark.parametrize("policy", ["hybrid", "greedy", "round_robin", "random", "spearmint", "most_cited",
+                                    "most_recent", "fixed_order"])
+def test_every_pair_is_tried_once_then_nothing_is_left(policy):
+    sel = make(policy)
+    seq = drive(sel, truth_for(sel), 100)
+    assert len(seq) == len(set(seq)) == 3 * 6
+    assert sel.next_picks(4) == []
+
+
+def test_parallel_picks_are_distinct_and_spread_over_users():
+    sel = make("hybrid", n_users=4)
+    picks = sel.next_picks(4)
+    assert len(set(picks)) == 4
+    assert {u for u, _ in picks} == {"u0", "u1", "u2", "u3"}
+    assert sorted(sel.pending()) == sorted(picks)
+    again = sel.next_picks(4)
+    assert not set(again) & set(picks)
+
+
+def test_hallucination_lowers_the_variance_of_a_busy_user():
+    sel = make("greedy", n_users=1)
+    (u, m), = sel.next_picks(1)
+    before = sel.stats(u)["gap"]
+    sel2 = make("greedy", n_users=1, hallucinate=False)
+    sel2.next_picks(1)
+    assert before < sel2.stats(u)["gap"]
+
+
+def test_cancel_makes_a_pair_available_again():
+    sel = make("round_robin", n_users=1)
+    (u, m), = sel.next_picks(1)
+    sel.cancel(u, m)
+    assert sel.pending() == []
+    assert (u, m) in sel.next_picks(1)
+    with pytest.raises(KeyError):
+        sel.cancel(u, "m5" if m != "m5" else "m4")
+
+
+def test_bad_input_names_the_field():
+    sel = make()
+    with pytest.raises(KeyError, match="unknown user"):
+        sel.observe("nobody", "m0", 0.5)
+    with pytest.raises(KeyError, match="not a candidate"):
+        sel.observe("u0", "m99", 0.5)
+    with pytest.raises(ValueError, match="quality"):
+        sel.observe("u0", "m0", float("nan"))
+    with pytest.raises(ValueError, match="already registered"):
+        sel.add_user("u0")
+    with pytest.raises(ValueError, match="costs"):
+        sel.add_user("x", costs=[1, 1, 1, 0, 1, 1])
+    with pytest.raises(KeyError, match="unknown model"):
+        sel.add_user("y", models=["m0", "zz"])
+    with pytest.raises(ValueError, match="weight"):
+        sel.add_user("z", weight=0)
+    with pytest.raises(ValueError, match="policy"):
+        Selector(["a"], policy="nope")
+    with pytest.raises(ValueError, match="oracle"):
+        Selector(["a"], policy="oracle")
+    with pytest.raises(ValueError, match="n_workers"):
+        sel.next_picks(-1)
+
+
+def test_users_join_and_leave():
+    sel = make("hybrid", n_users=2)
+    truth = truth_for(sel)
+    drive(sel, truth, 4)
+    sel.add_user("late", models=["m1", "m2"], costs={"m1": 1.0})
+    picks = sel.next_picks(1)
+    assert picks[0][0] == "late"  # a newcomer is served first (Algorithm 2, lines 1-4)
+    dropped = sel.remove_user("late")
+    assert dropped == picks
+    assert "late" not in sel.users
+    assert all(u != "late" for u, _ in sel.next_picks(3))
+
+
+def test_weights_shift_service():
+    sel = make("round_robin", n_users=2, k=12)
+    sel.set_weight("u0", 3.0)
+    seq = drive(sel, truth_for(sel), 8)
+    served = [u for u, _ in seq]
+    assert served.count("u0") == 6 and served.count("u1") == 2
+
+
+def test_deterministic_under_a_seed():
+    a, b = make("random", seed=4), make("random", seed=4)
+    ta = truth_for(a)
+    assert drive(a, ta, 12) == drive(b, ta, 12)
+
+
+def test_state_round_trips_through_json():
+    sel = make("hybrid", n_users=3)
+    truth = truth_for(sel)
+    drive(sel, truth, 5)
+    sel.next_picks(2)  # leave two pending
+    sel.remove_user("u1")
+    d = json.loads(json.dumps(sel.to_dict()))
+    back = Selector.from_dict(d)
+    assert back.users == sel.users and sorted(back.pending()) == sorted(sel.pending())
+    for u in sel.users:
+        np.testing.assert_allclose(back.posterior(u)["m0"], sel.posterior(u)["m0"], atol=1e-12)
+        assert back.best(u) == sel.best(u)
+    for u, m in list(sel.pending()):
+        sel.observe(u, m, truth[(u, m)])
+        back.observe(u, m, truth[(u, m)])
+    assert drive(sel, truth, 6) == drive(back, truth, 6)
+
+
+def test_no_history_uses_the_descriptor_prior_and_refits():
+    sel = Selector(["a", "b", "c", "d"], descriptors=np.array([[0.0], [0.1], [2.0], [2.1]]), random_state=0)
+    assert sel.prior.source_ == "descriptors" and sel.refit_every_doubling
+    sel.add_user("x")
+    truth = {("x", "a"): 0.9, ("x", "b"): 0.85, ("x", "c"): 0.4, ("x", "d"): 0.45}
+    seq = drive(sel, truth, 4)
+    assert len(seq) == 4 and sel.best("x") == ("a", 0.9)
+
+
+def test_cost_awareness_prefers_cheap_models_at_equal_belief():
+    prior = ModelPrior.from_arrays([0.5] * 3, 0.01 * np.eye(3))
+    sel = Selector(["a", "b", "c"], prior=prior)
+    sel.add_user("x", costs={"a": 10.0, "b": 1.0, "c": 5.0})
+    assert sel.next_picks(1) == [("x", "b")]
+    obl = Selector(["a", "b", "c"], prior=prior, cost_aware=False)
+    obl.add_user("x", costs={"a": 10.0, "b": 1.0, "c": 5.0})
+    assert obl.next_picks(1) == [("x", "a")]  # ties broken by catalogue order
