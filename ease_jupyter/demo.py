@@ -20,6 +20,7 @@ import numpy as np
 from sklearn import datasets as sk_datasets
 
 from .local import LocalWorkspace
+from .training import sklearn_candidates
 
 QUICK_MODELS = ("logreg", "knn", "random_forest")
 
@@ -75,7 +76,7 @@ def run_demo(
         test, train = order[:n_test], order[n_test:]
         task = workspace.as_user(spec.user).task(spec.task, input=[X.shape[1]], output=[n_classes])
         n_configs = sum(
-            len(c.configs) for c in _candidates(task) if only is None or c.name in only
+            len(c.configs) for c in sklearn_candidates(task.record) if only is None or c.name in only
         )
         total += n_configs
         prepared.append((spec, task, X, y, train, test))
@@ -117,12 +118,6 @@ def run_demo(
     if bar is not None and hasattr(bar, "close"):
         bar.close()
     return results
-
-
-def _candidates(task):
-    from .training import sklearn_candidates
-
-    return sklearn_candidates(task.record)
 
 
 def write_report(results: list[UserResult], out_dir: Path, *, elapsed_seconds: float) -> tuple[Path, Path]:
