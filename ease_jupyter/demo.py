@@ -21,6 +21,7 @@ from sklearn import datasets as sk_datasets
 
 from .local import LocalWorkspace
 from .training import sklearn_candidates
+from .zoo import ModelConfig
 
 QUICK_MODELS = ("logreg", "knn", "random_forest")
 
@@ -143,7 +144,7 @@ def _render_html(results: list[UserResult], elapsed_seconds: float) -> str:
         figure.add_trace(
             go.Bar(
                 name=f"{r.user}/{r.task}",
-                x=[f"{j['model']} {j['config']}" for j in done],
+                x=[ModelConfig.of(j["model"], j["config"]).key for j in done],
                 y=[j["accuracy"] for j in done],
             )
         )
