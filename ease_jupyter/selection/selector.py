@@ -77,7 +77,14 @@ class Selector:
         Cost-aware GP-UCB (sqrt(beta_t / c_k), §4.1) and cost-aware GREEDY.
     delta : float, default 0.1
         Confidence parameter of ``beta_t``.
-    beta_schedule : {"theorem", "alg1"}, default "theorem"
+    beta_schedule : {"alg1", "theorem"}, default "alg1"
+        ``"alg1"`` is what the algorithms run: ``beta = log(K t^2 / delta)``
+        with ``t`` the user's own step count (pvldb Algorithm 1 line 3;
+        Algorithm 2 line 9, ``beta^j_{t_j} = log(K^j t_j^2 / delta)``), and
+        ``sqrt(beta / c_k)`` with costs normalised by ``c*`` (§4.1).
+        ``"theorem"`` is the larger schedule of Theorems 1-3
+        (``2 c* log(pi^2 n K t^2 / 6 delta)``), under which the regret bounds
+        are proved; it is kept for comparison.
     beta_scale : float, default 1.0
         Multiplies ``beta_t``. 1 is the paper's schedule. Srinivas et al.
         (ICML 2010, §6) scale the theoretical beta_t down by 5 in practice
@@ -113,7 +120,7 @@ class Selector:
     def __init__(self, models: Sequence[str], *, history: np.ndarray | None = None,
                  descriptors: np.ndarray | None = None, prior: ModelPrior | None = None,
                  costs: Mapping[str, float] | Sequence[float] | None = None, policy: str = "hybrid",
-                 cost_aware: bool = True, delta: float = 0.1, beta_schedule: str = "theorem",
+                 cost_aware: bool = True, delta: float = 0.1, beta_schedule: str = "alg1",
                  beta_scale: float = 1.0, s: int = 10,
                  hallucinate: bool = True, weighted: bool = True, rearm_on_change: bool = True,
                  model_order: Sequence[str] | None = None, refit_every_doubling: bool | None = None,

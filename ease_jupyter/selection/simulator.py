@@ -119,7 +119,7 @@ def run_episode(policy: str, quality: np.ndarray, cost: np.ndarray | None, prior
                 budget: float, cost_aware: bool = True, n_workers: int = 1, seed: int | np.random.SeedSequence = 0,
                 weights: np.ndarray | None = None, use_weights: bool = True, arrivals: np.ndarray | None = None,
                 departures: np.ndarray | None = None, hallucinate: bool = True, rearm_on_change: bool = True,
-                s: int = 10, delta: float = 0.1, beta_schedule: str = "theorem", beta_scale: float = 1.0,
+                s: int = 10, delta: float = 0.1, beta_schedule: str = "alg1", beta_scale: float = 1.0,
                 model_order: Sequence[int] | None = None, record_picks: bool = False,
                 policy_cost_aware: bool | None = None) -> Episode:
     """Run one policy on the test users until ``budget`` (time units) is spent.

@@ -25,7 +25,9 @@ class GPUCB:
     costs : sequence of float, optional
         Cost per model; None is the cost-oblivious algorithm.
     delta : float, default 0.1
-    schedule : {"theorem", "alg1"}, default "theorem"
+    schedule : {"alg1", "theorem"}, default "alg1"
+        ``"alg1"``: ``beta_t = log(K t^2 / delta)``, Algorithm 1 line 3 (the
+        algorithm as listed); ``"theorem"``: Theorem 1's larger schedule.
     exclude_tried : bool, default True
         Never suggest a model already observed (training the same model on the
         same data again teaches nothing); False is the textbook bandit.
@@ -40,7 +42,7 @@ class GPUCB:
     """
 
     def __init__(self, prior: ModelPrior, costs: Sequence[float] | None = None, *, delta: float = 0.1,
-                 schedule: str = "theorem", exclude_tried: bool = True):
+                 schedule: str = "alg1", exclude_tried: bool = True):
         self.gp = UserGP(prior)
         self.costs = None if costs is None else np.asarray(costs, dtype=float)
         if self.costs is not None and self.costs.shape != (prior.n_models,):

@@ -160,7 +160,8 @@ def test_greedy_line6_recurrence_through_the_selector():
     sel = Selector(["m0", "m1"], prior=prior, policy="greedy", cost_aware=False)
     sel.add_user("a")
     sel.add_user("b")
-    beta1 = 2 * math.log(math.pi ** 2 * 2 * 2 * 1 / 0.6)  # n=2 users, K=2, t=1, delta=0.1
+    # the default schedule is Algorithm 2 line 9: beta = log(K t^2 / delta); K=2, t=1, delta=0.1
+    beta1 = math.log(2 * 1 / 0.1)
     B1 = 0.5 + math.sqrt(beta1) * 0.1
     assert sel.next_picks(1) == [("a", "m0")]  # lines 1-4: everyone once, in order
     sel.observe("a", "m0", 0.3)
@@ -170,7 +171,7 @@ def test_greedy_line6_recurrence_through_the_selector():
     sel.observe("b", "m0", 0.8)
     # a: m1 untouched (mean 0.5, std 0.1), t=2; b: best 0.8 -> a's gap is larger and both are in V?
     sa, sb = sel.stats("a"), sel.stats("b")
-    beta2 = 2 * math.log(math.pi ** 2 * 2 * 2 * 4 / 0.6)
+    beta2 = math.log(2 * 4 / 0.1)
     assert sa["gap"] == pytest.approx(0.5 + math.sqrt(beta2) * 0.1 - 0.3, abs=1e-6)
     assert sb["gap"] == pytest.approx(0.5 + math.sqrt(beta2) * 0.1 - 0.8, abs=1e-6)
     # sigma_bar: a = B1 - 0.3 > b = B1 - 0.8, so V = {a}
@@ -188,3 +189,48 @@ def test_ei_greedy_serves_unserved_users_then_the_largest_ei_per_cost():
     assert EIGreedy().pick_user(st) == 2
     st.n_obs[2] = 1
     assert EIGreedy().pick_user(st) == 1
+
+
+def test_default_beta_is_algorithm2_line9_not_the_theorem_schedule():
+    """pvldb Algorithm 2 line 9 (and Algorithm 1 line 3): beta^j_{t_j} = log(K^j t_j^2 / delta).
+    The theorem schedule 2 log(pi^2 n K t^2 / 6 delta) is the proof's, not the algorithm's."""
+    prior = ModelPrior.from_arrays([0.5] * 5, 0.01 * np.eye(5))
+    sel = Selector([f"m{k}" for k in range(5)], prior=prior, policy="hybrid")
+    for u in "abc":
+        sel.add_user(u)
+    (u, m), = sel.next_picks(1)
+    sel.observe(u, m, 0.5)
+    # t = n_obs + 1 = 2, K = 5
+    assert sel.stats(u)["beta"] == pytest.approx(math.log(5 * 4 / 0.1))
+    thm = Selector([f"m{k}" for k in range(5)], prior=prior, policy="hybrid", beta_schedule="theorem")
+    thm.add_user("a")
+    assert thm.stats("a")["beta"] == pytest.approx(2 * math.log(math.pi ** 2 * 1 * 5 * 1 / 0.6))
+
+
+def _serve(policy, rounds):
+    """Three users, four independent models. After everyone is served once,
+    users a and b found 0.95 while c found 0.2: c has clearly more potential."""
+    prior = ModelPrior.from_arrays([0.5] * 4, 0.04 * np.eye(4), alpha=1e-6)
+    q = {"a": [0.95, 0.9, 0.9, 0.9], "b": [0.95, 0.9, 0.9, 0.9], "c": [0.2, 0.3, 0.4, 0.9]}
+    sel = Selector(["m0", "m1", "m2", "m3"], prior=prior, policy=policy, cost_aware=False)
+    for u in q:
+        sel.add_user(u)
+    users = []
+    for _ in range(rounds):
+        (u, m), = sel.next_picks(1)
+        sel.observe(u, m, q[u][int(m[1])])
+        users.append(u)
+    return users
+
+
+def test_greedy_serves_the_user_with_more_potential_round_robin_does_not():
+    """Algorithm 2: after lines 1-4 (everyone once), V_t = {i : sigma_bar_i >= mean}
+    holds only c (sigma_bar = B - y is largest for the lowest y), and line 8's
+    rule (largest max-UCB minus best) agrees. GREEDY keeps serving c;
+    ROUNDROBIN cycles a, b, c."""
+    g = _serve("greedy", 6)
+    rr = _serve("round_robin", 6)
+    assert g[:3] == ["a", "b", "c"] and rr[:3] == ["a", "b", "c"]
+    assert rr[3:] == ["a", "b", "c"]
+    assert g[3:] == ["c", "c", "c"]
+    assert _serve("hybrid", 6) == g  # HYBRID is GREEDY until its freeze test fires

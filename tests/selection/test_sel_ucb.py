@@ -10,9 +10,12 @@ from ease_jupyter.selection import GPUCB, ModelPrior, beta_t, cost_scale, expect
 
 def test_beta_t_schedules_by_hand():
     # Theorem 1/3: 2 log(pi^2 n K t^2 / (6 delta)); Algorithm 1 line 3: log(K t^2 / delta)
-    assert beta_t(3, 8, delta=0.1) == pytest.approx(2 * math.log(math.pi ** 2 * 8 * 9 / 0.6))
-    assert beta_t(3, 8, delta=0.1, n_users=10) == pytest.approx(2 * math.log(math.pi ** 2 * 10 * 8 * 9 / 0.6))
+    assert beta_t(3, 8, delta=0.1, schedule="theorem") == pytest.approx(2 * math.log(math.pi ** 2 * 8 * 9 / 0.6))
+    assert beta_t(3, 8, delta=0.1, n_users=10, schedule="theorem") == pytest.approx(
+        2 * math.log(math.pi ** 2 * 10 * 8 * 9 / 0.6))
     assert beta_t(2, 5, delta=0.5, schedule="alg1") == pytest.approx(math.log(5 * 4 / 0.5))
+    # the default is the algorithm's schedule (Algorithm 1 line 3 / Algorithm 2 line 9)
+    assert beta_t(2, 5, delta=0.5) == pytest.approx(math.log(5 * 4 / 0.5))
     assert beta_t(4, 5) > beta_t(3, 5)  # grows with t
     with pytest.raises(ValueError):
         beta_t(1, 5, delta=1.5)
