@@ -25,15 +25,19 @@ class PickState:
     """What a picker may look at. All arrays are indexed by user slot.
 
     Attributes:
-        eligible: the user is active and has at least one model that is neither
-            tried nor running.
+        eligible: the user is active and has at least one model she may be
+            given: with ``arms="all"`` (the paper's GP-UCB) any model that is
+            not running, else one that is neither tried nor running.
         n_obs: number of finished observations of the user.
         busy: the user has a pick that is still running.
         sigma_bar: the empirical confidence gap of Algorithm 2 line 6 (times the
             user's weight); for a user with no observation yet, ``gap``.
         gap: the pick rule's score, ``max_k UCB(k) - best so far`` (times the
-            user's weight), over models that are neither tried nor running,
-            with running picks hallucinated (see ``parallel.py``).
+            user's weight), over the same models as ``eligible``, with running
+            picks hallucinated (see ``parallel.py``). Over all arms (the
+            paper's Algorithm 2, line 8), a user whose highest UCB is a model
+            she has trained already (mean ~ observed quality, std ~ noise) has
+            a gap ~ 0: she has converged.
         weight: the user's weight in the objective (1 by default).
         total_best: sum over active users of weight x best quality so far. The
             true regret is ``sum w (mu* - best)`` with unknown but fixed

@@ -27,7 +27,10 @@ from .parallel import pending_aware_std
 from .pickers import PickState, make_picker
 from .ucb import BETA_SCHEDULES, expected_improvement
 
-__all__ = ["Selector"]
+__all__ = ["Selector", "ARMS"]
+
+#: What GP-UCB ranges over: ``"all"`` arms (the paper's Algorithms 1-2) or the ``"untried"`` ones.
+ARMS = ("all", "untried")
 
 
 @dataclass
@@ -93,6 +96,22 @@ class Selector:
         HYBRID's freeze window (§5.4).
     hallucinate : bool, default True
         GP-BUCB hallucination of pending picks (see ``parallel.py``).
+    arms : {"all", "untried"}, default "all"
+        Which models the GP-UCB rule (and GREEDY's gap "highest UCB - best so
+        far") ranges over. ``"all"`` is the paper's: Algorithm 1 line 4 and
+        Algorithm 2 line 10 take ``argmax_{k in [K]}`` over every arm, with no
+        exclusion of arms already played, so a tried model competes with its
+        posterior (mean ~ its observed quality, std ~ the noise) and, when it
+        wins, it is trained again ("Observe y_t by playing bandit a_t"). A
+        user whose best model is found keeps re-picking it, her empirical gap
+        (Alg. 2 line 6) settles at ~0 or below, and once such re-runs dominate,
+        ``V_t`` stops changing while the regret stops dropping: the "freezing
+        stage" HYBRID's switch detects (pvldb §5.4, "stick to these users
+        forever ... if the optimal models for these users have been found").
+        ``"untried"`` (the previous behaviour) ranges over models neither tried
+        nor running, so a model is never trained twice. Only the GP-UCB chooser is affected: the
+        EI and fixed-order baselines always skip tried models. Running
+        (pending) picks are never picked again in either mode.
     weighted : bool, default True
         Use per-user weights in the user pickers (weights default to 1).
     rearm_on_change : bool, default True
@@ -123,7 +142,7 @@ class Selector:
                  cost_aware: bool = True, delta: float = 0.1, beta_schedule: str = "alg1",
                  beta_scale: float = 1.0, s: int = 10,
                  hallucinate: bool = True, weighted: bool = True, rearm_on_change: bool = True,
-                 model_order: Sequence[str] | None = None, refit_every_doubling: bool | None = None,
+                 arms: str = "all", model_order: Sequence[str] | None = None, refit_every_doubling: bool | None = None,
                  random_state: int | None = None):
         names = [str(m) for m in models]
         if not names:
@@ -148,6 +167,9 @@ class Selector:
             raise ValueError(f"beta_scale: found {beta_scale!r}, expected a finite number >= 0")
         self.beta_scale = float(beta_scale)
         self.s = int(s)
+        if arms not in ARMS:
+            raise ValueError(f"arms: found {arms!r}, expected one of {ARMS}")
+        self.arms = arms
         self.hallucinate = bool(hallucinate)
         self.weighted = bool(weighted)
         self.rearm_on_change = bool(rearm_on_change)
@@ -161,6 +183,8 @@ class Selector:
         self.prior = prior
         self._default_cost = self._cost_vector(costs, names, "costs")
         self._picker_name, self._chooser = picker_name, chooser
+        # pvldb Alg. 1 line 4 / Alg. 2 line 10: argmax over all K arms, played ones included
+        self._replay = arms == "all" and chooser == "ucb"
         self.picker = make_picker(picker_name, s=s, weighted=weighted, rearm_on_change=rearm_on_change)
         self._model_order = list(model_order) if model_order is not None else None
         if chooser == "fixed":
@@ -252,7 +276,7 @@ class Selector:
         return pending_aware_std(u.gp, list(u.pending), self.hallucinate)
 
     def _refresh(self, u: _User) -> None:
-        avail = ~u.tried
+        avail = np.ones(u.tried.size, bool) if self._replay else ~u.tried
         if u.pending:
             avail = avail.copy()
             avail[list(u.pending)] = False
@@ -408,7 +432,9 @@ class Selector:
         """Up to ``n_workers`` (user, model) pairs to train next.
 
         Each returned pick is *pending* until :meth:`observe` or :meth:`cancel`
-        is called for it. Pending pairs are never returned again, and with
+        is called for it. Pending pairs are not returned again while pending
+        (with ``arms="all"`` a finished pair can be returned again: the
+        paper's GP-UCB re-plays an arm whose UCB is the highest), and with
         ``hallucinate`` they lower their user's variance (GP-BUCB), so the
         picks of one call are diverse. Fewer pairs come back when fewer are
         left to try.
@@ -517,7 +543,7 @@ class Selector:
                 self._refresh(u)
             finally:
                 self._force_scores = False
-        avail = u.avail if u.avail is not None else ~u.tried
+        avail = u.avail if u.avail is not None else (np.ones(u.tried.size, bool) if self._replay else ~u.tried)
         if u.scores is not None and avail.any():
             gap = float(np.max(u.scores[avail])) - (u.best_y if u.best_y is not None else 0.0)
         else:
@@ -550,7 +576,7 @@ class Selector:
             "version": 1,
             "models": list(self.model_names),
             "config": {"policy": self.policy, "cost_aware": self.cost_aware, "delta": self.delta,
-                       "beta_schedule": self.beta_schedule, "beta_scale": self.beta_scale, "s": self.s, "hallucinate": self.hallucinate,
+                       "beta_schedule": self.beta_schedule, "beta_scale": self.beta_scale, "s": self.s, "hallucinate": self.hallucinate, "arms": self.arms,
                        "weighted": self.weighted, "rearm_on_change": self.rearm_on_change,
                        "model_order": self._model_order, "refit_every_doubling": self.refit_every_doubling,
                        "random_state": self.random_state},
@@ -579,6 +605,7 @@ class Selector:
             except Exception:  # a custom kernel: refits are unavailable after restore
                 prior.kernel_ = None
         cfg = dict(d["config"])
+        cfg.setdefault("arms", "untried")  # states saved before ``arms`` existed never re-trained a model
         sel = cls(d["models"], prior=prior, costs=d["default_cost"], **cfg)
         for ud in d["users"]:
             if ud is None:  # keep slot numbering (round-robin order) intact

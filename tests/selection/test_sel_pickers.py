@@ -154,10 +154,11 @@ def test_hybrid_rearms_when_users_change():
     assert plain.mode == "round_robin"
 
 
-def test_greedy_line6_recurrence_through_the_selector():
+@pytest.mark.parametrize("arms", ["all", "untried"])
+def test_greedy_line6_recurrence_through_the_selector(arms):
     """sigma_bar = min(B_{t-1}(a), min previous y + sigma_bar) - y (Algorithm 2, line 6)."""
     prior = ModelPrior.from_arrays([0.5, 0.5], 0.01 * np.eye(2), alpha=1e-8)
-    sel = Selector(["m0", "m1"], prior=prior, policy="greedy", cost_aware=False)
+    sel = Selector(["m0", "m1"], prior=prior, policy="greedy", cost_aware=False, arms=arms)
     sel.add_user("a")
     sel.add_user("b")
     # the default schedule is Algorithm 2 line 9: beta = log(K t^2 / delta); K=2, t=1, delta=0.1
@@ -173,7 +174,12 @@ def test_greedy_line6_recurrence_through_the_selector():
     sa, sb = sel.stats("a"), sel.stats("b")
     beta2 = math.log(2 * 4 / 0.1)
     assert sa["gap"] == pytest.approx(0.5 + math.sqrt(beta2) * 0.1 - 0.3, abs=1e-6)
-    assert sb["gap"] == pytest.approx(0.5 + math.sqrt(beta2) * 0.1 - 0.8, abs=1e-6)
+    if arms == "untried":
+        assert sb["gap"] == pytest.approx(0.5 + math.sqrt(beta2) * 0.1 - 0.8, abs=1e-6)
+    else:  # over all arms b's highest UCB is her trained m0: posterior mean 0.8, std ~ sqrt(alpha)
+        sd = math.sqrt(0.01 * 1e-8 / (0.01 + 1e-8))
+        mu = 0.5 + 0.3 * 0.01 / (0.01 + 1e-8)
+        assert sb["gap"] == pytest.approx(mu + math.sqrt(beta2) * sd - 0.8, rel=1e-6)
     # sigma_bar: a = B1 - 0.3 > b = B1 - 0.8, so V = {a}
     assert sel.next_picks(1) == [("a", "m1")]
     B2 = 0.5 + math.sqrt(beta2) * 0.1
@@ -234,3 +240,76 @@ def test_greedy_serves_the_user_with_more_potential_round_robin_does_not():
     assert rr[3:] == ["a", "b", "c"]
     assert g[3:] == ["c", "c", "c"]
     assert _serve("hybrid", 6) == g  # HYBRID is GREEDY until its freeze test fires
+
+
+def _converged_example(arms):
+    """Three users, three independent models (prior mean 0.5, std 0.1, alpha 1e-8), cost-oblivious.
+
+    Each user has trained m0. With K = 3 and delta = 0.1:
+    t = 1: beta = log(30), B = 0.5 + sqrt(log 30) * 0.1 = 0.68439 (the UCB of m0 when it was played);
+    t = 2: beta = log(120), UCB of an untried model = 0.5 + sqrt(log 120) * 0.1 = 0.71879.
+    A: y = 0.75 -> sigma_bar = -0.06561; her best (m0) is above every untried UCB.
+    B: y = 0.55 -> sigma_bar = +0.13439.   C: y = 1.00 -> sigma_bar = -0.31561.
+    mean sigma_bar = -0.08228, so V_t = {A, B} (Algorithm 2 line 7).
+    """
+    prior = ModelPrior.from_arrays([0.5] * 3, 0.01 * np.eye(3), alpha=1e-8)
+    sel = Selector(["m0", "m1", "m2"], prior=prior, policy="greedy", cost_aware=False, arms=arms)
+    for u, y in (("A", 0.75), ("B", 0.55), ("C", 1.0)):
+        sel.add_user(u)
+        sel.observe(u, "m0", y)
+    return sel
+
+
+def test_greedy_serves_the_user_who_has_not_converged_hand_computed():
+    """pvldb Alg. 2 line 8 over all arms: A's highest UCB is her trained best model, so her gap is
+    ~0 (she has converged) and GREEDY serves B, who gets her best untried model."""
+    sel = _converged_example("all")
+    B1 = 0.5 + math.sqrt(math.log(30)) * 0.1
+    ucb_untried = 0.5 + math.sqrt(math.log(120)) * 0.1
+    sd = math.sqrt(0.01 * 1e-8 / (0.01 + 1e-8))  # posterior std of a trained model
+    sa, sb, sc = sel.stats("A"), sel.stats("B"), sel.stats("C")
+    assert sa["sigma_bar"] == pytest.approx(B1 - 0.75) and sb["sigma_bar"] == pytest.approx(B1 - 0.55)
+    assert sc["sigma_bar"] == pytest.approx(B1 - 1.0)
+    mean = (3 * B1 - 2.3) / 3
+    assert sa["sigma_bar"] >= mean and sb["sigma_bar"] >= mean and sc["sigma_bar"] < mean  # V_t = {A, B}
+    assert ucb_untried < 0.75
+    mu = 0.5 + 0.25 * 0.01 / (0.01 + 1e-8)  # posterior mean of A's m0
+    assert sa["gap"] == pytest.approx(mu + math.sqrt(math.log(120)) * sd - 0.75, rel=1e-6)  # ~2e-4: converged
+    assert sb["gap"] == pytest.approx(ucb_untried - 0.55, abs=1e-6)
+    assert sel.next_picks(1) == [("B", "m1")]
+    # the previous behaviour ranks A by her untried models only: a negative gap, same decision here
+    old = _converged_example("untried")
+    assert old.stats("A")["gap"] == pytest.approx(ucb_untried - 0.75, abs=1e-6)
+    assert old.next_picks(1) == [("B", "m1")]
+
+
+def test_a_converged_user_re_picks_her_best_model():
+    """Alg. 1 line 4 takes the argmax over all K arms: when it is the trained best model, that
+    model is trained again; her empirical gap (Alg. 2 line 6) then falls to ~0."""
+    def only_a(arms):
+        prior = ModelPrior.from_arrays([0.5] * 3, 0.01 * np.eye(3), alpha=1e-8)
+        sel = Selector(["m0", "m1", "m2"], prior=prior, policy="greedy", cost_aware=False, arms=arms)
+        sel.add_user("A")
+        sel.observe("A", "m0", 0.75)
+        return sel
+
+    sel = only_a("all")
+    assert sel.next_picks(1) == [("A", "m0")]  # 0.75 + ~2e-4 > 0.71879, the untried models' UCB
+    sel.observe("A", "m0", 0.75)
+    st = sel.stats("A")
+    # e = min(0.68439, B = 0.75 + ~2e-4) stays 0.68439 here: sigma_bar = e - y is unchanged by a re-run
+    assert st["sigma_bar"] == pytest.approx(0.5 + math.sqrt(math.log(30)) * 0.1 - 0.75)
+    assert st["gap"] < 1e-3
+    assert only_a("untried").next_picks(1) == [("A", "m1")]
+
+
+def test_arms_is_validated_and_round_trips():
+    prior = ModelPrior.from_arrays([0.5] * 2, 0.01 * np.eye(2))
+    with pytest.raises(ValueError, match="arms"):
+        Selector(["a", "b"], prior=prior, arms="some")
+    sel = Selector(["a", "b"], prior=prior, arms="untried")
+    assert Selector.from_dict(sel.to_dict()).arms == "untried"
+    assert Selector(["a", "b"], prior=prior).arms == "all"  # the paper's Algorithm 1/2 is the default
+    old = Selector(["a", "b"], prior=prior).to_dict()
+    del old["config"]["arms"]  # a state saved before the option existed keeps its behaviour
+    assert Selector.from_dict(old).arms == "untried"

@@ -37,10 +37,20 @@ def truth_for(sel, seed=1):
 @pytest.mark.parametrize("policy", ["hybrid", "greedy", "round_robin", "random", "spearmint", "most_cited",
                                     "most_recent", "fixed_order"])
 def test_every_pair_is_tried_once_then_nothing_is_left(policy):
-    sel = make(policy)
+    sel = make(policy, arms="untried")
     seq = drive(sel, truth_for(sel), 100)
     assert len(seq) == len(set(seq)) == 3 * 6
     assert sel.next_picks(4) == []
+
+
+@pytest.mark.parametrize("policy", ["hybrid", "greedy", "round_robin", "random"])
+def test_paper_gp_ucb_retrains_and_never_runs_dry(policy):
+    """arms="all" (the default; pvldb Alg. 1 line 4, Alg. 2 line 10): argmax over all K arms, so
+    once a user's best UCB is a trained model she is given it again; there is always a pick."""
+    sel = make(policy)
+    seq = drive(sel, truth_for(sel), 60)
+    assert len(seq) == 60 and len(set(seq)) < 60
+    assert len(sel.next_picks(3)) == 3
 
 
 def test_parallel_picks_are_distinct_and_spread_over_users():

@@ -67,7 +67,7 @@ def test_parallel_workers_never_repeat_a_pair_and_use_wall_clock():
     q = rng.uniform(0.3, 0.9, (4, 5))
     c = rng.uniform(0.5, 1.5, (4, 5))
     prior = ModelPrior(random_state=0).fit(rng.uniform(0.3, 0.9, (10, 5)))
-    ep = run_episode("hybrid", q, c, prior, budget=c.sum() / 2, n_workers=2, record_picks=True)
+    ep = run_episode("hybrid", q, c, prior, budget=c.sum() / 2, n_workers=2, record_picks=True, arms="untried")
     assert len(ep.picks) == len(set(ep.picks)) == 20
     assert ep.times[-1] <= c.sum() / 2 + 1e-9 and ep.times[-1] >= c.sum() / 2 / 2 * 0.9
 
@@ -118,3 +118,22 @@ def test_mean_curve_crossing_by_hand():
     # mean curve: 0.85 until 1/8, 0.625 until 1/4, 0.4 until 3/8, 0.2 until 3/4, then 0; mean budget 12
     assert s["time_to_loss_mean_curve"] == {"0.5": pytest.approx(0.25 * 12), "0.3": pytest.approx(0.375 * 12),
                                             "0.01": pytest.approx(0.75 * 12)}
+
+
+def test_a_retrained_model_costs_again_and_leaves_the_loss_unchanged():
+    """With arms="all" (the paper's GP-UCB) a pick of a model already trained is re-run: the clock
+    advances by its cost and it returns the same quality, so the loss does not move."""
+    rng = np.random.default_rng(3)
+    q = rng.uniform(0.3, 0.9, (2, 3))
+    c = rng.uniform(0.5, 1.5, (2, 3))
+    prior = ModelPrior.from_arrays([0.6] * 3, 0.01 * np.eye(3))
+    ep = run_episode("round_robin", q, c, prior, budget=3 * c.sum(), record_picks=True)
+    assert ep.n_runs > 6 and len(set(ep.picks)) <= 6
+    seen = set()
+    for k, (i, j) in enumerate(ep.picks[: len(ep.times) - 1]):
+        assert ep.times[k + 1] - ep.times[k] == pytest.approx(c[i, j])
+        if (i, j) in seen:
+            assert ep.losses[k + 1] == ep.losses[k]
+        seen.add((i, j))
+    old = run_episode("round_robin", q, c, prior, budget=3 * c.sum(), record_picks=True, arms="untried")
+    assert old.n_runs == 6 and len(set(old.picks)) == 6
