@@ -1,0 +1,450 @@
+"""The Dask adapter: the only module of ease_jupyter that imports ``distributed``.
+
+All pinning lives here (STYLE §6, the coffea/cugraph lesson):
+
+* a data partition is scattered to exactly the workers that should hold it
+  (``client.scatter({key: data}, workers=[w], broadcast=False)``, one key per
+  copy), never broadcast;
+* a unit runs where its partition lives: ``client.submit(..., workers=[w],
+  allow_other_workers=False)``, with the copy on ``w`` as its input;
+* every pinned unit has a deadline. Dask cannot move a pinned task, and a task
+  pinned to a worker that is gone while its input survives elsewhere sits in
+  the scheduler's ``no-worker`` state forever (checked with distributed
+  2026.8.0). So the adapter resolves each pinned unit itself: on the
+  scheduler's ``remove-worker`` event (topic ``"all"``; measured here: ~10 ms
+  after a SIGKILL of a worker process) it reports every unit pinned to that
+  worker as lost and cancels its future; and when a unit's deadline passes
+  (a hung worker that Dask has not noticed: its TCP connection stays open,
+  and the scheduler's worker TTL is minutes), it cancels the unit, gives up
+  on the worker and asks its nanny to restart it.
+
+Workers run one thread each, at most one worker per core, with torch on one
+thread (the nanny's ``OMP_NUM_THREADS=1``, a ``WorkerPlugin``, and every unit
+calls ``torch.set_num_threads(1)``), and with Dask's
+statistical profiler off (``distributed.worker.profile.enabled: False``; it
+made MOP slower than sequential training when measured). The plugin also
+stops the profiler's periodic callbacks on workers of an existing cluster
+that were started with it on.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Hashable, Mapping, Sequence
+
+import dask
+from distributed import Client, LocalCluster, WorkerPlugin
+
+from ease_jupyter.execution.engine.base import (
+    MEMORY,
+    Engine,
+    EngineError,
+    Event,
+    UnitDone,
+    UnitFailed,
+    UnitLost,
+    WorkerAdded,
+    WorkerLost,
+    check_resources,
+    check_timeout,
+    new_handle,
+)
+
+__all__ = ["DaskEngine", "WorkerSetup", "DASK_CONFIG"]
+
+#: Dask settings for our workers (key names checked in distributed 2026.8.0).
+DASK_CONFIG: dict[str, Any] = {
+    "distributed.worker.profile.enabled": False,
+    # Belt and braces if a deployment re-enables it: sample rarely.
+    "distributed.worker.profile.interval": "1s",
+    "distributed.worker.profile.cycle": "60s",
+}
+
+_PROFILE_CALLBACKS = ("profile", "profile-cycle")
+
+
+class WorkerSetup(WorkerPlugin):
+    """Run on every worker, including ones that join or restart later: no
+    statistical profiler, one torch thread."""
+
+    idempotent = True
+    name = "ease-jupyter-worker-setup"
+
+    def setup(self, worker: Any) -> None:
+        for name in _PROFILE_CALLBACKS:
+            pc = worker.periodic_callbacks.pop(name, None)
+            if pc is not None:
+                pc.stop()
+        # torch is not imported here: importing it takes seconds, and a worker
+        # that restarts after a crash should rejoin at once. The nanny starts
+        # workers with OMP_NUM_THREADS=1, and every unit calls
+        # torch.set_num_threads(1) (``units._Seeded``); if torch is already
+        # loaded (a preload), set it now.
+        import sys
+
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            torch.set_num_threads(1)
+
+
+def _call(fn: Callable[..., Any], *args: Any) -> Any:
+    return fn(*args)
+
+
+def _pid() -> int:
+    return os.getpid()
+
+
+def _total_memory() -> int:
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().total)
+    except ImportError:  # pragma: no cover - psutil comes with distributed
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+#: ``bytes`` arguments of a pinned unit larger than this are scattered
+#: straight to the unit's worker instead of riding in the task graph through
+#: the scheduler (measured: 2.8 s -> see ``units.HOP_MEASUREMENTS``).
+DIRECT_BYTES = 1 << 20
+
+
+@dataclass
+class _Pending:
+    handle: str
+    future: Any
+    address: str | None  # pinned worker's address
+    deadline: float | None
+    submitted: float
+    inputs: tuple[Any, ...] = ()  # futures of scattered arguments, released with the unit
+
+
+class DaskEngine(Engine):
+    """Engine on a Dask cluster: a ``LocalCluster`` by default, or the
+    scheduler at ``address``.
+
+    Args:
+        address: a scheduler address (``tcp://host:8786``); None starts a
+            ``LocalCluster`` with worker processes and one thread each.
+        n_workers: local workers; default and maximum: the number of cores.
+        memory_per_worker: each local worker's memory limit and its declared
+            ``MEMORY`` resource (bytes); default: total memory / workers.
+        resources: more resources declared by local workers.
+        restart_on_deadline: restart (through its nanny) a worker whose
+            pinned unit missed its deadline.
+        shared_filesystem: whether the workers of the cluster at ``address``
+            see the driver's file system (always true for a LocalCluster).
+        gather_timeout: seconds to fetch a finished unit's result before it
+            counts as lost with its worker.
+    """
+
+    def __init__(
+        self,
+        address: str | None = None,
+        *,
+        n_workers: int | None = None,
+        memory_per_worker: int | None = None,
+        resources: Mapping[str, float] | None = None,
+        restart_on_deadline: bool = True,
+        gather_timeout: float = 60.0,
+        shared_filesystem: bool = False,
+    ):
+        self._cluster: LocalCluster | None = None
+        self._shared_fs = bool(shared_filesystem) or address is None
+        self._restart = restart_on_deadline
+        self._gather_timeout = float(gather_timeout)
+        cores = os.cpu_count() or 1
+        with dask.config.set(DASK_CONFIG):
+            if address is None:
+                n = cores if n_workers is None else n_workers
+                if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= cores:
+                    raise EngineError(f"n_workers: found {n_workers!r}, expected an integer in [1, {cores}] (one worker per core)")
+                mem = int(memory_per_worker or _total_memory() // n)
+                declared = {MEMORY: mem, **dict(resources or {})}
+                self._cluster = LocalCluster(
+                    n_workers=n,
+                    threads_per_worker=1,
+                    processes=True,
+                    memory_limit=mem,
+                    resources=declared,
+                    dashboard_address=None,
+                    # no dashboard; its bare HTTP routes on a free port, not 8787
+                    scheduler_kwargs={"dashboard_address": ":0"},
+                    silence_logs=logging.ERROR,
+                )
+                self._client = Client(self._cluster, set_as_default=False)
+            else:
+                self._client = Client(address, set_as_default=False)
+        self._client.register_plugin(WorkerSetup(), name=WorkerSetup.name)
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.RLock()
+        self._pending: dict[str, _Pending] = {}
+        self._placed: dict[tuple[Hashable, str], Any] = {}  # (key, name) -> future
+        self._name_of: dict[str, str] = {}  # live address -> name
+        self._address_of: dict[str, str] = {}  # name -> address (live or lost)
+        self._lost: set[str] = set()
+        self._generation: dict[str, int] = {}
+        self._threads: list[threading.Thread] = []
+        self._closed = False
+        self._client.subscribe_topic("all", self._on_scheduler_event)
+        for address_ in sorted(self._client.scheduler_info(n_workers=-1)["workers"]):
+            self._admit(address_)
+
+    # -- names ---------------------------------------------------------------------
+    def _admit(self, address: str) -> str | None:
+        """Give a newly seen worker address a name that was never used before."""
+        with self._lock:
+            if address in self._name_of:
+                return None
+            gen = self._generation.get(address, 0)
+            self._generation[address] = gen + 1
+            name = address if gen == 0 else f"{address}#{gen}"
+            self._name_of[address] = name
+            self._address_of[name] = address
+            return name
+
+    def _live_address(self, worker: str) -> str:
+        if self._closed:
+            raise EngineError("engine: found it closed, expected an open engine")
+        address = self._address_of.get(worker)
+        if address is None or worker in self._lost or self._name_of.get(address) != worker:
+            raise EngineError(f"worker: found {worker!r}, expected one of the live workers {self.workers()}")
+        return address
+
+    @property
+    def client(self) -> Client:
+        """The Dask client (for diagnostics; submit work through the engine)."""
+        return self._client
+
+    @property
+    def shared_filesystem(self) -> bool:
+        return self._shared_fs
+
+    # -- workers ---------------------------------------------------------------------
+    def workers(self) -> list[str]:
+        with self._lock:
+            return sorted(self._name_of.values())
+
+    def worker_resources(self) -> dict[str, dict[str, float]]:
+        info = self._client.scheduler_info(n_workers=-1)["workers"]
+        with self._lock:
+            return {self._name_of[a]: dict(i.get("resources") or {}) for a, i in info.items() if a in self._name_of}
+
+    # -- data ----------------------------------------------------------------------------
+    def place(self, key: Hashable, data: Any, workers: Sequence[str]) -> None:
+        with self._lock:
+            targets = [(w, self._live_address(w)) for w in workers]
+        for name, address in targets:
+            dask_key = f"data-{key}-{new_handle('copy')}"
+            fut = self._client.scatter({dask_key: data}, workers=[address], broadcast=False, hash=False)[dask_key]
+            with self._lock:
+                self._placed[(key, name)] = fut
+
+    def holders(self, key: Hashable) -> set[str]:
+        with self._lock:
+            return {w for (k, w) in self._placed if k == key and w not in self._lost}
+
+    def drop(self, key: Hashable, workers: Sequence[str] | None = None) -> None:
+        with self._lock:
+            for k in [k for k in self._placed if k[0] == key and (workers is None or k[1] in workers)]:
+                del self._placed[k]  # releasing the future frees the data
+
+    def share(self, value: Any) -> Any:
+        dask_key = f"shared-{new_handle('value')}"
+        return self._client.scatter({dask_key: value}, hash=False)[dask_key]
+
+    # -- submission ----------------------------------------------------------------------
+    def submit_pinned(self, fn: Callable[..., Any], key: Hashable, *args: Any, worker: str, timeout: float) -> str:
+        timeout = check_timeout(timeout)
+        with self._lock:
+            address = self._live_address(worker)
+            data = self._placed.get((key, worker))
+            if data is None:
+                raise EngineError(f"key: found {key!r} not placed on {worker!r}, expected a key the worker holds")
+            handle = new_handle("unit")
+        now = time.monotonic()
+        args, inputs = self._direct(args, address, handle)
+        with self._lock:
+            fut = self._client.submit(
+                _call, fn, data, *args,
+                key=handle, workers=[address], allow_other_workers=False, pure=False,
+            )
+            self._pending[handle] = _Pending(handle, fut, address, now + timeout, now, inputs)
+        fut.add_done_callback(lambda _f, h=handle: self._queue.put(("done", h)))
+        return handle
+
+    def _direct(self, args: tuple[Any, ...], address: str, handle: str) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        """Scatter large ``bytes`` arguments (model checkpoints) to the unit's
+        worker directly, so they do not travel through the scheduler."""
+        out, inputs = [], []
+        for i, a in enumerate(args):
+            if isinstance(a, (bytes, bytearray)) and len(a) > DIRECT_BYTES:
+                key = f"{handle}-arg{i}"
+                a = self._client.scatter({key: a}, workers=[address], broadcast=False, hash=False)[key]
+                inputs.append(a)
+            out.append(a)
+        return tuple(out), tuple(inputs)
+
+    def submit(self, fn: Callable[..., Any], *args: Any, resources: Mapping[str, float] | None = None) -> str:
+        if self._closed:
+            raise EngineError("engine: found it closed, expected an open engine")
+        req = check_resources(resources, self.worker_resources())
+        handle = new_handle("task")
+        fut = self._client.submit(_call, fn, *args, key=handle, resources=req or None, pure=False)
+        with self._lock:
+            self._pending[handle] = _Pending(handle, fut, None, None, time.monotonic())
+        fut.add_done_callback(lambda _f, h=handle: self._queue.put(("done", h)))
+        return handle
+
+    def cancel(self, handle: str) -> None:
+        with self._lock:
+            p = self._pending.pop(handle, None)
+        if p is not None:
+            p.future.cancel()
+
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._pending)
+
+    # -- events ----------------------------------------------------------------------------
+    def _on_scheduler_event(self, event: tuple[float, dict]) -> None:
+        # Runs on the client's event loop: only hand over.
+        msg = event[1] if isinstance(event, tuple) and len(event) == 2 else event
+        if isinstance(msg, dict) and msg.get("action") in ("add-worker", "remove-worker") and msg.get("worker"):
+            self._queue.put((msg["action"], msg["worker"]))
+
+    def _resolve(self, handle: str, out: list[Event]) -> None:
+        with self._lock:
+            p = self._pending.pop(handle, None)
+        if p is None:
+            return
+        name = self._name_of.get(p.address) if p.address else None
+        fut = p.future
+        status = fut.status
+        if status == "finished":
+            try:
+                result = fut.result(timeout=self._gather_timeout)
+            except Exception:  # noqa: BLE001 - the result went away with its worker
+                out.append(UnitLost(handle, name, "data-lost"))
+            else:
+                out.append(UnitDone(handle, name or "", result, time.monotonic() - p.submitted))
+        elif status == "error":
+            error = fut.exception()
+            if type(error).__name__ == "KilledWorker":
+                out.append(UnitLost(handle, name, "worker-lost"))
+            else:
+                out.append(UnitFailed(handle, name, error))
+        else:  # cancelled: its input was lost with a worker
+            out.append(UnitLost(handle, name, "data-lost"))
+        fut.release()
+        for f in p.inputs:
+            f.release()
+
+    def _lose_worker(self, address: str, reason: str, out: list[Event]) -> None:
+        with self._lock:
+            name = self._name_of.pop(address, None)
+            if name is None:
+                return
+            self._lost.add(name)
+            for k in [k for k in self._placed if k[1] == name]:
+                del self._placed[k]
+            lost = [p for p in self._pending.values() if p.address == address]
+            for p in lost:
+                del self._pending[p.handle]
+        for p in lost:
+            p.future.cancel()
+            out.append(UnitLost(p.handle, name, "worker-lost"))
+        out.append(WorkerLost(name, reason))
+
+    def _check_deadlines(self, now: float, out: list[Event]) -> float | None:
+        nearest = None
+        with self._lock:
+            expired = [p for p in self._pending.values() if p.deadline is not None and p.deadline <= now]
+            for p in self._pending.values():
+                if p.deadline is not None and p.deadline > now and (nearest is None or p.deadline < nearest):
+                    nearest = p.deadline
+        for p in expired:
+            with self._lock:
+                if self._pending.pop(p.handle, None) is None:
+                    continue
+                name = self._name_of.get(p.address)
+            p.future.cancel()
+            out.append(UnitLost(p.handle, name, "deadline"))
+            if name is not None:
+                self._lose_worker(p.address, "deadline", out)
+                if self._restart:
+                    t = threading.Thread(target=self._restart_worker, args=(p.address,), daemon=True)
+                    t.start()
+                    self._threads.append(t)
+        return nearest
+
+    def _restart_worker(self, address: str) -> None:
+        try:
+            self._client.restart_workers([address], timeout=60, raise_for_error=False)
+        except Exception:  # noqa: BLE001 - no nanny, or the cluster is closing
+            logging.getLogger(__name__).warning("could not restart worker %s", address, exc_info=True)
+
+    def events(self, timeout: float = 0.1) -> list[Event]:
+        out: list[Event] = []
+        end = time.monotonic() + max(0.0, float(timeout))
+        while True:
+            now = time.monotonic()
+            nearest = self._check_deadlines(now, out)
+            try:
+                wait = end - now if nearest is None else min(end, nearest) - now
+                item = self._queue.get(timeout=max(0.0, wait)) if not out and wait > 0 else self._queue.get_nowait()
+            except queue.Empty:
+                if out or time.monotonic() >= end:
+                    return out
+                continue
+            kind, value = item
+            if kind == "done":
+                self._resolve(value, out)
+            elif kind == "remove-worker":
+                self._lose_worker(value, "removed", out)
+            elif kind == "add-worker":
+                name = self._admit(value)
+                if name is not None:
+                    out.append(WorkerAdded(name))
+
+    # -- faults ---------------------------------------------------------------------------------
+    def worker_pids(self) -> dict[str, int]:
+        """Process id of each live worker (for fault injection on one host)."""
+        pids = self._client.run(_pid)
+        with self._lock:
+            return {self._name_of[a]: pid for a, pid in pids.items() if a in self._name_of}
+
+    def kill_worker(self, worker: str) -> None:
+        """SIGKILL the worker's process. Only for workers on this host."""
+        with self._lock:
+            address = self._live_address(worker)
+        pid = self._client.run(_pid, workers=[address])[address]
+        os.kill(pid, signal.SIGKILL)
+
+    # -- life cycle -----------------------------------------------------------------------------
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._client.unsubscribe_topic("all")
+        except Exception:  # noqa: BLE001 - closing anyway
+            pass
+        with self._lock:
+            futures = [p.future for p in self._pending.values()]
+            self._pending.clear()
+            self._placed.clear()
+        for f in futures:
+            f.cancel()
+        for t in self._threads:
+            t.join(timeout=10)
+        self._client.close()
+        if self._cluster is not None:
+            self._cluster.close()

@@ -1,0 +1,514 @@
+"""MOP training and validation units (Cerebro §3.1, §4.1) on zoo nets.
+
+A *training unit* trains one config for one sub-epoch on one data partition;
+a *validation unit* evaluates one config's checkpoint on one validation
+partition. Both run on the worker that holds the partition and are plain,
+picklable module-level functions, so every engine can ship them.
+
+Hooks (Cerebro §4.1). Like Cerebro's ``input_fn``/``model_fn``/``train_fn``,
+a :class:`Hooks` value says how to read a partition, how to build a net and
+how to train it for one sub-epoch (plus how to evaluate it). The defaults use
+the zoo's :class:`~ease_jupyter.zoo.nets.ZooModule` protocol::
+
+    X, y = hooks.input_fn(partition)              # numpy (X, y) -> tensors
+    net = hooks.model_fn(spec)                    # spec.builder(ModelConfig)
+    opt = net.make_optimizer(lr)                  # then restore the checkpoint
+    metrics = hooks.train_fn(net, opt, X, y, spec, generator)
+
+Model hops (Cerebro §4.2-4.3). A checkpoint holds the net's ``state_dict``
+(the ``adapt`` statistics are buffers, so they travel with the weights) and
+the optimizer's state (SGD momentum), so a config resumes on the next
+partition exactly where it stopped. It hops in one of two ways:
+
+* ``"bytes"``: the checkpoint is a ``bytes`` value returned by the unit to
+  the driver and passed to the next unit as an argument;
+* ``"directory"``: the unit writes the checkpoint into a shared directory
+  (write to a temporary name, then ``os.replace``) and only its path travels.
+
+Measured on 2026-11-22 with :func:`measure_hop` (this machine: 2 CPU
+cores shared with other jobs, Dask LocalCluster of 2 worker processes x 1
+thread on one host, distributed 2026.8.0, torch 2.13 CPU; a chain of 12
+units of a GRU classifier on 8 examples, hopping between the two workers at
+every unit; wall seconds per unit seen by the driver, median, mean of two
+repetitions):
+
+================  ==============  ==================
+checkpoint size   bytes (s/unit)  directory (s/unit)
+================  ==============  ==================
+35 KB             0.027           0.026
+1.6 MB            0.056           0.041
+25 MB             0.33            0.25
+101 MB            1.53            1.03
+================  ==============  ==================
+
+With the checkpoint bytes embedded in the task graph (through the scheduler)
+the bytes hop took 0.82 s (25 MB) and 2.8 s (101 MB) per unit; the Dask
+engine therefore scatters checkpoint arguments over 1 MiB straight to the
+unit's worker, which gives the numbers above. The directory hop is never
+slower here (the page cache of one host serves the reads), so
+:data:`DEFAULT_HOP` is ``"directory"`` wherever the workers share a file
+system with the driver (the local engine, a Dask LocalCluster); a remote
+cluster without a declared shared directory uses ``"bytes"`` (see
+``MOPRunner(hop="auto")``). Both modes are tested.
+
+Determinism. A unit seeds torch's global generator and a private
+``torch.Generator`` (which orders the mini-batches) from
+``unit_seed(seed, trial, epoch, partition)``, runs with one torch thread, and
+starts from the checkpoint the driver gives it. So a unit re-run after a
+worker died gives bit-identical weights, and a run replayed with the same
+visit order (``MOPScheduler(visit_order=...)``) ends with the same weights
+as the original, whichever workers run the units.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import math
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from ease_jupyter.errors import EaseMLError
+
+__all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "DEFAULT_HOP",
+    "HOP_MODES",
+    "HOP_MEASUREMENTS",
+    "TRAIN_OPTIONS",
+    "Hooks",
+    "UnitSpec",
+    "UnitOutput",
+    "combine_eval",
+    "default_eval_fn",
+    "default_input_fn",
+    "default_model_fn",
+    "default_train_fn",
+    "eval_unit",
+    "initial_checkpoint",
+    "load_checkpoint",
+    "load_model",
+    "read_checkpoint",
+    "save_checkpoint",
+    "train_unit",
+    "unit_seed",
+]
+
+HOP_MODES = ("bytes", "directory")
+
+#: ``{mode: {checkpoint bytes: seconds per unit}}`` measured with
+#: :func:`measure_hop` on 2026-11-22 (see the module docstring for the set-up).
+HOP_MEASUREMENTS: dict[str, dict[int, float]] = {
+    "bytes": {34_617: 0.027, 1_618_745: 0.056, 25_334_585: 0.33, 100_995_897: 1.53},
+    "directory": {34_617: 0.026, 1_618_745: 0.041, 25_334_585: 0.25, 100_995_897: 1.03},
+}
+
+#: The faster hop mode on :data:`HOP_MEASUREMENTS` (needs a file system the
+#: driver and the workers share).
+DEFAULT_HOP = "directory"
+
+DEFAULT_BATCH_SIZE = 32
+
+#: Trial params the units consume; the others go to the model builder.
+#: ``lr`` goes to both (the zoo's ``TorchBuilder`` accepts it and ignores it).
+TRAIN_OPTIONS = ("lr", "batch_size", "momentum", "weight_decay", "clip")
+
+
+# -- specs -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UnitSpec:
+    """What a unit needs besides its data and checkpoint.
+
+    ``epoch`` counts the trial's own epochs (0 for its first), ``builder``
+    maps a :class:`~ease_jupyter.zoo.ModelConfig` to a fresh, untrained net
+    (a zoo ``Candidate.build``).
+    """
+
+    trial: str
+    model: str
+    params: tuple[tuple[str, Any], ...]
+    builder: Callable[[Any], Any] = field(repr=False)
+    epoch: int = 0
+    partition: int = -1
+    seed: int = 0
+
+    @classmethod
+    def of(cls, trial: str, model: str, params: Mapping[str, Any], builder: Callable[[Any], Any], *, seed: int = 0) -> "UnitSpec":
+        return cls(trial, model, tuple(sorted(dict(params).items())), builder, seed=seed)
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return dict(self.params)
+
+    def at(self, epoch: int, partition: int) -> "UnitSpec":
+        return UnitSpec(self.trial, self.model, self.params, self.builder, epoch, partition, self.seed)
+
+    @property
+    def lr(self) -> float:
+        lr = self.options.get("lr", 0.01)
+        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr <= 0:
+            raise EaseMLError(f"params['lr'] of trial {self.trial!r}: found {lr!r}, expected a positive finite number")
+        return float(lr)
+
+    @property
+    def batch_size(self) -> int:
+        bs = self.options.get("batch_size", DEFAULT_BATCH_SIZE)
+        if isinstance(bs, bool) or not isinstance(bs, int) or bs < 2:
+            raise EaseMLError(f"params['batch_size'] of trial {self.trial!r}: found {bs!r}, expected an integer >= 2 (BatchNorm needs 2)")
+        return bs
+
+
+@dataclass(frozen=True)
+class UnitOutput:
+    """A training unit's result: the new checkpoint (bytes or a path) and metrics."""
+
+    checkpoint: bytes | str = field(repr=False)
+    metrics: Mapping[str, float]
+
+
+def unit_seed(seed: int, trial: str, epoch: int, partition: int) -> int:
+    """A stable 63-bit seed for one unit (not Python's salted ``hash``)."""
+    digest = hashlib.blake2b(f"{seed}/{trial}/{epoch}/{partition}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
+
+
+# -- default hooks -----------------------------------------------------------------
+
+
+def default_input_fn(partition: Any) -> tuple[Any, Any]:
+    """``(X, y)`` numpy arrays -> ``(float32 tensor, tensor)``; integer labels
+    become int64, anything else float32."""
+    import torch
+
+    X, y = partition
+    x_t = torch.as_tensor(np.asarray(X, dtype=np.float32))
+    y_np = np.asarray(y)
+    y_t = torch.as_tensor(y_np.astype(np.int64) if y_np.dtype.kind in "iub" else y_np.astype(np.float32))
+    return x_t, y_t
+
+
+def default_model_fn(spec: UnitSpec) -> Any:
+    """Build a fresh net: the trial's params minus the training-only ones."""
+    from ease_jupyter.zoo import ModelConfig
+
+    allowed = getattr(spec.builder, "allowed", None)
+    options = {
+        k: v for k, v in spec.params
+        if k not in TRAIN_OPTIONS or (allowed is not None and k in allowed)
+    }
+    return spec.builder(ModelConfig.of(spec.model, options))
+
+
+def _batches(n: int, batch_size: int, generator: Any) -> list[Any]:
+    """A seeded permutation cut into batches; a trailing batch of one example
+    joins the previous one (BatchNorm cannot train on a batch of one)."""
+    import torch
+
+    order = torch.randperm(n, generator=generator)
+    cuts = list(range(0, n, batch_size))
+    if len(cuts) > 1 and n - cuts[-1] == 1:
+        cuts.pop()
+    bounds = cuts[1:] + [n]
+    return [order[a:b] for a, b in zip(cuts, bounds)]
+
+
+def default_train_fn(net: Any, opt: Any, X: Any, y: Any, spec: UnitSpec, generator: Any) -> dict[str, float]:
+    """One sub-epoch of mini-batch SGD over the partition (``net.train_step``).
+
+    Returns the example-weighted mean training loss and the example count. A
+    partition of one example is skipped (BatchNorm), reported with
+    ``examples = 0``.
+    """
+    n = int(X.shape[0])
+    if n < 2:
+        return {"loss": float("nan"), "examples": 0.0}
+    clip = spec.options.get("clip", 5.0)
+    total = 0.0
+    for idx in _batches(n, spec.batch_size, generator):
+        loss = net.train_step(opt, X[idx], y[idx], clip=clip)
+        total += loss * len(idx)
+    return {"loss": total / n, "examples": float(n)}
+
+
+def default_eval_fn(net: Any, X: Any, y: Any, spec: UnitSpec, batch_size: int = 256) -> dict[str, Any]:
+    """Sums over one validation partition that :func:`combine_eval` merges:
+
+    * classification: ``n``, ``loss_sum``, ``correct``;
+    * regression: ``n``, ``loss_sum`` and, per output column, ``sse``,
+      ``sum_y``, ``sum_y2`` (so R² over all partitions is exact).
+    """
+    import torch
+
+    n = int(X.shape[0])
+    net.eval()
+    out_parts = []
+    with torch.no_grad():
+        for a in range(0, n, batch_size):
+            out_parts.append(net(X[a:a + batch_size]))
+    out = torch.cat(out_parts) if out_parts else None
+    if n == 0 or out is None:
+        return {"n": 0.0, "loss_sum": 0.0}
+    with torch.no_grad():
+        loss_sum = float(net.loss(out, y)) * n
+    if getattr(net, "task", "classification") == "classification":
+        truth = y.argmax(dim=1) if y.dim() == 2 else y.reshape(-1).long()
+        return {"n": float(n), "loss_sum": loss_sum, "correct": float((out.argmax(dim=1) == truth).sum())}
+    o = out.reshape(n, -1).double()
+    t = y.reshape(n, -1).double()
+    return {
+        "n": float(n),
+        "loss_sum": loss_sum,
+        "sse": ((o - t) ** 2).sum(dim=0).tolist(),
+        "sum_y": t.sum(dim=0).tolist(),
+        "sum_y2": (t**2).sum(dim=0).tolist(),
+    }
+
+
+def combine_eval(parts: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """Merge validation units into ``{"score", "val_loss", "examples"}``.
+
+    The score is accuracy for classification and the mean R² over output
+    columns for regression, clipped to [0, 1] (as in ``sklearn_fit``); NaN
+    when the validation set is empty or a net diverged.
+    """
+    n = sum(p.get("n", 0.0) for p in parts)
+    if n <= 0:
+        return {"score": float("nan"), "val_loss": float("nan"), "examples": 0.0}
+    loss = sum(p.get("loss_sum", 0.0) for p in parts) / n
+    if any("correct" in p for p in parts):
+        score = sum(p.get("correct", 0.0) for p in parts) / n
+    else:
+        cols = [p for p in parts if p.get("n", 0.0) > 0]
+        sse = np.sum([p["sse"] for p in cols], axis=0)
+        s1 = np.sum([p["sum_y"] for p in cols], axis=0)
+        s2 = np.sum([p["sum_y2"] for p in cols], axis=0)
+        sst = s2 - s1**2 / n
+        with np.errstate(divide="ignore", invalid="ignore"):
+            r2 = np.where(sst > 1e-12, 1.0 - sse / sst, np.where(sse <= 1e-12, 1.0, 0.0))
+        score = float(np.clip(np.mean(r2), 0.0, 1.0)) if np.all(np.isfinite(r2)) else float("nan")
+    if not math.isfinite(loss):
+        score = float("nan")
+    return {"score": float(score), "val_loss": float(loss), "examples": float(n)}
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """Cerebro's user-defined functions (§4.1), with zoo defaults.
+
+    All four must be picklable (module-level functions or callable values)
+    to reach Dask workers.
+    """
+
+    input_fn: Callable[[Any], tuple[Any, Any]] = default_input_fn
+    model_fn: Callable[[UnitSpec], Any] = default_model_fn
+    train_fn: Callable[..., Mapping[str, float]] = default_train_fn
+    eval_fn: Callable[..., Mapping[str, Any]] = default_eval_fn
+
+
+# -- checkpoints ---------------------------------------------------------------------
+
+
+def save_checkpoint(net: Any, opt: Any) -> bytes:
+    """The net's ``state_dict`` (weights and adapt buffers) and the
+    optimizer's state as ``torch.save`` bytes."""
+    import torch
+
+    buf = io.BytesIO()
+    torch.save({"model": net.state_dict(), "optimizer": opt.state_dict() if opt is not None else None}, buf)
+    return buf.getvalue()
+
+
+def read_checkpoint(ref: bytes | str) -> bytes:
+    """Checkpoint bytes from either hop mode's reference."""
+    if isinstance(ref, (bytes, bytearray, memoryview)):
+        return bytes(ref)
+    with open(ref, "rb") as f:
+        return f.read()
+
+
+def load_checkpoint(net: Any, opt: Any, ref: bytes | str, lr: float | None = None) -> None:
+    """Restore a checkpoint into ``net`` (and ``opt``); the learning rate is
+    then reset to ``lr``, the trial's own (a PBT child keeps its parent's
+    weights and momentum but not its learning rate)."""
+    import torch
+
+    state = torch.load(io.BytesIO(read_checkpoint(ref)), weights_only=True)
+    net.load_state_dict(state["model"])
+    if opt is not None and state.get("optimizer") is not None:
+        opt.load_state_dict(state["optimizer"])
+        if lr is not None:
+            for group in opt.param_groups:
+                group["lr"] = lr
+
+
+def _make_optimizer(net: Any, spec: UnitSpec) -> Any:
+    opts = spec.options
+    kwargs = {k: float(opts[k]) for k in ("momentum", "weight_decay") if k in opts}
+    return net.make_optimizer(spec.lr, **kwargs)
+
+
+def _write(out_dir: str, spec: UnitSpec, data: bytes) -> str:
+    """Write a checkpoint atomically under ``out_dir``; a re-run of a lost unit
+    never overwrites the checkpoint it starts from."""
+    sub = os.path.join(out_dir, hashlib.blake2b(spec.trial.encode(), digest_size=8).hexdigest())
+    os.makedirs(sub, exist_ok=True)
+    path = os.path.join(sub, f"e{spec.epoch:05d}-p{spec.partition:05d}-{uuid.uuid4().hex[:12]}.pt")
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+    return path
+
+
+class _Seeded:
+    """One unit's torch settings: its seed in the global generator and in a
+    private ``torch.Generator`` (returned), deterministic kernels, one thread.
+    The global generator and the deterministic flag are restored on exit."""
+
+    def __init__(self, seed: int):
+        self.seed = seed
+
+    def __enter__(self) -> Any:
+        import torch
+
+        self._state = torch.random.get_rng_state()
+        self._deterministic = torch.are_deterministic_algorithms_enabled()
+        torch.manual_seed(self.seed)
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        if torch.get_num_threads() != 1:
+            torch.set_num_threads(1)
+        gen = torch.Generator()
+        gen.manual_seed(self.seed)
+        return gen
+
+    def __exit__(self, *exc: object) -> None:
+        import torch
+
+        torch.random.set_rng_state(self._state)
+        torch.use_deterministic_algorithms(self._deterministic, warn_only=True)
+
+
+def initial_checkpoint(spec: UnitSpec, X: Any, y: Any, hooks: Hooks = Hooks()) -> bytes:
+    """Fresh weights for a trial: build the net under the trial's seed, adapt
+    it to the training data (input/target statistics become buffers), and
+    save it with a fresh optimizer."""
+    with _Seeded(unit_seed(spec.seed, spec.trial, -1, -1)):
+        net = hooks.model_fn(spec)
+        X_t, y_t = hooks.input_fn((X, y))
+        net.adapt(X_t, y_t)
+        return save_checkpoint(net, _make_optimizer(net, spec))
+
+
+def load_model(ref: bytes | str, spec: UnitSpec, hooks: Hooks = Hooks()) -> Any:
+    """A net with a checkpoint's weights, in eval mode."""
+    net = hooks.model_fn(spec)
+    load_checkpoint(net, None, ref)
+    net.eval()
+    return net
+
+
+# -- the units ---------------------------------------------------------------------------
+
+
+def train_unit(partition: Any, checkpoint: bytes | str, spec: UnitSpec, hooks: Hooks = Hooks(), out_dir: str | None = None) -> UnitOutput:
+    """One training unit: restore, train one sub-epoch on ``partition``, save.
+
+    Args:
+        partition: the partition's data, as ``hooks.input_fn`` reads it.
+        checkpoint: the config's latest checkpoint (bytes or a path).
+        spec: the trial, with ``epoch`` and ``partition`` set.
+        out_dir: None to return the checkpoint as bytes ("bytes" hop), or the
+            shared directory to write it into ("directory" hop).
+    """
+    started = time.perf_counter()
+    with _Seeded(unit_seed(spec.seed, spec.trial, spec.epoch, spec.partition)) as gen:
+        X, y = hooks.input_fn(partition)
+        net = hooks.model_fn(spec)
+        opt = _make_optimizer(net, spec)
+        load_checkpoint(net, opt, checkpoint, spec.lr)
+        net.train()
+        metrics = dict(hooks.train_fn(net, opt, X, y, spec, gen))
+        data = save_checkpoint(net, opt)
+    out: bytes | str = data if out_dir is None else _write(out_dir, spec, data)
+    metrics["seconds"] = time.perf_counter() - started
+    metrics["checkpoint_bytes"] = float(len(data))
+    return UnitOutput(out, metrics)
+
+
+def eval_unit(partition: Any, checkpoint: bytes | str, spec: UnitSpec, hooks: Hooks = Hooks()) -> dict[str, Any]:
+    """One validation unit: the checkpoint's sums on one validation partition
+    (parameters are not trained, Cerebro §4.1)."""
+    started = time.perf_counter()
+    with _Seeded(unit_seed(spec.seed, spec.trial, spec.epoch, spec.partition)):
+        X, y = hooks.input_fn(partition)
+        net = hooks.model_fn(spec)
+        load_checkpoint(net, None, checkpoint)
+        for p in net.parameters():
+            p.requires_grad_(False)
+        sums = dict(hooks.eval_fn(net, X, y, spec))
+    sums["seconds"] = time.perf_counter() - started
+    return sums
+
+
+# -- measuring the hop modes -----------------------------------------------------------
+
+
+def measure_hop(
+    engine: Any,
+    spec: UnitSpec,
+    partition: Any,
+    mode: str,
+    *,
+    units: int = 10,
+    directory: str | None = None,
+    hooks: Hooks = Hooks(),
+    timeout: float = 600.0,
+) -> dict[str, float]:
+    """Time a chain of ``units`` training units of one config that hops
+    between the engine's workers at every unit, in hop ``mode``.
+
+    The partition is placed on every worker (key ``"hop-probe"``), so only
+    the checkpoint moves. Returns the median and mean wall seconds per unit
+    seen by the driver (submit to result), and the checkpoint size.
+    """
+    import statistics
+
+    if mode not in HOP_MODES:
+        raise EaseMLError(f"mode: found {mode!r}, expected one of {list(HOP_MODES)}")
+    if mode == "directory" and directory is None:
+        raise EaseMLError("directory: found None, expected a directory shared by the workers for the directory hop")
+    workers = engine.workers()
+    engine.place("hop-probe", partition, workers)
+    try:
+        X, y = partition
+        ckpt: bytes | str = initial_checkpoint(spec, X, y, hooks)
+        if mode == "directory":
+            os.makedirs(directory, exist_ok=True)
+            ckpt = _write(directory, spec.at(-1, -1), ckpt)
+        times = []
+        size = 0.0
+        for i in range(units):
+            started = time.perf_counter()
+            h = engine.submit_pinned(train_unit, "hop-probe", ckpt, spec.at(0, i), hooks,
+                                     directory if mode == "directory" else None,
+                                     worker=workers[i % len(workers)], timeout=timeout)
+            ev = engine.wait_all([h], timeout=timeout)[h]
+            if not hasattr(ev, "result"):
+                raise EaseMLError(f"hop probe unit {i}: {ev}")
+            times.append(time.perf_counter() - started)
+            if mode == "directory" and isinstance(ckpt, str):
+                os.remove(ckpt)
+            ckpt = ev.result.checkpoint
+            size = ev.result.metrics["checkpoint_bytes"]
+        if isinstance(ckpt, str):
+            os.remove(ckpt)
+        return {"median": statistics.median(times), "mean": statistics.fmean(times), "checkpoint_bytes": size}
+    finally:
+        engine.drop("hop-probe")

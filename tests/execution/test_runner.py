@@ -1,0 +1,252 @@
+"""The MOP runner on the local engine: procedures, metrics, replay, faults."""
+
+from __future__ import annotations
+
+import io
+import os
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+import pytest
+import torch
+
+from ease_jupyter.errors import EaseMLError
+from ease_jupyter.execution.automl import PBT, EpochDecision, GridSearch, Procedure, TrialResult, TrialSpec
+from ease_jupyter.execution.engine import LocalEngine
+from ease_jupyter.execution.holdout import validation_mask
+from ease_jupyter.execution.mop.runner import EpochMetrics, MOPRunner, RunnerError, UnitRecord, run_mop
+from ease_jupyter.execution.units import Hooks, default_train_fn
+from ease_jupyter.zoo.templates import TorchBuilder
+
+LENET = TorchBuilder("lenet", "LeNet", ((8, 8), 10))
+MODELS = {"lenet": LENET}
+
+
+@pytest.fixture(scope="module")
+def digits():
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    return d.images[:400].astype(np.float32) / 16.0, d.target[:400]
+
+
+@pytest.fixture
+def engine():
+    with LocalEngine(2) as e:
+        yield e
+
+
+def grid(epochs=2, lrs=(0.1, 0.01)):
+    return GridSearch("lenet", {"lr": list(lrs)}, epochs=epochs)
+
+
+def weights(blob: bytes) -> dict[str, torch.Tensor]:
+    return torch.load(io.BytesIO(blob), weights_only=True)["model"]
+
+
+def assert_same_weights(a, b):
+    assert set(a.checkpoints) == set(b.checkpoints)
+    for t in a.checkpoints:
+        wa, wb = weights(a.checkpoints[t]), weights(b.checkpoints[t])
+        assert all(torch.equal(wa[k], wb[k]) for k in wa), f"trial {t} differs"
+
+
+def test_grid_search_runs_and_streams_metrics(engine, digits):
+    X, y = digits
+    streamed: list[EpochMetrics] = []
+    units: list[UnitRecord] = []
+    proc = grid()
+    res = run_mop(engine, proc, MODELS, X, y, on_metrics=streamed.append, on_unit=units.append)
+    assert streamed == res.history and len(streamed) == 4
+    assert [m.epoch for m in streamed] == [1, 1, 2, 2]
+    assert {m.trial for m in streamed} == {"t0", "t1"}
+    assert all(0.0 <= m.score <= 1.0 and m.examples > 0 and np.isfinite(m.train_loss) for m in streamed)
+    assert res.best == proc.best() and res.epochs == 2
+    # every config visits every partition once per epoch (completeness)
+    assert set(res.visit_log) == {(t, e) for t in ("t0", "t1") for e in (0, 1)}
+    assert all(sorted(v) == [0, 1] for v in res.visit_log.values())
+    assert all(m.visits == res.visit_log[(m.trial, m.mop_epoch)] for m in streamed)
+    assert sum(u.kind == "train" for u in units) == 8 and sum(u.kind == "val" for u in units) == 8
+    net = res.model()  # the best trial's best checkpoint
+    assert (net.predict(X).numpy() == y).mean() > 0.3  # far above chance (0.1)
+    assert res.requeued == 0 and res.faults == []
+    assert engine.holders("train-0") == set()  # partitions are dropped at the end
+
+
+def test_replay_reproduces_visits_and_weights(engine, digits):
+    X, y = digits
+    a = run_mop(engine, grid(), MODELS, X, y, seed=3)
+    b = run_mop(engine, grid(), MODELS, X, y, seed=3, visit_order=a.visit_log)
+    assert b.visit_log == a.visit_log
+    assert_same_weights(a, b)
+    assert [m.score for m in a.history] == [m.score for m in b.history]
+
+
+def test_both_hop_modes_give_the_same_weights(engine, digits, tmp_path):
+    X, y = digits
+    a = run_mop(engine, grid(), MODELS, X, y, hop="bytes")
+    b = run_mop(engine, grid(), MODELS, X, y, hop="directory", checkpoint_dir=str(tmp_path), visit_order=a.visit_log)
+    assert_same_weights(a, b)
+    # only each trial's last checkpoint is left in the directory
+    left = [p for p in tmp_path.rglob("*.pt")]
+    assert len(left) == 2 and not list(tmp_path.rglob("*.tmp"))
+    c = run_mop(engine, grid(), MODELS, X, y, visit_order=a.visit_log)  # "auto": directory, temporary
+    assert_same_weights(a, c)
+
+
+def test_more_partitions_than_workers_and_replication(engine, digits):
+    X, y = digits
+    res = run_mop(engine, grid(epochs=1), MODELS, X, y, n_partitions=3, replication=2)
+    assert all(sorted(v) == [0, 1, 2] for v in res.visit_log.values())
+    n_train = int((~validation_mask(np.arange(len(X)))).sum())
+    assert all(m.examples == n_train for m in res.history)
+
+
+@dataclass(frozen=True)
+class HangOnce:
+    """A train_fn that hangs (longer than the unit deadline) the first time it
+    trains ``trial`` on ``partition``; a marker file records that."""
+
+    marker: str
+    trial: str = "t0"
+    partition: int = 1
+    seconds: float = 2.5
+
+    def __call__(self, net, opt, X, y, spec, generator):
+        if spec.trial == self.trial and spec.partition == self.partition and not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            import time
+
+            time.sleep(self.seconds)
+        return default_train_fn(net, opt, X, y, spec, generator)
+
+
+def test_a_unit_past_its_deadline_is_requeued(engine, digits, tmp_path):
+    X, y = digits
+    ref = run_mop(engine, grid(), MODELS, X, y)
+    hooks = Hooks(train_fn=HangOnce(str(tmp_path / "hung")))
+    res = run_mop(engine, grid(), MODELS, X, y, hooks=hooks, unit_timeout=1.0,
+                  first_unit_timeout=1.0, visit_order=ref.visit_log)
+    assert os.path.exists(tmp_path / "hung")
+    assert res.requeued >= 1
+    assert any("deadline" in f for f in res.faults)
+    assert res.visit_log == ref.visit_log
+    assert_same_weights(ref, res)
+
+
+@pytest.mark.parametrize("replication", [1, 2])
+def test_a_worker_killed_mid_epoch_changes_nothing(digits, replication):
+    X, y = digits
+    with LocalEngine(2) as engine:
+        ref = run_mop(engine, grid(lrs=(0.1, 0.03, 0.01)), MODELS, X, y, replication=replication)
+        killed = []
+
+        def kill(rec: UnitRecord):
+            if not killed and rec.kind == "train":
+                victim = next(w for w in engine.workers() if w != rec.worker)
+                killed.append(victim)
+                engine.kill_worker(victim)
+
+        res = run_mop(engine, grid(lrs=(0.1, 0.03, 0.01)), MODELS, X, y, replication=replication,
+                      visit_order=ref.visit_log, on_unit=kill)
+        assert killed and any("worker lost" in f for f in res.faults)
+        assert res.visit_log == ref.visit_log
+        assert_same_weights(ref, res)
+
+
+class ExploitOnce(Procedure):
+    """Epoch 1: train A. Then stop A and start B from A's weights with a
+    learning rate too small to move them. Epoch 2: finish."""
+
+    def __init__(self):
+        self._best = None
+
+    def start(self):
+        return [TrialSpec("A", "lenet", {"lr": 0.1})]
+
+    def epoch_end(self, results: Mapping[str, TrialResult]) -> EpochDecision:
+        for r in results.values():
+            if self._best is None or r.score > self._best[1]:
+                self._best = (r.id, r.score)
+        if "A" in results:
+            return EpochDecision(stop=frozenset({"A"}), add=(TrialSpec("B", "lenet", {"lr": 1e-12}, init_from="A"),))
+        return EpochDecision(stop=frozenset(results), finished=True)
+
+    def best(self):
+        return self._best
+
+
+def test_init_from_starts_from_the_parents_latest_checkpoint(engine, digits):
+    X, y = digits
+    res = run_mop(engine, ExploitOnce(), MODELS, X, y)
+    a, b = weights(res.checkpoints["A"]), weights(res.checkpoints["B"])
+    assert all(torch.allclose(a[k].float(), b[k].float(), atol=1e-6) for k in a)
+    sa = next(m.score for m in res.history if m.trial == "A")
+    sb = next(m.score for m in res.history if m.trial == "B")
+    assert sb == pytest.approx(sa, abs=0.02)
+    assert [m.epoch for m in res.history] == [1, 1]  # B counts its own epochs
+
+
+def test_pbt_procedure_runs_end_to_end(engine, digits):
+    X, y = digits
+    proc = PBT("lenet", {"lr": (0.005, 0.2, "log")}, population=3, interval=1, max_epochs=3, seed=0)
+    res = run_mop(engine, proc, MODELS, X, y)
+    assert res.best == proc.best() and res.best[0] in res.trials
+    children = {t: s.init_from for t, s in res.trials.items() if s.init_from}
+    assert children and children == proc.parents
+    # every epoch keeps the population at three live trials
+    assert [sum(m.mop_epoch == e for m in res.history) for e in range(res.epochs)] == [3, 3, 3]
+
+
+@dataclass(frozen=True)
+class FailOnce:
+    marker: str
+    always: bool = False
+
+    def __call__(self, net, opt, X, y, spec, generator):
+        if self.always or not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            raise RuntimeError("injected failure")
+        return default_train_fn(net, opt, X, y, spec, generator)
+
+
+def test_a_failing_unit_is_retried_then_reported(engine, digits, tmp_path):
+    X, y = digits
+    res = run_mop(engine, grid(epochs=1), MODELS, X, y, hooks=Hooks(train_fn=FailOnce(str(tmp_path / "once"))))
+    assert res.requeued == 1 and any("injected failure" in f for f in res.faults)
+    with pytest.raises(RunnerError, match="failed 3 times.*injected failure"):
+        run_mop(engine, grid(epochs=1), MODELS, X, y, max_unit_retries=2,
+                hooks=Hooks(train_fn=FailOnce(str(tmp_path / "always"), always=True)))
+
+
+def test_listener_errors_do_not_stop_training(engine, digits):
+    X, y = digits
+
+    def bad(_):
+        raise ValueError("widget bug")
+
+    res = run_mop(engine, grid(epochs=1), MODELS, X, y, on_metrics=bad, on_unit=bad)
+    assert len(res.history) == 2
+
+
+def test_validation_split_and_explicit_validation(engine, digits):
+    X, y = digits
+    res = run_mop(engine, grid(epochs=1, lrs=(0.1,)), MODELS, X, y, validation=(X[:50], y[:50]))
+    assert res.history[0].examples == len(X)
+    res = run_mop(engine, grid(epochs=1, lrs=(0.1,)), MODELS, X, y, example_ids=np.arange(1000, 1400))
+    assert 0 < len(X) - res.history[0].examples < len(X) // 2
+
+
+def test_bad_arguments_name_the_field(engine, digits):
+    X, y = digits
+    with pytest.raises(EaseMLError, match="hop"):
+        MOPRunner(engine, grid(), MODELS, X, y, hop="ftp")
+    with pytest.raises(EaseMLError, match="unit_timeout"):
+        MOPRunner(engine, grid(), MODELS, X, y, unit_timeout=0)
+    with pytest.raises(EaseMLError, match="y"):
+        MOPRunner(engine, grid(), MODELS, X, y[:-1])
+    with pytest.raises(RunnerError, match="no builder"):
+        run_mop(engine, GridSearch("resnet", {"lr": [0.1]}, epochs=1), MODELS, X, y)
+    with pytest.raises(RunnerError, match="max_epochs"):
+        run_mop(engine, grid(epochs=3), MODELS, X, y, max_epochs=1)
