@@ -11,7 +11,9 @@ import click
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("ease_jupyter.cli.demo", "Run the headless end-to-end demo and write a report."),
     "models": ("ease_jupyter.cli.models", "List the candidate models and configs for a task's shapes."),
+    "serve": ("ease_jupyter.cli.serve", "Run the scheduler service (HTTP API, events, control loop)."),
     "simulate": ("ease_jupyter.cli.simulate", "Replay selection policies on a quality/cost matrix."),
+    "users": ("ease_jupyter.cli.users", "Add and list users of the service (tokens)."),
 }
 
 

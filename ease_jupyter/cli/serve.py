@@ -1,0 +1,44 @@
+"""``easeml serve``: the scheduler service (HTTP API, events, control loop).
+
+    easeml serve --data-dir /srv/easeml --port 8585
+    easeml serve --db postgresql+psycopg2://easeml@db/easeml --data-dir /srv/easeml --engine local
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import click
+
+
+@click.command("serve")
+@click.option("--db", "db_url", default=None, help="SQLAlchemy URL (default: SQLite in the data dir; memory:// for a throwaway).")
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Blobs, uploads and the SQLite file (default: $EASEML_DATA_DIR or ~/.easeml).")
+@click.option("--engine", default="local", show_default=True, help="local, dask, or tcp://HOST:PORT of a Dask scheduler.")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8585, show_default=True, type=click.IntRange(0, 65535), help="0 picks a free port.")
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64), help="Local training workers (W).")
+@click.option("--executor", type=click.Choice(["process", "thread"]), default="process", show_default=True,
+              help="Where scikit-learn jobs run: spawned worker processes, or threads in the service.")
+@click.option("--max-running", default=2, show_default=True, type=click.IntRange(1, 1000),
+              help="Cap on running jobs per user (k).")
+@click.option("--max-json-mb", default=1.0, show_default=True, type=click.FloatRange(0.01), help="Largest JSON body.")
+@click.option("--max-chunk-mb", default=64.0, show_default=True, type=click.FloatRange(0.01), help="Largest upload chunk.")
+def command(db_url, data_dir, engine, host, port, workers, executor, max_running, max_json_mb, max_chunk_mb) -> None:
+    """Run the scheduler service until interrupted."""
+    from ease_jupyter.service import ServiceConfig, serve
+    from ease_jupyter.store import default_data_dir
+
+    if engine != "local":
+        click.echo(f"note: engine {engine!r}: scikit-learn candidates still train on the local pool; "
+                   "the Dask/MOP executor for torch candidates is not plugged in yet", err=True)
+    try:
+        config = ServiceConfig(db_url=db_url, data_dir=data_dir or default_data_dir(), host=host, port=port,
+                               engine=engine, workers=workers, executor=executor, max_running_per_user=max_running,
+                               max_json_bytes=int(max_json_mb * 1024 * 1024), max_chunk_bytes=int(max_chunk_mb * 1024 * 1024))
+    except ValueError as error:
+        raise click.BadParameter(str(error)) from None
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    serve(config, announce=lambda line: click.echo(line))

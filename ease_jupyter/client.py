@@ -1,0 +1,375 @@
+"""The notebook's handle on the scheduler service (DESIGN.md, Interfaces).
+
+``Client(url=None, token=None)`` talks JSON over HTTP to the service;
+``LocalWorkspace`` offers the same task methods in-process. With no URL (and
+no ``EASEML_URL``/``EASEML_TOKEN``) it starts or attaches to the embedded
+service of the data dir. Service errors come back as the exceptions of
+``ease_jupyter.errors``, with the field, what was found and what was expected.
+
+.. code-block:: python
+
+    from ease_jupyter import Client
+    task = Client().task("iris", input=[4], output=[3])
+    task.feed(X, y)
+    task.wait(timeout=60)
+    task.best(), task.infer(X[:5])
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any, Iterable, Iterator, Sequence
+
+import numpy as np
+
+from .errors import AlreadyExistsError, DataError, EaseMLError, InvalidStateError, NotFoundError, ProgramSyntaxError
+
+URL_ENV, TOKEN_ENV = "EASEML_URL", "EASEML_TOKEN"
+INLINE_BYTES = 512 * 1024  # arrays above this go through a chunked upload
+CHUNK_BYTES = 8 * 1024 * 1024
+
+
+class AuthError(EaseMLError, PermissionError):
+    """A missing or bad token (401), or an admin-only call by a non-admin (403)."""
+
+
+class ServiceError(EaseMLError):
+    """Any other error answer of the service; ``status`` and ``code`` say which."""
+
+    def __init__(self, status: int, code: str, message: str):
+        self.status, self.code = status, code
+        super().__init__(f"{status} {code}: {message}")
+
+
+def _raise_for(status: int, payload: dict[str, Any]) -> None:
+    err = payload.get("error") if isinstance(payload, dict) else None
+    if not isinstance(err, dict):
+        raise ServiceError(status, "http_error", str(payload)[:200])
+    code, message = err.get("code", "error"), err.get("message", "")
+    field, found, expected = err.get("field"), err.get("found"), err.get("expected")
+    if code == "program_syntax":
+        _, line, column = (str(field).split(":") + ["0", "0"])[:3]
+        raise ProgramSyntaxError(message, line=int(line or 0), column=int(column or 0), found=str(found),
+                                 expected=str(expected))
+    if status in (400, 413) and field is not None:
+        raise DataError(str(field), str(found), str(expected))
+    if status in (401, 403):
+        raise AuthError(message)
+    if status == 404:
+        raise NotFoundError(message)
+    if code == "already_exists":
+        raise AlreadyExistsError(message)
+    if code == "invalid_state":
+        raise InvalidStateError(message)
+    raise ServiceError(status, code, message)
+
+
+def _npy(array: Any) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, np.ascontiguousarray(np.asarray(array)), allow_pickle=False)
+    return buffer.getvalue()
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def _decode(value: dict[str, str]) -> np.ndarray:
+    return np.load(io.BytesIO(base64.b64decode(value["npy_b64"])), allow_pickle=False)
+
+
+class Client:
+    """A connection to the scheduler service as one user."""
+
+    def __init__(self, url: str | None = None, token: str | None = None, *, data_dir: str | os.PathLike[str] | None = None,
+                 timeout: float = 120.0):
+        url = url or os.environ.get(URL_ENV) or None
+        token = token or os.environ.get(TOKEN_ENV) or None
+        if url is None:
+            from .service.embedded import ensure_embedded
+
+            url, embedded_token = ensure_embedded(data_dir)
+            token = token or embedded_token
+        if token is None:
+            raise AuthError(f"no token for {url}: pass token=... or set {TOKEN_ENV}")
+        self.url = url.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+
+    def __repr__(self) -> str:
+        return f"Client(url={self.url!r})"
+
+    # ------------------------------------------------------------ transport
+    def request(self, method: str, path: str, body: Any = None, *, raw: bytes | None = None,
+                params: dict[str, Any] | None = None) -> Any:
+        url = f"{self.url}/api/v1{path}"
+        if params:
+            url += "?" + urllib.parse.urlencode(params)
+        headers = {"Authorization": f"token {self.token}"}
+        data = None
+        if raw is not None:
+            data, headers["Content-Type"] = raw, "application/octet-stream"
+        elif body is not None:
+            data, headers["Content-Type"] = json.dumps(body).encode(), "application/json"
+        elif method in ("POST", "PUT"):
+            data = b""
+        request = urllib.request.Request(url, data=data, headers=headers, method=method)
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                text = response.read()
+        except urllib.error.HTTPError as error:
+            text = error.read()
+            try:
+                payload = json.loads(text)
+            except ValueError:
+                payload = {"error": {"code": "http_error", "message": text[:200].decode(errors="replace")}}
+            _raise_for(error.code, payload)
+        return json.loads(text) if text else None
+
+    def _array(self, array: Any) -> Any:
+        if not isinstance(array, np.ndarray):
+            try:
+                as_array = np.asarray(array)
+            except ValueError:  # ragged: records or chains, sent as JSON
+                return _jsonable(array)
+            if as_array.dtype == object:
+                return _jsonable(array)
+            array = as_array
+        data = _npy(array)
+        if len(data) <= INLINE_BYTES:
+            return {"npy_b64": base64.b64encode(data).decode("ascii")}
+        upload = self.request("POST", "/uploads")["id"]
+        for offset in range(0, len(data), CHUNK_BYTES):
+            self.request("PUT", f"/uploads/{upload}", raw=data[offset:offset + CHUNK_BYTES], params={"offset": offset})
+        return {"upload": upload}
+
+    # ------------------------------------------------------------ tasks
+    def task(self, name: str, *, input: Sequence[int] | None = None, output: Sequence[int] | None = None,
+             program: str | None = None) -> "Task":
+        """Create a task (shapes or an ease.ml program), or open one of yours
+        by name; raises NotFoundError when you have no task by that name."""
+        if program is not None and (input is not None or output is not None):
+            raise ValueError("give either program or input/output shapes, not both")
+        if (input is None) != (output is None):
+            raise ValueError("input and output shapes go together")
+        if program is None and input is None:
+            return Task(self, self.request("GET", f"/tasks/{_quote(name)}"))
+        body: dict[str, Any] = {"name": name}
+        if program is not None:
+            body["program"] = str(program)
+        else:
+            body["input"], body["output"] = [int(d) for d in input], [int(d) for d in output]  # type: ignore[union-attr]
+        return Task(self, self.request("POST", "/tasks", body))
+
+    def tasks(self) -> list["Task"]:
+        return [Task(self, t) for t in self.request("GET", "/tasks")]
+
+    def leaderboard(self) -> list[dict[str, Any]]:
+        return self.request("GET", "/leaderboard")
+
+    def whoami(self) -> dict[str, Any]:
+        return self.request("GET", "/whoami")
+
+    def add_user(self, name: str, *, admin: bool = False) -> dict[str, Any]:
+        """Admins only: a new user; its ``token`` is shown only here."""
+        return self.request("POST", "/users", {"name": name, "admin": admin})
+
+    def users(self) -> list[dict[str, Any]]:
+        return self.request("GET", "/users")
+
+    def progress(self) -> dict[str, Any]:
+        return self.request("GET", "/admin/progress")
+
+    def events(self) -> "EventStream":
+        """The caller's live events (job states, metrics, versions); see EventStream."""
+        return EventStream(self)
+
+
+class EventStream:
+    """Events from ``GET /api/v1/events``, read on a background thread (so it
+    works inside a running notebook event loop too).
+
+    .. code-block:: python
+
+        with client.events() as stream:
+            for event in stream.iter(timeout=30):   # stops after 30 s of silence
+                print(event["type"], event.get("status"))
+    """
+
+    def __init__(self, client: Client):
+        import queue
+        import threading
+
+        self._queue: "queue.Queue[dict | None]" = queue.Queue()
+        self._closed = threading.Event()
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._url = client.url.replace("http://", "ws://").replace("https://", "wss://") + "/api/v1/events"
+        self._token = client.token
+        self._thread = threading.Thread(target=self._main, name="easeml-events", daemon=True)
+        self._thread.start()
+        self._ready.wait(30)
+        if self._error is not None:
+            raise self._error
+
+    def _main(self) -> None:
+        import asyncio
+
+        asyncio.run(self._read())
+
+    async def _read(self) -> None:
+        import asyncio
+
+        import tornado.httpclient
+        import tornado.websocket
+
+        try:
+            request = tornado.httpclient.HTTPRequest(self._url, headers={"Authorization": f"token {self._token}"})
+            ws = await tornado.websocket.websocket_connect(request)
+        except tornado.httpclient.HTTPClientError as error:
+            self._error = AuthError(str(error)) if error.code == 401 else ServiceError(error.code, "http_error", str(error))
+            self._ready.set()
+            return
+        except OSError as error:
+            self._error = error
+            self._ready.set()
+            return
+        hello = await ws.read_message()
+        self._ready.set()
+        if hello is None:
+            self._queue.put(None)
+            return
+        while not self._closed.is_set():
+            try:
+                message = await asyncio.wait_for(ws.read_message(), 0.2)
+            except asyncio.TimeoutError:
+                continue
+            if message is None:
+                break
+            self._queue.put(json.loads(message))
+        ws.close()
+        self._queue.put(None)
+
+    def get(self, timeout: float | None = None) -> dict[str, Any] | None:
+        """The next event, or None when the stream ended or ``timeout`` passed."""
+        import queue
+
+        try:
+            return self._queue.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def iter(self, timeout: float | None = None) -> Iterator[dict[str, Any]]:
+        while (event := self.get(timeout)) is not None:
+            yield event
+
+    def close(self) -> None:
+        self._closed.set()
+        self._thread.join(5)
+
+    def __enter__(self) -> "EventStream":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _quote(name: str) -> str:
+    return urllib.parse.quote(str(name), safe="")
+
+
+class Task:
+    """One of your tasks on the service. ``info`` is its last fetched record."""
+
+    def __init__(self, client: Client, info: dict[str, Any]):
+        self.client, self.info = client, info
+        self.name: str = info["name"]
+
+    def __repr__(self) -> str:
+        return f"Task({self.name!r}, program={self.info.get('program')!r})"
+
+    @property
+    def program(self) -> str:
+        return self.info["program"]
+
+    def _path(self, suffix: str = "") -> str:
+        return f"/tasks/{_quote(self.name)}{suffix}"
+
+    def refresh(self) -> dict[str, Any]:
+        self.info = self.client.request("GET", self._path())
+        return self.info
+
+    def feed(self, X: Any, y: Any) -> dict[str, Any]:
+        """Add examples; returns the new dataset version (``number``, ``n_examples``...)."""
+        return self.client.request("POST", self._path("/feed"), {"X": self.client._array(X), "y": self.client._array(y)})
+
+    def refine(self, *, keep: Iterable[int] | None = None, drop: Iterable[int] | None = None) -> dict[str, Any]:
+        body = {}
+        if keep is not None:
+            body["keep"] = [int(i) for i in keep]
+        if drop is not None:
+            body["drop"] = [int(i) for i in drop]
+        return self.client.request("POST", self._path("/refine"), body)
+
+    def versions(self) -> list[dict[str, Any]]:
+        return self.client.request("GET", self._path("/versions"))
+
+    def data(self, version: int | None = None) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+        """(example ids, X or None for non-tensor inputs, y) of a version (default latest)."""
+        out = self.client.request("GET", self._path("/examples"), params=None if version is None else {"version": version})
+        return _decode(out["example_ids"]), (_decode(out["X"]) if "X" in out else None), _decode(out["y"])
+
+    def wait(self, timeout: float | None = None, poll: float = 0.25) -> bool:
+        """Block until nothing is queued, running or left to try for the latest
+        version; False if ``timeout`` seconds pass first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if self.refresh().get("idle"):
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            time.sleep(poll)
+
+    def best(self) -> dict[str, Any]:
+        return self.client.request("GET", self._path("/best"))
+
+    def infer(self, X: Any) -> np.ndarray:
+        return _decode(self.client.request("POST", self._path("/infer"), {"X": self.client._array(X)})["predictions"])
+
+    def jobs(self) -> list[dict[str, Any]]:
+        return self.client.request("GET", self._path("/jobs"))
+
+    def history(self) -> list[dict[str, Any]]:
+        return self.client.request("GET", self._path("/history"))
+
+    def provenance(self, direction: str = "backward") -> dict[str, Any]:
+        return self.client.request("GET", self._path("/provenance"), params={"direction": direction})
+
+    def cancel(self) -> dict[str, Any]:
+        self.info = self.client.request("POST", self._path("/cancel"))
+        return self.info
+
+    def resume(self) -> dict[str, Any]:
+        self.info = self.client.request("POST", self._path("/resume"))
+        return self.info
+
+    def tags(self) -> dict[str, str]:
+        return self.client.request("GET", self._path("/tags"))
+
+    def set_tags(self, **tags: str) -> dict[str, str]:
+        return self.client.request("PUT", self._path("/tags"), {k: str(v) for k, v in tags.items()})

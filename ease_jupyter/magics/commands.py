@@ -1,0 +1,142 @@
+"""One function per ``%easeml`` subcommand: ``(session, args, user_ns) -> Result``.
+
+Kept apart from IPython so they can be called and tested without a kernel.
+``session`` holds the connected ``Client`` (connecting to the embedded
+service on first use when ``connect`` was not called).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from ..client import Client, Task
+from .display import Result
+
+
+class Session:
+    def __init__(self) -> None:
+        self.client: Client | None = None
+
+    def get(self) -> Client:
+        if self.client is None:
+            self.client = Client()
+        return self.client
+
+
+def _need(args: Any, what: str = "NAME") -> str:
+    if not args.name:
+        raise ValueError(f"%easeml {args.command}: expected {what}")
+    return args.name
+
+
+def _value(user_ns: dict, expr: str, what: str) -> Any:
+    """A variable of the notebook (or an attribute/index path of one)."""
+    if expr in user_ns:
+        return user_ns[expr]
+    try:
+        return eval(expr, {}, user_ns)  # noqa: S307 - the notebook's own namespace, typed by its user
+    except Exception as error:  # noqa: BLE001
+        raise ValueError(f"{what}: found {expr!r}, expected a variable of the notebook ({error})") from None
+
+
+def _ids(text: str | None, user_ns: dict) -> list[int] | None:
+    if text is None:
+        return None
+    if all(part.strip().lstrip("-").isdigit() for part in text.split(",")):
+        return [int(p) for p in text.split(",")]
+    return [int(i) for i in np.asarray(_value(user_ns, text, "ids")).ravel()]
+
+
+def _shape(text: str | None) -> list[int] | None:
+    return None if text is None else [int(p) for p in text.strip("[]").split(",") if p.strip()]
+
+
+def _version(task: Task, v: dict) -> Result:
+    return Result(f"{task.name}: dataset version {v['number']} ({v['kind']}, {v['n_examples']} examples)", v)
+
+
+def connect(session: Session, args: Any, user_ns: dict) -> Result:
+    session.client = Client(args.name, args.token)
+    me = session.client.whoami()
+    return Result(f"connected to {session.client.url} as {me['name']}", me)
+
+
+def task(session: Session, args: Any, user_ns: dict, cell: str | None = None) -> Result:
+    name = _need(args)
+    program = cell.strip() if cell and cell.strip() else args.program
+    t = session.get().task(name, input=_shape(args.input), output=_shape(args.output), program=program)
+    user_ns.setdefault("_easeml_tasks", {})[name] = t
+    return Result(f"task {name}", t.info, [{"name": t.name, "program": t.program}])
+
+
+def feed(session: Session, args: Any, user_ns: dict) -> Result:
+    name = _need(args)
+    if len(args.values) != 2:
+        raise ValueError("%easeml feed NAME X y: expected two variable names")
+    t = session.get().task(name)
+    X, y = (_value(user_ns, e, f) for e, f in zip(args.values, ("X", "y")))
+    return _version(t, t.feed(X, y))
+
+
+def refine(session: Session, args: Any, user_ns: dict) -> Result:
+    t = session.get().task(_need(args))
+    return _version(t, t.refine(keep=_ids(args.keep, user_ns), drop=_ids(args.drop, user_ns)))
+
+
+def status(session: Session, args: Any, user_ns: dict) -> Result:
+    client = session.get()
+    if not args.name:
+        board = client.leaderboard()
+        rows = [{"task": r["task"], "model": (r["best"] or {}).get("model"), "config": (r["best"] or {}).get("config"),
+                 "accuracy": (r["best"] or {}).get("accuracy")} for r in board]
+        return Result(f"{len(rows)} task(s)", board, rows, ["task", "model", "config", "accuracy"])
+    t = client.task(args.name)
+    if args.timeout is not None:
+        t.wait(timeout=args.timeout)
+    info = t.refresh()
+    latest = info.get("latest_version") or {}
+    row = {"task": t.name, "version": latest.get("number"), "examples": latest.get("n_examples"),
+           **info.get("jobs", {}), "idle": info.get("idle"), "cancelled": info.get("cancelled")}
+    try:
+        best = t.best()
+        row.update(best=best["model"], config=best["config"], accuracy=best["accuracy"])
+    except Exception:  # noqa: BLE001 - no model yet
+        pass
+    return Result(f"task {t.name}", info, [row])
+
+
+def infer(session: Session, args: Any, user_ns: dict) -> Result:
+    name = _need(args)
+    if len(args.values) != 1:
+        raise ValueError("%easeml infer NAME X: expected one variable name")
+    pred = session.get().task(name).infer(_value(user_ns, args.values[0], "X"))
+    shown = [{"row": i, "prediction": p} for i, p in enumerate(pred.tolist()[:20])]
+    return Result(f"{name}: {len(pred)} prediction(s)", pred, shown)
+
+
+def provenance(session: Session, args: Any, user_ns: dict) -> Result:
+    graph = session.get().task(_need(args)).provenance(direction="all")
+    node = lambda n: "outside" if n is None else f"{n['kind']}:{n['id']}"  # noqa: E731
+    rows = [{"edge": e["kind"], "from": node(e["src"]), "to": node(e["dst"]), "job": e["job_id"]} for e in graph["edges"]]
+    return Result(f"provenance of {args.name}: {len(rows)} edge(s)", graph, rows)
+
+
+def models(session: Session, args: Any, user_ns: dict) -> Result:
+    jobs = session.get().task(_need(args)).jobs()
+    rows = sorted(({"model": j["model"], "config": j["config"], "status": j["status"], "accuracy": j["accuracy"],
+                    "seconds": j["cost_seconds"], "version": j["dataset_version"]} for j in jobs),
+                  key=lambda r: -(r["accuracy"] if r["accuracy"] is not None else -1e9))
+    return Result(f"{args.name}: {len(rows)} model(s) trained or queued", jobs, rows)
+
+
+def cancel(session: Session, args: Any, user_ns: dict) -> Result:
+    info = session.get().task(_need(args)).cancel()
+    return Result(f"task {args.name} cancelled", info)
+
+
+ROUTER: dict[str, Callable[..., Result]] = {
+    "connect": connect, "task": task, "feed": feed, "refine": refine, "status": status,
+    "infer": infer, "provenance": provenance, "models": models, "cancel": cancel,
+}

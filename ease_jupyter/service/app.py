@@ -1,0 +1,163 @@
+"""The tornado application, and ways to run it: in the foreground
+(``easeml serve``) or on a background thread (tests, embedding)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import re
+import signal
+import socket
+import threading
+from pathlib import Path
+from typing import Any
+
+import tornado.httpserver
+import tornado.netutil
+import tornado.web
+from tornado.ioloop import IOLoop
+
+from .config import MIB, ServiceConfig
+from .core import Service
+from .handlers import NotFoundHandler, handlers
+
+log = logging.getLogger(__name__)
+
+
+_TOKEN_IN_QUERY = re.compile(r"([?&]token=)[^&]*")
+access_log = logging.getLogger("tornado.access")
+
+
+def redact(uri: str) -> str:
+    """The request URI with any ``token=`` query value hidden (WebSocket logins)."""
+    return _TOKEN_IN_QUERY.sub(r"\1***", uri)
+
+
+def _log_request(handler: tornado.web.RequestHandler) -> None:
+    status = handler.get_status()
+    level = access_log.info if status < 400 else access_log.warning if status < 500 else access_log.error
+    request = handler.request
+    level("%d %s %s (%s) %.2fms", status, request.method, redact(request.uri or ""), request.remote_ip,
+          1000.0 * request.request_time())
+
+
+def make_app(service: Service) -> tornado.web.Application:
+    return tornado.web.Application(
+        handlers(service),
+        default_handler_class=NotFoundHandler,
+        default_handler_args={"service": service},
+        websocket_ping_interval=20,
+        log_function=_log_request,
+    )
+
+
+def _server(app: tornado.web.Application, config: ServiceConfig) -> tuple[tornado.httpserver.HTTPServer, int]:
+    # The server accepts bodies up to the chunk limit plus slack; the handlers
+    # answer 413 with a JSON error above each route's own limit.
+    server = tornado.httpserver.HTTPServer(app, max_body_size=max(config.max_chunk_bytes, config.max_json_bytes) + MIB,
+                                           xheaders=False)
+    sockets = tornado.netutil.bind_sockets(config.port, address=config.host, family=socket.AF_INET)
+    server.add_sockets(sockets)
+    return server, sockets[0].getsockname()[1]
+
+
+class ServiceThread:
+    """The service on a daemon thread with its own IOLoop. ``url`` once started."""
+
+    def __init__(self, config: ServiceConfig, **service_kwargs: Any):
+        self.config = config
+        self._kwargs = service_kwargs
+        self.service: Service | None = None
+        self.port: int | None = None
+        self._ready = threading.Event()
+        self._loop: IOLoop | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._main, name="easeml-service", daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.config.host}:{self.port}"
+
+    def start(self) -> "ServiceThread":
+        self._thread.start()
+        self._ready.wait(60)
+        if self._error is not None:
+            raise self._error
+        return self
+
+    def _main(self) -> None:
+        async def run() -> None:
+            try:
+                self.service = Service(self.config, **self._kwargs).start()
+                self._server, self.port = _server(make_app(self.service), self.config)
+                self._loop = IOLoop.current()
+                self._stopped = asyncio.Event()
+            except BaseException as error:  # noqa: BLE001 - re-raised in start()
+                self._error = error
+                self._ready.set()
+                return
+            self._ready.set()
+            await self._stopped.wait()
+            self._server.stop()
+            await self._server.close_all_connections()
+
+        asyncio.run(run())
+
+    def stop(self) -> None:
+        if self._loop is not None:
+            self._loop.add_callback(self._stopped.set)
+        self._thread.join(30)
+        if self.service is not None:
+            self.service.stop()
+
+
+def write_service_file(data_dir: Path, url: str, token: str) -> Path:
+    """``<data_dir>/service.json`` (mode 0600): how a Client attaches."""
+    path = Path(data_dir) / "service.json"
+    tmp = path.with_suffix(".json.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        json.dump({"url": url, "token": token, "pid": os.getpid()}, handle)
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
+    return path
+
+
+def serve(config: ServiceConfig, *, admin_token: str | None = None, announce=print) -> None:
+    """Run until SIGINT/SIGTERM. With ``admin_token`` (the embedded service),
+    make sure a matching admin exists and write ``service.json``."""
+
+    async def run() -> None:
+        service = Service(config)
+        if admin_token is not None:
+            from .auth import hash_token
+
+            from ..errors import NotFoundError
+
+            try:
+                service.store.user_by_token_hash(hash_token(admin_token))
+            except NotFoundError:
+                import secrets
+
+                service.store.create_user(f"embedded-{secrets.token_hex(4)}", hash_token(admin_token), is_admin=True)
+        service.start()
+        server, port = _server(make_app(service), config)
+        url = f"http://{config.host}:{port}"
+        if admin_token is not None:
+            write_service_file(service.data_dir, url, admin_token)
+        announce(f"easeml service listening on {url}/api/v1 (data dir {service.data_dir})")
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, stop.set)
+            except (NotImplementedError, RuntimeError):
+                pass
+        await stop.wait()
+        server.stop()
+        await server.close_all_connections()
+        service.stop()
+
+    asyncio.run(run())

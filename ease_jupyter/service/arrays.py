@@ -1,0 +1,104 @@
+"""Arrays on the wire: ``.npy`` bytes, base64 in JSON for small ones, or
+the id of a chunked upload for large ones (POST /uploads, PUT chunks)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import os
+import threading
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import DataError, InvalidStateError, NotFoundError
+
+ARRAY_EXPECTED = 'a list, {"npy_b64": base64 .npy bytes} or {"upload": upload id}'
+
+
+def to_npy_bytes(array: Any) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, np.ascontiguousarray(np.asarray(array)), allow_pickle=False)
+    return buffer.getvalue()
+
+
+def from_npy_bytes(field: str, data: bytes) -> np.ndarray:
+    try:
+        return np.load(io.BytesIO(data), allow_pickle=False)
+    except Exception as error:  # noqa: BLE001 - any unreadable payload is the caller's data
+        raise DataError(field, f"bytes that are not a .npy array ({type(error).__name__})", ".npy bytes (numpy.save, no pickles)") from None
+
+
+def encode(array: Any) -> dict[str, str]:
+    return {"npy_b64": base64.b64encode(to_npy_bytes(array)).decode("ascii")}
+
+
+def decode(field: str, value: Any, uploads: "Uploads | None" = None, owner_id: int | None = None) -> Any:
+    if isinstance(value, list):
+        return value
+    if isinstance(value, dict) and "npy_b64" in value:
+        try:
+            raw = base64.b64decode(value["npy_b64"], validate=True)
+        except (binascii.Error, TypeError, ValueError):
+            raise DataError(field, "invalid base64", "base64 of .npy bytes") from None
+        return from_npy_bytes(field, raw)
+    if isinstance(value, dict) and "upload" in value and uploads is not None and owner_id is not None:
+        return from_npy_bytes(field, uploads.read(owner_id, value["upload"]))
+    raise DataError(field, type(value).__name__ if value is not None else "nothing", ARRAY_EXPECTED)
+
+
+class Uploads:
+    """Chunked uploads kept as files ``<dir>/<owner id>/<uuid>.part``.
+
+    A chunk must start where the previous one ended (``offset`` = bytes so far),
+    so a client can resume after a failure by asking for the current size.
+    """
+
+    def __init__(self, directory: Path, max_total_bytes: int = 4 * 1024**3):
+        self.directory = Path(directory)
+        self.max_total_bytes = max_total_bytes
+        self._lock = threading.Lock()
+
+    def _path(self, owner_id: int, upload_id: Any) -> Path:
+        try:
+            uid = uuid.UUID(str(upload_id)).hex
+        except ValueError:
+            raise NotFoundError(f"upload {upload_id!r} not found") from None
+        return self.directory / str(int(owner_id)) / f"{uid}.part"
+
+    def create(self, owner_id: int) -> str:
+        uid = uuid.uuid4().hex
+        path = self.directory / str(int(owner_id)) / f"{uid}.part"
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path.touch(mode=0o600)
+        return uid
+
+    def size(self, owner_id: int, upload_id: str) -> int:
+        path = self._path(owner_id, upload_id)
+        if not path.is_file():
+            raise NotFoundError(f"upload {upload_id!r} not found")
+        return path.stat().st_size
+
+    def append(self, owner_id: int, upload_id: str, offset: int, data: bytes) -> int:
+        with self._lock:
+            size = self.size(owner_id, upload_id)
+            if offset != size:
+                raise InvalidStateError(f"offset: found {offset}, expected {size} (the bytes received so far)")
+            if size + len(data) > self.max_total_bytes:
+                raise DataError("upload", f"{size + len(data)} bytes", f"at most {self.max_total_bytes} bytes")
+            with open(self._path(owner_id, upload_id), "ab") as handle:
+                handle.write(data)
+            return size + len(data)
+
+    def read(self, owner_id: int, upload_id: Any) -> bytes:
+        self.size(owner_id, upload_id)
+        return self._path(owner_id, upload_id).read_bytes()
+
+    def delete(self, owner_id: int, upload_id: str) -> None:
+        try:
+            os.unlink(self._path(owner_id, upload_id))
+        except FileNotFoundError:
+            pass

@@ -1,0 +1,57 @@
+"""Service settings: one frozen dataclass, filled from the CLI or by tests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    """Everything ``easeml serve`` can be told.
+
+    Attributes:
+        db_url: SQLAlchemy URL, ``"memory://"``, or None for SQLite in ``data_dir``.
+        data_dir: blobs, SQLite file, uploads and ``service.json`` live here.
+        host, port: where to listen (port 0 picks a free one).
+        max_running_per_user: ACAI's cap on running jobs per user (k).
+        engine: ``"local"`` (a thread pool in this process); ``"dask"`` and
+            ``tcp://...`` are accepted for the later MOP executor.
+        workers: size of the local worker pool (W).
+        executor: ``"process"`` (spawned worker processes; the default) or
+            ``"thread"`` (threads in the service; always used for ``memory://``).
+        max_json_bytes: largest JSON request body (413 above it).
+        max_chunk_bytes: largest upload chunk body (413 above it).
+        tick_seconds: how often the control loop wakes up with nothing to do.
+        seed: random state of the selector.
+        state_save_seconds: save the selector state at most this often (0:
+            after every change). Each save is a new blob, so a busy service
+            may want a few seconds; a restart reconciles an older state with
+            the jobs in the store either way.
+    """
+
+    db_url: str | None = None
+    data_dir: Path | None = None
+    host: str = "127.0.0.1"
+    port: int = 0
+    max_running_per_user: int = 2
+    engine: str = "local"
+    workers: int = 1
+    executor: str = "process"
+    max_json_bytes: int = 1 * MIB
+    max_chunk_bytes: int = 64 * MIB
+    tick_seconds: float = 0.5
+    seed: int | None = 0
+    state_save_seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.max_running_per_user < 1:
+            raise ValueError(f"max_running_per_user: found {self.max_running_per_user}, expected >= 1")
+        if self.workers < 1:
+            raise ValueError(f"workers: found {self.workers}, expected >= 1")
+        if self.executor not in ("process", "thread"):
+            raise ValueError(f"executor: found {self.executor!r}, expected 'process' or 'thread'")
+        if not (self.engine in ("local", "dask") or self.engine.startswith("tcp://")):
+            raise ValueError(f"engine: found {self.engine!r}, expected local, dask or tcp://HOST:PORT")

@@ -1,0 +1,323 @@
+"""The service's operations, one method per API call, independent of HTTP.
+
+Every method takes the calling ``User`` and answers only about that user's
+tasks: another user's task is "not found", exactly like a missing one.
+Results are plain JSON-ready dicts.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import datasets, training
+from ..errors import AlreadyExistsError, DataError, InvalidStateError, NotFoundError
+from ..schema import format_program, parse
+from ..store import DatasetVersion, Edge, Job, Node, NodeKind, Store, BlobStore, Task, User, open_store
+from . import arrays
+from .auth import check_name, create_user
+from .config import ServiceConfig
+from .events import EventBus
+from .loop import ControlLoop
+from .runner import SklearnExecutor, SklearnProcessExecutor
+from ..zoo import Engine
+
+
+def _iso(value) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def task_json(task: Task) -> dict[str, Any]:
+    return {"id": task.id, "name": task.name, "program": task.program, "created_at": _iso(task.created_at),
+            "cancelled": task.cancelled}
+
+
+def version_json(v: DatasetVersion) -> dict[str, Any]:
+    return {"id": v.id, "number": v.number, "kind": v.kind.value, "parent_id": v.parent_id,
+            "n_examples": v.n_examples, "created_at": _iso(v.created_at)}
+
+
+def job_json(job: Job, version_number: int | None = None) -> dict[str, Any]:
+    return {"id": job.id, "model": job.model, "config": dict(job.config), "status": job.status.value,
+            "dataset_version_id": job.dataset_version_id, "dataset_version": version_number,
+            "accuracy": job.accuracy, "cost_seconds": job.cost_seconds, "error": job.error,
+            "attempts": job.attempts, "created_at": _iso(job.created_at), "started_at": _iso(job.started_at),
+            "finished_at": _iso(job.finished_at)}
+
+
+def edge_json(edge: Edge) -> dict[str, Any]:
+    node = lambda n: None if n is None else {"kind": n.kind.value, "id": n.id}  # noqa: E731
+    return {"id": edge.id, "kind": edge.kind.value, "src": node(edge.src), "dst": node(edge.dst),
+            "job_id": edge.job_id, "created_at": _iso(edge.created_at)}
+
+
+def _program_text(body: dict[str, Any]) -> str | None:
+    program, inp, out = body.get("program"), body.get("input"), body.get("output")
+    if program is not None and (inp is not None or out is not None):
+        raise DataError("program", "both a program and input/output shapes", "one of them")
+    if program is not None:
+        if not isinstance(program, str):
+            raise DataError("program", type(program).__name__, "ease.ml program text")
+        return format_program(parse(program))
+    if inp is None and out is None:
+        return None
+    for field, shape in (("input", inp), ("output", out)):
+        if not (isinstance(shape, list) and shape and all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape)):
+            raise DataError(field, repr(shape), "a non-empty list of positive integers, e.g. [64]")
+    from ..local import program_from_shapes
+
+    return format_program(program_from_shapes(inp, out))
+
+
+class Service:
+    """Store + blobs + uploads + control loop + event bus."""
+
+    def __init__(self, config: ServiceConfig, *, store: Store | None = None, blobs: BlobStore | None = None):
+        self.config = config
+        data_dir = Path(config.data_dir) if config.data_dir else Path(tempfile.mkdtemp(prefix="easeml-"))
+        self.data_dir = data_dir
+        if store is None:
+            store, blobs = open_store(config.db_url, data_dir)
+        self.store, self.blobs = store, blobs
+        self.uploads = arrays.Uploads(data_dir / "uploads")
+        self.events = EventBus()
+        self.started_at = time.time()
+        if config.executor == "process" and config.db_url != "memory://":
+            executor = SklearnProcessExecutor(config.db_url, data_dir, config.workers)
+        else:
+            executor = SklearnExecutor(self.store, self.blobs, config.workers)
+        executors = {Engine.SKLEARN: executor}
+        self.loop = ControlLoop(self.store, self.blobs, executors=executors,
+                                max_running_per_user=config.max_running_per_user,
+                                publish=self.events.publish, tick_seconds=config.tick_seconds, seed=config.seed,
+                                save_every_seconds=config.state_save_seconds)
+
+    def start(self) -> "Service":
+        self.loop.start()
+        return self
+
+    def stop(self) -> None:
+        self.loop.stop()
+        self.store.close()
+
+    # ------------------------------------------------------------ users
+    def add_user(self, caller: User, body: dict[str, Any]) -> dict[str, Any]:
+        self._admin(caller)
+        user, token = create_user(self.store, body.get("name"), admin=bool(body.get("admin", False)))
+        return {"id": user.id, "name": user.name, "admin": user.is_admin, "token": token}
+
+    def list_users(self, caller: User) -> list[dict[str, Any]]:
+        self._admin(caller)
+        return [{"id": u.id, "name": u.name, "admin": u.is_admin, "created_at": _iso(u.created_at)}
+                for u in self.store.list_users()]
+
+    def whoami(self, caller: User) -> dict[str, Any]:
+        return {"id": caller.id, "name": caller.name, "admin": caller.is_admin}
+
+    @staticmethod
+    def _admin(caller: User) -> None:
+        if not caller.is_admin:
+            raise PermissionError("admin rights needed")
+
+    # ------------------------------------------------------------ tasks
+    def _task(self, caller: User, name: str) -> Task:
+        check_name("task", name)
+        return self.store.task_by_name(caller.id, name)  # NotFoundError for others' tasks too
+
+    def create_task(self, caller: User, body: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        """Create, or open when the same program is given again; (task, created)."""
+        name = check_name("name", body.get("name"))
+        text = _program_text(body)
+        try:
+            existing = self.store.task_by_name(caller.id, name)
+        except NotFoundError:
+            if text is None:
+                raise DataError("program", "nothing", "a program or input/output shapes for a new task") from None
+            task = self.store.create_task(caller.id, name, text)
+            self.loop.notify(task.id)
+            self.events.publish(caller.id, {"type": "task", "task_id": task.id, "name": name, "status": "created"})
+            return task_json(task), True
+        if text is not None and existing.program != text:
+            raise AlreadyExistsError(f"task {name!r} exists with program {existing.program}, not {text}")
+        return task_json(existing), False
+
+    def list_tasks(self, caller: User) -> list[dict[str, Any]]:
+        return [task_json(t) for t in self.store.list_tasks(caller.id)]
+
+    def get_task(self, caller: User, name: str) -> dict[str, Any]:
+        task = self._task(caller, name)
+        out = task_json(task)
+        latest = self.store.latest_dataset_version(task.id)
+        out["latest_version"] = None if latest is None else version_json(latest)
+        counts: dict[str, int] = {}
+        for job in self.store.list_jobs(task.id):
+            counts[job.status.value] = counts.get(job.status.value, 0) + 1
+        out["jobs"] = counts
+        out["idle"] = self.loop.is_idle(task.id)
+        out["arms"] = self.loop.arms(task.id)  # 0: no scikit-learn candidates (torch needs the MOP executor)
+        return out
+
+    def cancel(self, caller: User, name: str) -> dict[str, Any]:
+        task = self.store.set_task_cancelled(self._task(caller, name).id, True)
+        self.loop.notify(task.id)
+        self.events.publish(caller.id, {"type": "task", "task_id": task.id, "name": name, "status": "cancelled"})
+        return task_json(task)
+
+    def resume(self, caller: User, name: str) -> dict[str, Any]:
+        task = self.store.set_task_cancelled(self._task(caller, name).id, False)
+        self.loop.notify(task.id)
+        return task_json(task)
+
+    # ------------------------------------------------------------ data
+    def feed(self, caller: User, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        task = self._task(caller, name)
+        if task.cancelled:
+            raise InvalidStateError(f"task {name!r} is cancelled; resume it before feeding")
+        X = arrays.decode("X", body.get("X"), self.uploads, caller.id)
+        y = arrays.decode("y", body.get("y"), self.uploads, caller.id)
+        version = datasets.feed(self.store, self.blobs, task, X, y)
+        for field in ("X", "y"):
+            ref = body.get(field)
+            if isinstance(ref, dict) and "upload" in ref:
+                self.uploads.delete(caller.id, ref["upload"])
+        return self._new_version(caller, task, version)
+
+    def refine(self, caller: User, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        task = self._task(caller, name)
+        keep, drop = body.get("keep"), body.get("drop")
+        for field, ids in (("keep", keep), ("drop", drop)):
+            if ids is not None and not (isinstance(ids, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in ids)):
+                raise DataError(field, repr(ids)[:80], "a list of integer example ids")
+        version = datasets.refine(self.store, self.blobs, task, keep=keep, drop=drop)
+        return self._new_version(caller, task, version)
+
+    def _new_version(self, caller: User, task: Task, version: DatasetVersion) -> dict[str, Any]:
+        self.loop.notify(task.id)
+        out = version_json(version)
+        self.events.publish(caller.id, {"type": "version", "task_id": task.id, "version": out})
+        return out
+
+    def versions(self, caller: User, name: str) -> list[dict[str, Any]]:
+        task = self._task(caller, name)
+        return [version_json(v) for v in self.store.list_dataset_versions(task.id)]
+
+    def examples(self, caller: User, name: str, number: int | None) -> dict[str, Any]:
+        task = self._task(caller, name)
+        versions = self.store.list_dataset_versions(task.id)
+        if not versions:
+            raise NotFoundError(f"task {name!r} has no data yet")
+        match = versions[-1] if number is None else next((v for v in versions if v.number == number), None)
+        if match is None:
+            raise NotFoundError(f"task {name!r} has no dataset version {number}")
+        data = datasets.load(self.store, self.blobs, match)
+        out = {"version": version_json(match), "example_ids": arrays.encode(data.example_ids), "y": arrays.encode(data.y)}
+        if isinstance(data.X, np.ndarray):
+            out["X"] = arrays.encode(data.X)
+        return out
+
+    # ------------------------------------------------------------ results
+    def jobs(self, caller: User, name: str) -> list[dict[str, Any]]:
+        task = self._task(caller, name)
+        numbers = {v.id: v.number for v in self.store.list_dataset_versions(task.id)}
+        return [job_json(j, numbers.get(j.dataset_version_id)) for j in self.store.list_jobs(task.id)]
+
+    def history(self, caller: User, name: str) -> list[dict[str, Any]]:
+        rows = self.jobs(caller, name)
+        for row in rows:
+            metrics: dict[int, dict[str, float]] = {}
+            for m in self.store.list_metrics(row["id"]):
+                metrics.setdefault(m.epoch, {})[m.name] = m.value
+            row["metrics"] = [dict(epoch=e, **v) for e, v in sorted(metrics.items())]
+        return rows
+
+    def best(self, caller: User, name: str) -> dict[str, Any]:
+        return training.best(self.store, self._task(caller, name))
+
+    def leaderboard(self, caller: User) -> list[dict[str, Any]]:
+        rows = []
+        for task in self.store.list_tasks(caller.id):
+            try:
+                best = training.best(self.store, task)
+            except NotFoundError:
+                best = None
+            rows.append({"task": task.name, "best": best})
+        return rows
+
+    def infer(self, caller: User, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        task = self._task(caller, name)
+        X = arrays.decode("X", body.get("X"), self.uploads, caller.id)
+        predictions = training.infer(self.store, self.blobs, task, X)
+        out: dict[str, Any] = {"predictions": arrays.encode(predictions)}
+        if predictions.size <= 10_000:
+            out["list"] = predictions.tolist()
+        return out
+
+    def provenance(self, caller: User, name: str, direction: str = "backward") -> dict[str, Any]:
+        task = self._task(caller, name)
+        if direction not in ("backward", "forward", "all"):
+            raise DataError("direction", repr(direction), "backward, forward or all")
+        versions = self.store.list_dataset_versions(task.id)
+        edges: dict[int, Edge] = {}
+        if direction == "all":
+            for v in versions:
+                for e in self.store.lineage(Node(NodeKind.DATASET, v.id), direction="forward"):
+                    edges[e.id] = e
+                for e in self.store.lineage(Node(NodeKind.DATASET, v.id), direction="backward"):
+                    edges[e.id] = e
+        elif versions:
+            for e in self.store.lineage(Node(NodeKind.DATASET, versions[-1].id), direction=direction):
+                edges[e.id] = e
+        return {"versions": [version_json(v) for v in versions],
+                "edges": [edge_json(e) for _, e in sorted(edges.items())]}
+
+    # ------------------------------------------------------------ tags
+    def tags(self, caller: User, name: str) -> dict[str, str]:
+        return dict(self.store.tags("task", self._task(caller, name).id))
+
+    def set_tags(self, caller: User, name: str, body: dict[str, Any]) -> dict[str, str]:
+        task = self._task(caller, name)
+        if not isinstance(body, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in body.items()):
+            raise DataError("tags", "a non-string key or value", "an object of string keys and values")
+        for key, value in body.items():
+            if key.startswith("easeml."):
+                raise DataError("tags", repr(key), "keys not starting with 'easeml.' (reserved)")
+            self.store.set_tag("task", task.id, key, value)
+        return dict(self.store.tags("task", task.id))
+
+    # ------------------------------------------------------------ uploads
+    def new_upload(self, caller: User) -> dict[str, Any]:
+        return {"id": self.uploads.create(caller.id), "size": 0}
+
+    def upload_chunk(self, caller: User, upload_id: str, offset: int, data: bytes) -> dict[str, Any]:
+        return {"id": upload_id, "size": self.uploads.append(caller.id, upload_id, offset, data)}
+
+    def upload_size(self, caller: User, upload_id: str) -> dict[str, Any]:
+        return {"id": upload_id, "size": self.uploads.size(caller.id, upload_id)}
+
+    # ------------------------------------------------------------ admin
+    def progress(self, caller: User) -> dict[str, Any]:
+        self._admin(caller)
+        users = []
+        for user in self.store.list_users():
+            tasks = self.store.list_tasks(user.id)
+            counts: dict[str, int] = {}
+            best = []
+            for task in tasks:
+                for job in self.store.list_jobs(task.id):
+                    counts[job.status.value] = counts.get(job.status.value, 0) + 1
+                job = training.best_job(self.store, task)
+                if job is not None:
+                    best.append(job.accuracy)
+            users.append({"name": user.name, "tasks": len(tasks), "jobs": counts,
+                          "mean_best_accuracy": float(np.mean(best)) if best else None})
+        return {"users": users, "loop": self.loop.progress(), "uptime_seconds": time.time() - self.started_at}
+
+    def health(self) -> dict[str, Any]:
+        from .. import __version__
+
+        return {"status": "ok", "version": __version__, "workers": self.loop.workers,
+                "subscribers": self.events.n_subscribers}

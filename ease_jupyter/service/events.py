@@ -1,0 +1,47 @@
+"""In-process publish/subscribe of service events (job states, metrics,
+dataset versions). Publishers may run on any thread; each subscriber gets its
+events on the IOLoop it subscribed from, filtered to what its user may see."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from typing import Any, Callable
+
+Event = dict[str, Any]
+
+
+class EventBus:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._subs: dict[int, tuple[int | None, Callable[[Event], None], Any]] = {}
+        self._ids = itertools.count(1)
+        self._seq = itertools.count(1)
+
+    def subscribe(self, user_id: int | None, callback: Callable[[Event], None], loop: Any = None) -> int:
+        """``user_id`` None sees every event (admins). ``loop`` is a tornado
+        IOLoop to call back on; None calls back on the publishing thread."""
+        with self._lock:
+            sid = next(self._ids)
+            self._subs[sid] = (user_id, callback, loop)
+            return sid
+
+    def unsubscribe(self, sid: int) -> None:
+        with self._lock:
+            self._subs.pop(sid, None)
+
+    def publish(self, owner_id: int, event: Event) -> None:
+        event = {**event, "owner_id": owner_id, "seq": next(self._seq), "time": time.time()}
+        with self._lock:
+            targets = [(cb, loop) for uid, cb, loop in self._subs.values() if uid is None or uid == owner_id]
+        for callback, loop in targets:
+            if loop is None:
+                callback(event)
+            else:
+                loop.add_callback(callback, event)
+
+    @property
+    def n_subscribers(self) -> int:
+        with self._lock:
+            return len(self._subs)

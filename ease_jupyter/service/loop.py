@@ -1,0 +1,481 @@
+"""The control loop: one thread that owns time (ease.ml §5; ACAI §3.3).
+
+Each turn it (1) collects finished jobs and reports them to the selector,
+(2) brings the selector's tenants in line with the store (new tasks, new
+dataset versions, cancelled tasks), (3) starts queued jobs FIFO while workers
+are free and their owner is under the cap of ``k`` running jobs, and (4) asks
+the selector for as many new picks as there are free workers.
+
+Selector tenants are (task, dataset version) pairs named ``"<task id>/<version
+id>"``; their arms are the task's scikit-learn config keys. A new feed or
+refine replaces the tenant, so results on the old version are stale and are
+no longer reported. The selector's state is saved (at most every
+``save_every_seconds``, and on stop) as a blob, and the newest job carries a
+tag pointing at it; a restarted loop restores it, reconciles it with the jobs
+in the store and re-queues the jobs that were left running.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+import time
+from collections import Counter
+from concurrent.futures import Future
+from dataclasses import dataclass
+from queue import Empty, SimpleQueue
+from typing import Callable
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from ..errors import InvalidStateError, NotFoundError
+from ..schema import DataType, Program, TensorField
+from ..selection.selector import Selector
+from ..store import BlobStore, Job, JobStatus, JobUpdate, Store, Task
+from ..training import sklearn_candidates
+from ..zoo import Candidate, Engine, ModelConfig, candidates
+from .runner import JobExecutor
+
+log = logging.getLogger(__name__)
+
+STATE_TAG = "easeml.selector_state"
+MAX_ATTEMPTS = 3  # a job lost by its executor this often is failed
+FLOPS_PER_SECOND = 1e9  # first guess, replaced by measured runtimes (see _cost_seconds)
+NOMINAL_PROGRAMS = (((16,), (4,)), ((16,), (1,)))  # flat classification and regression
+
+
+def _program(inp: tuple[int, ...], out: tuple[int, ...]) -> Program:
+    return Program(DataType((TensorField(inp),)), DataType((TensorField(out),)))
+
+
+def catalogue() -> tuple[list[str], np.ndarray]:
+    """Every scikit-learn config key the zoo can offer, with GP descriptors:
+    the candidate's descriptor plus the config's position within its candidate."""
+    keys: list[str] = []
+    rows: list[list[float]] = []
+    for inp, out in NOMINAL_PROGRAMS:
+        for cand in candidates(_program(inp, out)):
+            if cand.engine is not Engine.SKLEARN:
+                continue
+            for i, config in enumerate(cand.configs):
+                if config.key not in keys:
+                    keys.append(config.key)
+                    rows.append([*cand.descriptor, i / max(1, len(cand.configs) - 1)])
+    d = np.asarray(rows, dtype=float)
+    spread = d.std(axis=0)
+    d = (d - d.mean(axis=0)) / np.where(spread > 0, spread, 1.0)
+    return keys, d
+
+
+@dataclass
+class _Tenant:
+    task_id: int
+    owner_id: int
+    version_id: int
+    configs: dict[str, tuple[str, dict]]  # key -> (candidate name, options)
+
+
+@dataclass
+class _Running:
+    job_id: int
+    tenant: str
+    key: str
+    owner_id: int
+    task_id: int
+
+
+class ControlLoop:
+    def __init__(self, store: Store, blobs: BlobStore, *, executors: dict[Engine, JobExecutor],
+                 max_running_per_user: int = 2, publish: Callable[[int, dict], None] | None = None,
+                 tick_seconds: float = 0.5, seed: int | None = 0, save_every_seconds: float = 0.0):
+        self.store, self.blobs = store, blobs
+        self.executors = executors
+        self.cap = int(max_running_per_user)
+        self.publish = publish or (lambda owner, event: None)
+        self.tick = tick_seconds
+        self.seed = seed
+        self.selector: Selector | None = None
+        self._tenants: dict[str, _Tenant] = {}
+        self._running: dict[int, _Running] = {}
+        self._done: SimpleQueue[int] = SimpleQueue()
+        self._dirty: set[int] = set()
+        self._lock = threading.RLock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_job_id = 0
+        self._start_failures: dict[int, int] = {}
+        self._rate: list[float] = []  # measured seconds per estimated FLOP
+        self.n_observed = 0
+        # Saves are throttled (every state is a new blob); a restart reconciles
+        # the last saved state with the jobs in the store, so nothing is lost.
+        self.save_every = save_every_seconds
+        self._unsaved, self._saved_at = False, 0.0
+        self.error: BaseException | None = None
+
+    # ------------------------------------------------------------ life cycle
+    @property
+    def workers(self) -> int:
+        return sum(e.workers for e in self.executors.values())
+
+    def start(self) -> "ControlLoop":
+        self.recover()
+        self._thread = threading.Thread(target=self._run, name="easeml-control-loop", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        for executor in self.executors.values():
+            executor.shutdown()
+        with self._lock, threadpool_limits(1):
+            if self.selector is not None:
+                self._collect()  # jobs that finished while the executors drained
+                self._save_state()
+
+    def notify(self, task_id: int | None = None) -> None:
+        """A task changed (created, fed, refined, cancelled): look at it next turn."""
+        with self._lock:
+            if task_id is not None:
+                self._dirty.add(task_id)
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.step()
+            except Exception as error:  # noqa: BLE001 - keep serving; surfaced in /admin/progress
+                log.exception("control loop turn failed")
+                self.error = error
+            self._wake.wait(self.tick)
+            self._wake.clear()
+
+    # ------------------------------------------------------------ recovery
+    def recover(self) -> None:
+        """Re-queue jobs left RUNNING and restore the selector state."""
+        with self._lock:
+            jobs = self.store.list_jobs()
+            self._last_job_id = jobs[-1].id if jobs else 0
+            for job in jobs:
+                if job.status is JobStatus.RUNNING:
+                    self.store.update_job(job.id, JobStatus.QUEUED)
+                    log.info("re-queued job %d left running by a previous service", job.id)
+            state = self._load_state()
+            if state is not None:
+                with threadpool_limits(1):
+                    self.selector = Selector.from_dict(state)
+                for name in self.selector.users:
+                    task_id, version_id = (int(x) for x in name.split("/"))
+                    try:
+                        task = self.store.get_task(task_id)
+                    except NotFoundError:
+                        self.selector.remove_user(name)
+                        continue
+                    self._tenants[name] = _Tenant(task_id, task.owner_id, version_id, self._configs(task))
+                for job in self.store.list_jobs(status=JobStatus.SUCCEEDED):
+                    self._learn_rate(job)
+                self._reconcile()
+            else:
+                keys, descriptors = catalogue()
+                with threadpool_limits(1):
+                    # arms="untried": a scikit-learn config is deterministic on a given
+                    # dataset version, so training it again would only repeat its result
+                    # (and a task would never become idle). A new version is a new tenant.
+                    self.selector = Selector(keys, descriptors=descriptors, arms="untried", random_state=self.seed)
+            self._dirty.update(t.id for t in self.store.list_tasks())
+        self._wake.set()
+
+    def _reconcile(self) -> None:
+        """Make the restored selector agree with the jobs in the store: results
+        that finished after the last save are reported, and pending picks with
+        no queued job behind them go back to the pool."""
+        state = {u["name"]: u for u in self.selector.to_dict()["users"] if u}
+        for name, tenant in self._tenants.items():
+            models = state[name]["models"]
+            observed = {models[int(o[0])] for o in state[name]["obs"]}
+            pending = {models[int(k)] for k, _ in state[name]["pending"]}
+            queued: set[str] = set()
+            for job in self.store.list_jobs(tenant.task_id):
+                if job.dataset_version_id != tenant.version_id:
+                    continue
+                key = ModelConfig.of(job.model, dict(job.config)).key
+                if key not in tenant.configs or key not in models:
+                    continue
+                if job.status is JobStatus.QUEUED:
+                    queued.add(key)
+                elif job.status in (JobStatus.SUCCEEDED, JobStatus.FAILED) and key not in observed:
+                    ok = job.status is JobStatus.SUCCEEDED and job.accuracy is not None
+                    self.selector.observe(name, key, job.accuracy if ok else 0.0, cost=job.cost_seconds)
+                    observed.add(key)
+                    pending.discard(key)
+            for key in pending - queued:
+                self.selector.cancel(name, key)
+
+    def _load_state(self) -> dict | None:
+        ids = self.store.find_by_tag("job", STATE_TAG)
+        if not ids:
+            return None
+        digest = self.store.tags("job", max(ids))[STATE_TAG]
+        return json.loads(self.blobs.get_bytes(digest))
+
+    def _save_state(self) -> None:
+        if self._last_job_id == 0 or self.selector is None:
+            return
+        digest = self.blobs.put_bytes(json.dumps(self.selector.to_dict()).encode())
+        self.store.set_tag("job", self._last_job_id, STATE_TAG, digest)
+        self._unsaved, self._saved_at = False, time.monotonic()
+
+    # ------------------------------------------------------------ one turn
+    def step(self) -> None:
+        with self._lock, threadpool_limits(1):
+            changed = self._collect()
+            changed |= self._sync()
+            changed |= self._start_queued()
+            changed |= self._pick()
+            self._unsaved |= changed
+            if self._unsaved and time.monotonic() - self._saved_at >= self.save_every:
+                self._save_state()
+
+    def _collect(self) -> bool:
+        changed = False
+        while True:
+            try:
+                job_id = self._done.get_nowait()
+            except Empty:
+                return changed
+            run = self._running.pop(job_id, None)
+            if run is None:
+                continue
+            job = self.store.get_job(job_id)
+            if job.status is JobStatus.RUNNING:  # the executor lost it (worker died): run it again
+                log.warning("job %d came back from its executor still running; re-queued", job_id)
+                retry = job.attempts < MAX_ATTEMPTS
+                job = self.store.update_job(job_id, JobStatus.QUEUED if retry else JobStatus.FAILED,
+                                            None if retry else JobUpdate(error="lost by its executor too often"))
+                if retry:
+                    self._emit_job(job, run.owner_id)
+                    continue  # still pending in the selector; _start_queued picks it up
+            elif job.status is JobStatus.QUEUED:  # the executor failed before starting it (a broken pool)
+                self._start_failures[job_id] = self._start_failures.get(job_id, 0) + 1
+                if self._start_failures[job_id] < MAX_ATTEMPTS:
+                    continue  # still queued and pending: started again next turn
+                job = self.store.update_job(job_id, JobStatus.CANCELLED, JobUpdate(error="the executor could not start it"))
+            self._emit_job(job, run.owner_id)
+            if run.tenant not in self._tenants:
+                continue  # stale (new version) or cancelled: the result is kept but not reported
+            if job.status is JobStatus.SUCCEEDED and job.accuracy is not None and math.isfinite(job.accuracy):
+                quality = job.accuracy
+                self._learn_rate(job)
+            else:
+                quality = 0.0  # a failing config is a bad arm, not one to retry forever
+            try:
+                self.selector.observe(run.tenant, run.key, quality, cost=job.cost_seconds)
+                self.n_observed += 1
+                changed = True
+            except KeyError:
+                pass
+
+    def _sync(self) -> bool:
+        dirty, self._dirty = self._dirty, set()
+        changed = False
+        for task_id in sorted(dirty):
+            try:
+                task = self.store.get_task(task_id)
+            except NotFoundError:
+                continue
+            current = [n for n, t in self._tenants.items() if t.task_id == task_id]
+            latest = None if task.cancelled else self.store.latest_dataset_version(task_id)
+            wanted = None if latest is None else f"{task_id}/{latest.id}"
+            for name in current:
+                if name != wanted:
+                    self.selector.remove_user(name)
+                    del self._tenants[name]
+                    changed = True
+            self._cancel_queued(task, keep_version=None if latest is None else latest.id)
+            if wanted is None or wanted in self._tenants:
+                continue
+            configs = self._configs(task)
+            known = set(self.selector.model_names)
+            arms = [k for k in configs if k in known]
+            if not arms:
+                log.warning("task %d has no scikit-learn candidates in the catalogue; torch candidates need the MOP executor", task_id)
+                continue
+            costs = {k: self._cost_seconds(task, configs[k], latest.n_examples) for k in arms}
+            self.selector.add_user(wanted, models=arms, costs=costs)
+            self._tenants[wanted] = _Tenant(task_id, task.owner_id, latest.id, configs)
+            self._replay(wanted, task_id, latest.id, set(arms))
+            changed = True
+        return changed
+
+    def _replay(self, tenant: str, task_id: int, version_id: int, arms: set[str]) -> None:
+        """Report results that already exist for this version (a resumed task,
+        or a restart without a saved state), so no config is trained twice."""
+        seen: set[str] = set()
+        for job in self.store.list_jobs(task_id):
+            if job.dataset_version_id != version_id or job.status not in (JobStatus.SUCCEEDED, JobStatus.FAILED):
+                continue
+            key = ModelConfig.of(job.model, dict(job.config)).key
+            if key in arms and key not in seen:
+                ok = job.status is JobStatus.SUCCEEDED and job.accuracy is not None
+                self.selector.observe(tenant, key, job.accuracy if ok else 0.0, cost=job.cost_seconds)
+                seen.add(key)
+
+    def _cancel_queued(self, task: Task, keep_version: int | None) -> None:
+        for job in self.store.list_jobs(task.id, status=JobStatus.QUEUED):
+            if job.dataset_version_id != keep_version:
+                try:
+                    job = self.store.update_job(job.id, JobStatus.CANCELLED)
+                except InvalidStateError:
+                    continue
+                self._emit_job(job, task.owner_id)
+
+    def _running_per_owner(self) -> Counter:
+        return Counter(r.owner_id for r in self._running.values())
+
+    def _free(self) -> int:
+        return self.workers - len(self._running)
+
+    def _start_queued(self) -> bool:
+        """Queued jobs (re-queued after a restart) go first, FIFO per owner."""
+        started = False
+        if self._free() <= 0:
+            return False
+        per_owner = self._running_per_owner()
+        for job in self.store.list_jobs(status=JobStatus.QUEUED):
+            if self._free() <= 0:
+                break
+            if job.id in self._running:
+                continue
+            tenant = f"{job.task_id}/{job.dataset_version_id}"
+            info = self._tenants.get(tenant)
+            if info is None:
+                continue
+            if per_owner[info.owner_id] >= self.cap:
+                continue
+            self._launch(job, tenant, ModelConfig.of(job.model, dict(job.config)).key, info.owner_id)
+            per_owner[info.owner_id] += 1
+            started = True
+        return started
+
+    def _pick(self) -> bool:
+        """Ask for exactly as many picks as there are free workers. A pick whose
+        owner is at the cap is held back (still pending, so the next ask in this
+        turn yields another tenant) and returned to the pool at the end."""
+        if self._free() <= 0 or not self._tenants:
+            return False
+        per_owner = self._running_per_owner()
+        if all(per_owner[t.owner_id] >= self.cap for t in self._tenants.values()):
+            return False
+        held: list[tuple[str, str]] = []
+        asked = False
+        for _ in range(len(self._tenants) + 1):
+            free = self._free()
+            if free <= 0:
+                break
+            picks = self.selector.next_picks(free)
+            if not picks:
+                break
+            asked = True
+            for tenant, key in picks:
+                info = self._tenants[tenant]
+                if per_owner[info.owner_id] >= self.cap:
+                    held.append((tenant, key))
+                    continue
+                name, options = info.configs[key]
+                job = self.store.create_job(info.task_id, info.version_id, name, options)
+                self._last_job_id = max(self._last_job_id, job.id)
+                self._emit_job(job, info.owner_id)
+                self._launch(job, tenant, key, info.owner_id)
+                per_owner[info.owner_id] += 1
+        for tenant, key in held:
+            self.selector.cancel(tenant, key)
+        return asked
+
+    def _launch(self, job: Job, tenant: str, key: str, owner_id: int) -> None:
+        self._running[job.id] = _Running(job.id, tenant, key, owner_id, job.task_id)
+        self.publish(owner_id, {"type": "job", "task_id": job.task_id, "job_id": job.id, "status": "running",
+                                "model": job.model, "config": dict(job.config)})
+        future: Future = self.executors[Engine.SKLEARN].submit(job.id)
+        future.add_done_callback(lambda _f, job_id=job.id: (self._done.put(job_id), self._wake.set()))
+
+    # ------------------------------------------------------------ costs
+    def _configs(self, task: Task) -> dict[str, tuple[str, dict]]:
+        out: dict[str, tuple[str, dict]] = {}
+        try:
+            cands: list[Candidate] = sklearn_candidates(task)
+        except Exception:  # noqa: BLE001 - a program with no candidates has no arms
+            return out
+        for cand in cands:
+            for config in cand.configs:
+                out[config.key] = (cand.name, config.options)
+        return out
+
+    def _candidate_flops(self, task: Task, name: str, n: int) -> float:
+        for cand in sklearn_candidates(task):
+            if cand.name == name:
+                return max(cand.cost(n), 1.0)
+        return 1e6
+
+    def _cost_seconds(self, task: Task, config: tuple[str, dict], n: int) -> float:
+        """Candidate.cost (FLOPs) times the median measured seconds per FLOP
+        (a first guess of 1 GFLOP/s before anything was measured)."""
+        rate = float(np.median(self._rate)) if self._rate else 1.0 / FLOPS_PER_SECOND
+        return max(self._candidate_flops(task, config[0], n) * rate, 1e-3)
+
+    def _learn_rate(self, job: Job) -> None:
+        if not job.cost_seconds:
+            return
+        try:
+            task = self.store.get_task(job.task_id)
+            n = self.store.get_dataset_version(job.dataset_version_id).n_examples
+        except NotFoundError:
+            return
+        self._rate.append(job.cost_seconds / self._candidate_flops(task, job.model, n))
+        del self._rate[:-200]
+
+    # ------------------------------------------------------------ queries
+    def _emit_job(self, job: Job, owner_id: int) -> None:
+        event = {"type": "job", "task_id": job.task_id, "job_id": job.id, "status": job.status.value,
+                 "model": job.model, "config": dict(job.config), "accuracy": job.accuracy,
+                 "cost_seconds": job.cost_seconds}
+        if job.status is JobStatus.SUCCEEDED:
+            event["metrics"] = {m.name: m.value for m in self.store.list_metrics(job.id)}
+        self.publish(owner_id, event)
+
+    def is_idle(self, task_id: int) -> bool:
+        """Nothing running, queued or left to try for the task's latest version."""
+        with self._lock:
+            if task_id in self._dirty or any(r.task_id == task_id for r in self._running.values()):
+                return False
+            if self.store.list_jobs(task_id, status=JobStatus.QUEUED):
+                return False
+            for name, t in self._tenants.items():
+                if t.task_id == task_id:
+                    stats = self.selector.stats(name)
+                    return not stats["eligible"]
+            return True
+
+    def arms(self, task_id: int) -> int:
+        """How many configs the selector explores for the task's latest version."""
+        with self._lock:
+            known = set(self.selector.model_names)
+            return sum(len(known.intersection(t.configs)) for t in self._tenants.values() if t.task_id == task_id)
+
+    def progress(self) -> dict:
+        with self._lock:
+            per_owner = self._running_per_owner()
+            return {
+                "workers": self.workers,
+                "running": len(self._running),
+                "running_per_user": {str(k): v for k, v in per_owner.items()},
+                "tenants": len(self._tenants),
+                "observations": self.n_observed,
+                "mode": self.selector.mode if self.selector else None,
+                "error": None if self.error is None else repr(self.error),
+            }

@@ -1,0 +1,86 @@
+"""Fixtures: a real service on 127.0.0.1 (random free port) on a thread,
+users with tokens, and a tiny stdlib HTTP helper."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import pytest
+
+from ease_jupyter.client import Client
+from ease_jupyter.service import ServiceConfig, ServiceThread
+from ease_jupyter.service.auth import create_user
+
+
+@dataclass
+class Response:
+    status: int
+    body: Any
+    headers: Any
+
+
+def http(url: str, method: str, path: str, *, token: str | None = None, body: Any = None, raw: bytes | None = None,
+         headers: dict[str, str] | None = None) -> Response:
+    hdrs = dict(headers or {})
+    if token is not None:
+        hdrs["Authorization"] = f"token {token}"
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    if data is None and method in ("POST", "PUT"):
+        data = b""
+    request = urllib.request.Request(url + path, data=data, headers=hdrs, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=60) as r:
+            text, status, rh = r.read(), r.status, r.headers
+    except urllib.error.HTTPError as e:
+        text, status, rh = e.read(), e.code, e.headers
+    return Response(status, json.loads(text) if text else None, rh)
+
+
+class Running:
+    def __init__(self, thread: ServiceThread):
+        self.thread = thread
+        self.url = thread.url
+        self.service = thread.service
+        self.tokens: dict[str, str] = {}
+
+    def user(self, name: str, admin: bool = False) -> str:
+        _, token = create_user(self.service.store, name, admin=admin)
+        self.tokens[name] = token
+        return token
+
+    def client(self, name: str) -> Client:
+        return Client(self.url, self.tokens[name])
+
+    def call(self, method: str, path: str, who: str | None = None, **kw: Any) -> Response:
+        return http(self.url, method, "/api/v1" + path, token=self.tokens.get(who) if who else kw.pop("token", None), **kw)
+
+
+def start(tmp_path, **config: Any) -> Running:
+    config.setdefault("tick_seconds", 0.05)
+    config.setdefault("executor", "thread")  # the process pool is tested where it matters (its spawn costs ~2 s)
+    thread = ServiceThread(ServiceConfig(data_dir=tmp_path, **config)).start()
+    return Running(thread)
+
+
+@pytest.fixture
+def svc(tmp_path) -> Iterator[Running]:
+    running = start(tmp_path)
+    running.user("admin", admin=True)
+    running.user("alice")
+    running.user("bob")
+    try:
+        yield running
+    finally:
+        running.thread.stop()
+
+
+@pytest.fixture(scope="session")
+def iris():
+    from sklearn.datasets import load_iris
+
+    X, y = load_iris(return_X_y=True)
+    return X.astype("float32"), y.astype("int64")
