@@ -1,43 +1,77 @@
-"""The headless demo: several users, each a task on data scikit-learn ships.
+"""The headless demo on the scheduler service (issue 5 item 7).
 
-For each user it registers a task, feeds most of the data, refines away a few
-examples, trains every candidate config with a progress bar, picks the best
-model and infers on the examples it held back. It ends with a leaderboard and
-an HTML/JSON report. Until the scheduler service lands this runs in-process on
-the same functions the service will call.
+It starts the service in-process (``ServiceThread``, a temporary data dir by
+default), creates several simulated users with their own tokens, and lets
+each one drive its task through ``ease_jupyter.Client`` over real HTTP, as a
+notebook would:
+
+* the scikit-learn users each declare a flat task on a data set that
+  scikit-learn ships, feed 90% of it and refine away 1% of the examples (as a
+  user cleaning noisy labels would);
+* the image user declares ``input: [8, 8, 1]`` on the digits images, whose
+  candidates are torch nets that the service trains as MOP workloads (each
+  pick: the candidate's learning-rate grid, ``torch_epochs`` epochs).
+
+The service's control loop decides, for all users together, what to train
+next (multi-tenant GP-UCB, HYBRID). The demo waits with a progress bar (jobs
+finished on each task's latest version out of its arms), then infers on the
+held-back 10% with each user's best model, and reports: a per-user
+leaderboard, the average accuracy loss over time (for each user, the best
+validation score among its finished jobs at the end minus the best so far,
+averaged over users, against wall time since the start), and an HTML report
+with the plots plus ``report.json``.
 """
 
 from __future__ import annotations
 
 import html
 import json
+import tempfile
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 from sklearn import datasets as sk_datasets
 
-from .local import LocalWorkspace
-from .training import sklearn_candidates
 from .zoo import ModelConfig
 
-QUICK_MODELS = ("logreg", "knn", "random_forest")
+
+def _digits_images() -> tuple[np.ndarray, np.ndarray]:
+    d = sk_datasets.load_digits()
+    return (d.images / 16.0).astype(np.float32)[..., None], d.target.astype(np.int64)
+
+
+def _flat(loader: Callable[..., Any]) -> Callable[[], tuple[np.ndarray, np.ndarray]]:
+    def load() -> tuple[np.ndarray, np.ndarray]:
+        X, y = loader(return_X_y=True)
+        return X.astype(np.float32), y.astype(np.int64)
+
+    return load
 
 
 @dataclass(frozen=True)
 class DemoUser:
     user: str
     task: str
-    load: Callable[[], Any]
+    load: Callable[[], tuple[np.ndarray, np.ndarray]]
+    kind: str = "sklearn"  # or "torch": an image task trained by MOP
+    limit: int | None = None  # examples used (before the 10% test split)
 
 
 DEMO_USERS = (
-    DemoUser("alice", "digits", sk_datasets.load_digits),
-    DemoUser("bob", "breast_cancer", sk_datasets.load_breast_cancer),
-    DemoUser("carol", "wine", sk_datasets.load_wine),
-    DemoUser("dave", "iris", sk_datasets.load_iris),
+    DemoUser("alice", "digits", _flat(sk_datasets.load_digits)),
+    DemoUser("bob", "breast_cancer", _flat(sk_datasets.load_breast_cancer)),
+    DemoUser("carol", "wine", _flat(sk_datasets.load_wine)),
+    DemoUser("dave", "iris", _flat(sk_datasets.load_iris)),
+    DemoUser("erin", "digit_images", _digits_images, kind="torch", limit=900),
+)
+QUICK_USERS = (
+    DemoUser("alice", "wine", _flat(sk_datasets.load_wine)),
+    DemoUser("bob", "breast_cancer", _flat(sk_datasets.load_breast_cancer)),
+    DemoUser("erin", "digit_images", _digits_images, kind="torch", limit=900),
 )
 
 
@@ -45,6 +79,7 @@ DEMO_USERS = (
 class UserResult:
     user: str
     task: str
+    kind: str
     n_train: int
     n_test: int
     best: dict[str, Any]
@@ -53,127 +88,213 @@ class UserResult:
     versions: list[dict[str, Any]] = field(default_factory=list)
 
 
+@dataclass
+class DemoRun:
+    users: list[UserResult]
+    loss_curve: dict[str, list[float]]
+    elapsed_seconds: float
+    service: dict[str, Any]
+
+    def leaderboard(self) -> list[dict[str, Any]]:
+        rows = []
+        for r in self.users:
+            rows.append({"user": r.user, "task": r.task, "kind": r.kind, "model": r.best["model"],
+                         "config": config_label(r.best["model"], r.best["config"], _best_lr(r)),
+                         "validation": r.best["accuracy"], "test": r.test_accuracy,
+                         "dataset_version": r.best["dataset_version"],
+                         "jobs": sum(j["status"] == "succeeded" for j in r.jobs)})
+        return sorted(rows, key=lambda row: -row["test"])
+
+
+def config_label(model: str, config: dict[str, Any], best_lr: str | None = None) -> str:
+    if "lrs" in config and "epochs" in config:  # a torch pick: the lr grid trained as one MOP workload
+        if best_lr is not None:
+            return f"{model}[{best_lr}] (best of {len(config['lrs'])} rates, {config['epochs']} epochs, MOP)"
+        return f"{model}[lr grid {','.join(f'{lr:g}' for lr in config['lrs'])}, {config['epochs']} epochs]"
+    return ModelConfig.of(model, config).key
+
+
+def _best_lr(r: "UserResult") -> str | None:
+    """The learning rate (``lr=X``) whose config scored best in the user's best torch job."""
+    job = next((j for j in r.jobs if j["id"] == r.best.get("job_id")), None)
+    scores = [(v, k[len("val_accuracy["):-1]) for m in (job or {}).get("metrics", []) for k, v in m.items()
+              if k.startswith("val_accuracy[")]
+    return max(scores)[1] if scores else None
+
+
+def _time(value: str | None) -> float | None:
+    return None if value is None else datetime.fromisoformat(value).timestamp()
+
+
+def loss_curve(histories: dict[str, list[dict[str, Any]]], started: float, ended: float) -> dict[str, list[float]]:
+    """Average accuracy loss over users against seconds since ``started``:
+    for each user, (best validation score among its finished jobs on its
+    latest version at the end) minus (the best among those finished so far,
+    0 before the first)."""
+    finals: dict[str, tuple[float, list[tuple[float, float]]]] = {}
+    for user, jobs in histories.items():
+        latest = max((j["dataset_version"] or 0 for j in jobs), default=0)
+        done = sorted((_time(j["finished_at"]) - started, j["accuracy"]) for j in jobs
+                      if j["status"] == "succeeded" and j["accuracy"] is not None and j["dataset_version"] == latest
+                      and j["finished_at"] is not None)
+        finals[user] = (max((a for _, a in done), default=0.0), done)
+    times = sorted({0.0, *(t for _, done in finals.values() for t, _ in done), ended - started})
+    losses = []
+    for t in times:
+        per_user = [final - max((a for s, a in done if s <= t), default=0.0) for final, done in finals.values()]
+        losses.append(float(np.mean(per_user)) if per_user else 0.0)
+    return {"seconds": [float(t) for t in times], "average_loss": losses}
+
+
 def run_demo(
-    workspace: LocalWorkspace,
     *,
     quick: bool = False,
     seed: int = 0,
+    data_dir: str | Path | None = None,
+    engine: str = "local",
+    torch_epochs: int | None = None,
+    timeout: float = 900.0,
     progress: Callable[[int], Any] | None = None,
     log: Callable[[str], None] = lambda message: None,
-) -> list[UserResult]:
-    """Run every demo user end to end. ``progress(total)`` must return an object
-    with ``update(n)`` and ``set_postfix_str(s)`` (a tqdm bar fits)."""
-    users = DEMO_USERS[:2] if quick else DEMO_USERS
-    only = QUICK_MODELS if quick else None
+) -> DemoRun:
+    """Run every demo user end to end on an in-process service.
+    ``progress(total)`` must return an object with ``update(n)``,
+    ``set_postfix_str(s)`` and ``close()`` (a tqdm bar fits)."""
+    from .client import Client
+    from .service import ServiceConfig, ServiceThread
+    from .service.auth import create_user
+
+    users = QUICK_USERS if quick else DEMO_USERS
+    epochs = torch_epochs or 3
     rng = np.random.default_rng(seed)
-    prepared = []
-    total = 0
-    for spec in users:
-        bunch = spec.load()
-        X, y = bunch.data.astype(np.float32), bunch.target.astype(np.int64)
-        n_classes = int(y.max()) + 1
-        order = rng.permutation(len(X))
-        n_test = max(len(X) // 10, n_classes)
-        test, train = order[:n_test], order[n_test:]
-        task = workspace.as_user(spec.user).task(spec.task, input=[X.shape[1]], output=[n_classes])
-        n_configs = sum(
-            len(c.configs) for c in sklearn_candidates(task.record) if only is None or c.name in only
-        )
-        total += n_configs
-        prepared.append((spec, task, X, y, train, test))
-    bar = progress(total) if progress else None
-
-    results = []
-    for spec, task, X, y, train, test in prepared:
-        log(f"{spec.user}: task {spec.task!r}, feeding {len(train)} examples")
-        task.feed(X[train], y[train])
-        # Drop the first 1% of examples, as a user cleaning noisy labels would.
-        data = task.data()
-        task.refine(drop=data.example_ids[: max(1, len(data.example_ids) // 100)])
-
-        def on_job(job, _user=spec.user):
+    with tempfile.TemporaryDirectory(prefix="easeml-demo-") as scratch:
+        config = ServiceConfig(data_dir=Path(data_dir or scratch), executor="thread", workers=1, engine=engine,
+                               max_running_per_user=2, tick_seconds=0.1, seed=seed, torch_epochs=epochs)
+        thread = ServiceThread(config).start()
+        try:
+            log(f"service on {thread.url} (data dir {config.data_dir})")
+            started = time.time()
+            prepared = []
+            for spec in users:
+                _, token = create_user(thread.service.store, spec.user)
+                client = Client(thread.url, token)
+                X, y = spec.load()
+                order = rng.permutation(len(X))[: spec.limit or len(X)]
+                n_classes = int(y.max()) + 1
+                n_test = max(len(order) // 10, n_classes)
+                test, train = order[:n_test], order[n_test:]
+                task = client.task(spec.task, input=list(X.shape[1:]), output=[n_classes])
+                log(f"{spec.user}: task {spec.task!r} ({spec.kind}), feeding {len(train)} examples")
+                task.feed(X[train], y[train])
+                if spec.kind == "sklearn":
+                    ids, _, _ = task.data()
+                    task.refine(drop=ids[: max(1, len(ids) // 100)].tolist())
+                prepared.append((spec, task, X, y, test))
+            totals = {spec.user: int(task.refresh()["arms"]) for spec, task, *_ in prepared}
+            bar = progress(sum(totals.values())) if progress else None
+            seen = 0
+            deadline = time.monotonic() + timeout
+            idle: set[str] = set()
+            while len(idle) < len(prepared):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the demo did not finish within {timeout:.0f} s")
+                done = 0
+                last = ""
+                for spec, task, *_ in prepared:
+                    info = task.refresh()
+                    latest = (info.get("latest_version") or {}).get("number")
+                    jobs = [j for j in task.jobs() if j["dataset_version"] == latest]
+                    finished = [j for j in jobs if j["status"] in ("succeeded", "failed")]
+                    done += len(finished)
+                    if finished:
+                        j = max(finished, key=lambda j: j["finished_at"] or "")
+                        last = f"{spec.user}: {j['model']} {j['accuracy'] or 0:.3f}"
+                    if info.get("idle"):
+                        idle.add(spec.user)
+                if bar is not None and done > seen:
+                    bar.update(done - seen)
+                    bar.set_postfix_str(last)
+                    seen = done
+                time.sleep(0.25)
             if bar is not None:
-                bar.update(1)
-                score = "failed" if job.accuracy is None else f"{job.accuracy:.3f}"
-                bar.set_postfix_str(f"{_user}: {job.model} {score}")
-
-        task.train(on_job=on_job, only=only)
-        best = task.best()
-        predicted = task.infer(X[test])
-        results.append(
-            UserResult(
-                user=spec.user,
-                task=spec.task,
-                n_train=task.versions()[-1].n_examples,
-                n_test=len(test),
-                best=best,
-                test_accuracy=float(np.mean(predicted == y[test])),
-                jobs=task.history(),
-                versions=[
-                    {"number": v.number, "kind": v.kind.value, "n_examples": v.n_examples,
-                     "parent": v.parent_id}
-                    for v in task.versions()
-                ],
-            )
-        )
-    if bar is not None and hasattr(bar, "close"):
-        bar.close()
-    return results
+                bar.close()
+            ended = time.time()
+            results = []
+            for spec, task, X, y, test in prepared:
+                best = task.best()
+                predicted = np.asarray(task.infer(X[test]))
+                versions = task.versions()
+                results.append(UserResult(
+                    user=spec.user, task=spec.task, kind=spec.kind, n_train=versions[-1]["n_examples"],
+                    n_test=len(test), best=best, test_accuracy=float(np.mean(predicted == y[test])),
+                    jobs=task.history(),
+                    versions=[{"number": v["number"], "kind": v["kind"], "n_examples": v["n_examples"],
+                               "parent": v["parent_id"]} for v in versions]))
+            service = thread.service.loop.progress()
+            curve = loss_curve({r.user: r.jobs for r in results}, started, ended)
+            return DemoRun(results, curve, ended - started, service)
+        finally:
+            thread.stop()
 
 
-def write_report(results: list[UserResult], out_dir: Path, *, elapsed_seconds: float) -> tuple[Path, Path]:
-    """Write report.json and report.html (a leaderboard and per-config scores)."""
+def write_report(run: DemoRun, out_dir: Path) -> tuple[Path, Path]:
+    """Write report.json and report.html (leaderboard, loss over time, configs)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     payload = {
-        "elapsed_seconds": elapsed_seconds,
-        "users": [r.__dict__ for r in results],
+        "elapsed_seconds": run.elapsed_seconds,
+        "leaderboard": run.leaderboard(),
+        "loss_curve": run.loss_curve,
+        "service": run.service,
+        "users": [r.__dict__ for r in run.users],
     }
     json_path = out_dir / "report.json"
     json_path.write_text(json.dumps(payload, indent=2, default=str))
     html_path = out_dir / "report.html"
-    html_path.write_text(_render_html(results, elapsed_seconds))
+    html_path.write_text(_render_html(run))
     return json_path, html_path
 
 
-def _render_html(results: list[UserResult], elapsed_seconds: float) -> str:
+def _render_html(run: DemoRun) -> str:
     import plotly.graph_objects as go
 
-    figure = go.Figure()
-    for r in results:
+    loss = go.Figure(go.Scatter(x=run.loss_curve["seconds"], y=run.loss_curve["average_loss"],
+                                mode="lines+markers", line_shape="hv", name="average accuracy loss"))
+    loss.update_layout(title="Average accuracy loss over users vs wall time", xaxis_title="seconds since start",
+                       yaxis_title="average accuracy loss", height=420)
+    configs = go.Figure()
+    for r in run.users:
         done = [j for j in r.jobs if j["accuracy"] is not None]
-        figure.add_trace(
-            go.Bar(
-                name=f"{r.user}/{r.task}",
-                x=[ModelConfig.of(j["model"], j["config"]).key for j in done],
-                y=[j["accuracy"] for j in done],
-            )
-        )
-    figure.update_layout(
-        title="Validation score of every trained config", barmode="group",
-        yaxis_title="validation accuracy", height=500,
-    )
+        configs.add_trace(go.Bar(name=f"{r.user}/{r.task}", x=[config_label(j["model"], j["config"]) for j in done],
+                                 y=[j["accuracy"] for j in done]))
+    configs.update_layout(title="Validation score of every trained job", barmode="group",
+                          yaxis_title="validation accuracy", height=500)
+    curves = go.Figure()
+    for r in run.users:
+        for j in r.jobs:
+            points = [(m["epoch"], m["val_accuracy"]) for m in j.get("metrics", []) if "val_accuracy" in m and m["epoch"] > 0]
+            if points:
+                curves.add_trace(go.Scatter(x=[p[0] for p in points], y=[p[1] for p in points], mode="lines+markers",
+                                            name=f"{r.user}: {j['model']} (job {j['id']})"))
+    curves.update_layout(title="Torch (MOP) jobs: best config's validation accuracy per epoch",
+                         xaxis_title="epoch", yaxis_title="validation accuracy", height=420)
+    board = run.leaderboard()
+    head = "".join(f"<th>{h}</th>" for h in ("user", "task", "kind", "best model", "validation", "test (held back)",
+                                              "data version", "jobs"))
     rows = "".join(
         "<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in (
-            r.user, r.task, r.best["model"], r.best["config"], f"{r.best['accuracy']:.4f}",
-            f"{r.test_accuracy:.4f}", r.best["dataset_version"], r.n_train,
-        )) + "</tr>"
-        for r in results
-    )
-    head = "".join(f"<th>{h}</th>" for h in (
-        "user", "task", "best model", "config", "validation", "test (held back)",
-        "data version", "examples"))
+            b["user"], b["task"], b["kind"], b["config"], f"{b['validation']:.4f}", f"{b['test']:.4f}",
+            b["dataset_version"], b["jobs"])) + "</tr>"
+        for b in board)
+    parts = [loss.to_html(full_html=False, include_plotlyjs=True), configs.to_html(full_html=False, include_plotlyjs=False)]
+    if curves.data:
+        parts.append(curves.to_html(full_html=False, include_plotlyjs=False))
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>ease_jupyter demo report</title>"
         "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
         "td,th{border:1px solid #ccc;padding:4px 8px}</style></head><body>"
-        f"<h1>ease_jupyter demo</h1><p>{len(results)} users, {elapsed_seconds:.1f} s.</p>"
+        f"<h1>ease_jupyter demo</h1><p>{len(run.users)} users on one scheduler service, "
+        f"{run.elapsed_seconds:.1f} s.</p>"
         f"<h2>Leaderboard</h2><table><tr>{head}</tr>{rows}</table>"
-        f"<h2>All configs</h2>{figure.to_html(full_html=False, include_plotlyjs=True)}"
+        f"<h2>Accuracy loss over time</h2>{parts[0]}<h2>All jobs</h2>{''.join(parts[1:])}"
         "</body></html>"
     )
-
-
-def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
-    started = time.perf_counter()
-    value = fn()
-    return value, time.perf_counter() - started

@@ -40,17 +40,36 @@ def test_console_script_is_installed():
 
 
 def test_demo_quick_writes_a_leaderboard_report(tmp_path):
+    """The demo runs on the scheduler service: simulated users (scikit-learn
+    tasks plus one image task trained by MOP) over HTTP, then a leaderboard,
+    the average accuracy loss over time and an HTML report."""
     out = tmp_path / "report"
     result = CliRunner().invoke(main, ["demo", "--quick", "--data-dir", str(tmp_path / "d"), "--out", str(out)])
     assert result.exit_code == 0, result.output
     report = json.loads((out / "report.json").read_text())
     users = {u["user"]: u for u in report["users"]}
-    assert set(users) == {"alice", "bob"}
+    assert set(users) == {"alice", "bob", "erin"}
     for user in users.values():
-        scores = [j["accuracy"] for j in user["jobs"]]
+        scores = [j["accuracy"] for j in user["jobs"] if j["accuracy"] is not None
+                  and j["dataset_version"] == user["best"]["dataset_version"]]
         assert user["best"]["accuracy"] == max(scores)
-        assert user["test_accuracy"] > 0.85
-        # feed, then a refine that dropped 1% of the examples
-        assert [v["kind"] for v in user["versions"]] == ["feed", "refine"]
+        if user["kind"] == "sklearn":
+            assert user["test_accuracy"] > 0.85
+            # feed, then a refine that dropped 1% of the examples
+            assert [v["kind"] for v in user["versions"]] == ["feed", "refine"]
+    erin = users["erin"]
+    assert erin["kind"] == "torch" and erin["test_accuracy"] > 0.5  # 10 classes: chance is 0.1
+    torch_jobs = [j for j in erin["jobs"] if j["status"] == "succeeded"]
+    assert {j["model"] for j in torch_jobs} == {"lenet", "resnet_small", "vgg_small", "mobilenet_small"}
+    for job in torch_jobs:  # per-epoch metrics of each MOP workload
+        assert [m["epoch"] for m in job["metrics"]] == [1, 2, 3]
+    board = report["leaderboard"]
+    assert {row["user"] for row in board} == set(users)
+    curve = report["loss_curve"]
+    assert len(curve["seconds"]) == len(curve["average_loss"]) >= 2
+    assert curve["seconds"] == sorted(curve["seconds"])
+    assert curve["average_loss"][0] > 0.5 and curve["average_loss"][-1] == 0.0  # starts high, ends at zero
+    assert all(a >= b for a, b in zip(curve["average_loss"], curve["average_loss"][1:]))  # never rises
     html = (out / "report.html").read_text()
     assert "Leaderboard" in html and "alice" in html and "plotly" in html.lower()
+    assert "Accuracy loss over time" in html

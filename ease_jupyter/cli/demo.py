@@ -1,20 +1,20 @@
-"""``easeml demo``: the headless main job."""
+"""``easeml demo``: the headless main job, on the scheduler service."""
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 import click
 
 
 @click.command(name="demo")
-@click.option("--quick", is_flag=True, help="Two users and three model families: about half a minute.")
+@click.option("--quick", is_flag=True,
+              help="Two scikit-learn users and one small image user, under a minute.")
 @click.option(
     "--data-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Where the store lives. Default: a fresh temporary directory, so the demo never touches ~/.easeml.",
+    help="Where the service's store lives. Default: a fresh temporary directory, so the demo never touches ~/.easeml.",
 )
 @click.option(
     "--out",
@@ -23,41 +23,40 @@ import click
     show_default=True,
     help="Directory for report.html and report.json.",
 )
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the held-back test split.")
-def command(quick: bool, data_dir: Path | None, out: Path, seed: int) -> None:
-    """Several users each declare a task on a data set scikit-learn ships,
-    feed and refine it, train every candidate config, and infer with the best
-    model. Prints a leaderboard and writes an HTML report."""
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the held-back test split and the selector.")
+@click.option("--engine", default="local", show_default=True,
+              help="Where the torch (MOP) jobs run: local, dask, or tcp://HOST:PORT.")
+@click.option("--torch-epochs", type=click.IntRange(1, 100), default=None,
+              help="Epochs per learning rate of a torch pick (default: 3).")
+def command(quick: bool, data_dir: Path | None, out: Path, seed: int, engine: str, torch_epochs: int | None) -> None:
+    """Several simulated users, each with a task on data scikit-learn ships
+    (plus one small image task trained by MOP), share one in-process
+    scheduler service. They feed and refine over HTTP while the service picks
+    what to train for whom. Prints a leaderboard and writes an HTML report
+    with the average accuracy loss over time."""
     from rich.console import Console
     from rich.table import Table
     from tqdm import tqdm
 
-    from ..demo import run_demo, timed, write_report
-    from ..local import LocalWorkspace
-    from ..zoo import ModelConfig
+    from ..demo import run_demo, write_report
 
     console = Console(stderr=True)
-    with tempfile.TemporaryDirectory(prefix="easeml-demo-") as scratch:
-        workspace = LocalWorkspace.open(data_dir=data_dir or scratch)
-        results, elapsed = timed(
-            lambda: run_demo(
-                workspace,
-                quick=quick,
-                seed=seed,
-                progress=lambda total: tqdm(total=total, desc="training configs", unit="config"),
-                log=console.log,
-            )
-        )
-        workspace.store.close()
+    run = run_demo(
+        quick=quick, seed=seed, data_dir=data_dir, engine=engine, torch_epochs=torch_epochs,
+        progress=lambda total: tqdm(total=total, desc="jobs (all users)", unit="job"),
+        log=console.log,
+    )
     table = Table(title="Leaderboard (best model per user)")
-    for column in ("user", "task", "best config", "validation", "held-back test", "data version"):
+    for column in ("user", "task", "kind", "best model", "validation", "held-back test", "data version", "jobs"):
         table.add_column(column)
-    for r in results:
-        config = ModelConfig.of(r.best["model"], r.best["config"]).key
-        table.add_row(
-            r.user, r.task, config, f"{r.best['accuracy']:.3f}", f"{r.test_accuracy:.3f}",
-            str(r.best["dataset_version"]),
-        )
-    Console(width=max(Console().width, 120)).print(table)
-    json_path, html_path = write_report(results, out, elapsed_seconds=elapsed)
-    click.echo(f"report: {html_path} and {json_path} ({elapsed:.1f} s)")
+    for row in run.leaderboard():
+        table.add_row(row["user"], row["task"], row["kind"], row["config"], f"{row['validation']:.3f}",
+                      f"{row['test']:.3f}", str(row["dataset_version"]), str(row["jobs"]))
+    Console(width=max(Console().width, 140)).print(table)
+    curve = run.loss_curve
+    marks = [(t, loss) for t, loss in zip(curve["seconds"], curve["average_loss"])]
+    for level in (0.05, 0.02, 0.01):
+        hit = next((t for t, loss in marks if loss <= level), None)
+        click.echo(f"average accuracy loss <= {level}: " + ("never" if hit is None else f"after {hit:.1f} s"))
+    json_path, html_path = write_report(run, out)
+    click.echo(f"report: {html_path} and {json_path} ({run.elapsed_seconds:.1f} s)")

@@ -24,19 +24,21 @@ import click
               help="Where scikit-learn jobs run: spawned worker processes, or threads in the service.")
 @click.option("--max-running", default=2, show_default=True, type=click.IntRange(1, 1000),
               help="Cap on running jobs per user (k).")
+@click.option("--torch-epochs", default=3, show_default=True, type=click.IntRange(1, 1000),
+              help="Epochs each learning rate of a torch pick (one MOP workload) trains.")
 @click.option("--max-json-mb", default=1.0, show_default=True, type=click.FloatRange(0.01), help="Largest JSON body.")
 @click.option("--max-chunk-mb", default=64.0, show_default=True, type=click.FloatRange(0.01), help="Largest upload chunk.")
-def command(db_url, data_dir, engine, host, port, workers, executor, max_running, max_json_mb, max_chunk_mb) -> None:
+def command(db_url, data_dir, engine, host, port, workers, executor, max_running, torch_epochs, max_json_mb, max_chunk_mb) -> None:
     """Run the scheduler service until interrupted."""
     from ease_jupyter.service import ServiceConfig, serve
     from ease_jupyter.store import default_data_dir
 
     if engine != "local":
-        click.echo(f"note: engine {engine!r}: scikit-learn candidates still train on the local pool; "
-                   "the Dask/MOP executor for torch candidates is not plugged in yet", err=True)
+        click.echo(f"note: engine {engine!r} runs the torch (MOP) jobs; scikit-learn candidates train on the "
+                   "local pool", err=True)
     try:
         config = ServiceConfig(db_url=db_url, data_dir=data_dir or default_data_dir(), host=host, port=port,
-                               engine=engine, workers=workers, executor=executor, max_running_per_user=max_running,
+                               engine=engine, workers=workers, executor=executor, max_running_per_user=max_running, torch_epochs=torch_epochs,
                                max_json_bytes=int(max_json_mb * 1024 * 1024), max_chunk_bytes=int(max_chunk_mb * 1024 * 1024))
     except ValueError as error:
         raise click.BadParameter(str(error)) from None

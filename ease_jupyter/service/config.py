@@ -17,8 +17,12 @@ class ServiceConfig:
         data_dir: blobs, SQLite file, uploads and ``service.json`` live here.
         host, port: where to listen (port 0 picks a free one).
         max_running_per_user: ACAI's cap on running jobs per user (k).
-        engine: ``"local"`` (a thread pool in this process); ``"dask"`` and
-            ``tcp://...`` are accepted for the later MOP executor.
+        engine: where torch picks train as MOP workloads: ``"local"`` (the
+            in-process engine, ``workers`` threads), ``"dask"`` (a Dask
+            LocalCluster of ``workers`` processes) or ``tcp://...`` (a Dask
+            scheduler). scikit-learn jobs always run on the local pool.
+        torch: offer torch candidates (image tasks) to the selector.
+        torch_epochs: epochs each learning rate of a torch pick trains.
         workers: size of the local worker pool (W).
         executor: ``"process"`` (spawned worker processes; the default) or
             ``"thread"`` (threads in the service; always used for ``memory://``).
@@ -45,12 +49,16 @@ class ServiceConfig:
     tick_seconds: float = 0.5
     seed: int | None = 0
     state_save_seconds: float = 0.0
+    torch: bool = True
+    torch_epochs: int = 3
 
     def __post_init__(self) -> None:
         if self.max_running_per_user < 1:
             raise ValueError(f"max_running_per_user: found {self.max_running_per_user}, expected >= 1")
         if self.workers < 1:
             raise ValueError(f"workers: found {self.workers}, expected >= 1")
+        if self.torch_epochs < 1:
+            raise ValueError(f"torch_epochs: found {self.torch_epochs}, expected >= 1")
         if self.executor not in ("process", "thread"):
             raise ValueError(f"executor: found {self.executor!r}, expected 'process' or 'thread'")
         if not (self.engine in ("local", "dask") or self.engine.startswith("tcp://")):

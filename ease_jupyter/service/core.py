@@ -23,6 +23,7 @@ from .auth import check_name, create_user
 from .config import ServiceConfig
 from .events import EventBus
 from .loop import ControlLoop
+from .mop import TorchExecutor, is_torch_job, torch_infer
 from .runner import SklearnExecutor, SklearnProcessExecutor
 from ..zoo import Engine
 
@@ -91,7 +92,11 @@ class Service:
         else:
             executor = SklearnExecutor(self.store, self.blobs, config.workers)
         executors = {Engine.SKLEARN: executor}
-        self.loop = ControlLoop(self.store, self.blobs, executors=executors,
+        if config.torch:
+            executors[Engine.TORCH] = TorchExecutor(self.store, self.blobs, engine=config.engine,
+                                                    engine_workers=config.workers, publish=self.events.publish,
+                                                    seed=config.seed or 0)
+        self.loop = ControlLoop(self.store, self.blobs, executors=executors, torch_epochs=config.torch_epochs,
                                 max_running_per_user=config.max_running_per_user,
                                 publish=self.events.publish, tick_seconds=config.tick_seconds, seed=config.seed,
                                 save_every_seconds=config.state_save_seconds)
@@ -158,7 +163,7 @@ class Service:
             counts[job.status.value] = counts.get(job.status.value, 0) + 1
         out["jobs"] = counts
         out["idle"] = self.loop.is_idle(task.id)
-        out["arms"] = self.loop.arms(task.id)  # 0: no scikit-learn candidates (torch needs the MOP executor)
+        out["arms"] = self.loop.arms(task.id)  # scikit-learn configs plus torch candidates (one arm each)
         return out
 
     def cancel(self, caller: User, name: str) -> dict[str, Any]:
@@ -250,7 +255,11 @@ class Service:
     def infer(self, caller: User, name: str, body: dict[str, Any]) -> dict[str, Any]:
         task = self._task(caller, name)
         X = arrays.decode("X", body.get("X"), self.uploads, caller.id)
-        predictions = training.infer(self.store, self.blobs, task, X)
+        job = training.best_job(self.store, task)
+        if job is not None and job.artifact_blob is not None and is_torch_job(self.store, job):
+            predictions = torch_infer(self.store, self.blobs, task, job, X)
+        else:
+            predictions = training.infer(self.store, self.blobs, task, X)
         out: dict[str, Any] = {"predictions": arrays.encode(predictions)}
         if predictions.size <= 10_000:
             out["list"] = predictions.tolist()

@@ -7,7 +7,8 @@ are free and their owner is under the cap of ``k`` running jobs, and (4) asks
 the selector for as many new picks as there are free workers.
 
 Selector tenants are (task, dataset version) pairs named ``"<task id>/<version
-id>"``; their arms are the task's scikit-learn config keys. A new feed or
+id>"``; their arms are the task's scikit-learn config keys and, when a torch
+executor is registered, one arm per torch candidate (``mop.py``). A new feed or
 refine replaces the tenant, so results on the old version are stale and are
 no longer reported. The selector's state is saved (at most every
 ``save_every_seconds``, and on stop) as a blob, and the newest job carries a
@@ -37,6 +38,7 @@ from ..selection.selector import Selector
 from ..store import BlobStore, Job, JobStatus, JobUpdate, Store, Task
 from ..training import sklearn_candidates
 from ..zoo import Candidate, Engine, ModelConfig, candidates
+from .mop import DEFAULT_EPOCHS, torch_arms, torch_candidates
 from .runner import JobExecutor
 
 log = logging.getLogger(__name__)
@@ -45,6 +47,15 @@ STATE_TAG = "easeml.selector_state"
 MAX_ATTEMPTS = 3  # a job lost by its executor this often is failed
 FLOPS_PER_SECOND = 1e9  # first guess, replaced by measured runtimes (see _cost_seconds)
 NOMINAL_PROGRAMS = (((16,), (4,)), ((16,), (1,)))  # flat classification and regression
+NOMINAL_TORCH_PROGRAMS = (((8, 8, 1), (4,)), ((8, 8, 3), (4,)))  # images: the torch arms
+
+
+def arm_key(model: str, config: dict) -> str:
+    """A job's selector arm: the config key for scikit-learn, the candidate
+    name for torch (a torch pick trains the candidate's whole lr grid)."""
+    if _engine_of(config) is Engine.TORCH:
+        return model
+    return ModelConfig.of(model, dict(config)).key
 
 
 def _program(inp: tuple[int, ...], out: tuple[int, ...]) -> Program:
@@ -64,6 +75,11 @@ def catalogue() -> tuple[list[str], np.ndarray]:
                 if config.key not in keys:
                     keys.append(config.key)
                     rows.append([*cand.descriptor, i / max(1, len(cand.configs) - 1)])
+    for inp, out in NOMINAL_TORCH_PROGRAMS:
+        for cand in candidates(_program(inp, out)):
+            if cand.engine is Engine.TORCH and cand.name not in keys:
+                keys.append(cand.name)
+                rows.append([*cand.descriptor, 0.5])
     d = np.asarray(rows, dtype=float)
     spread = d.std(axis=0)
     d = (d - d.mean(axis=0)) / np.where(spread > 0, spread, 1.0)
@@ -85,18 +101,25 @@ class _Running:
     key: str
     owner_id: int
     task_id: int
+    engine: Engine = Engine.SKLEARN
+
+
+def _engine_of(config) -> Engine:
+    return Engine.TORCH if "lrs" in config and "epochs" in config else Engine.SKLEARN
 
 
 class ControlLoop:
     def __init__(self, store: Store, blobs: BlobStore, *, executors: dict[Engine, JobExecutor],
                  max_running_per_user: int = 2, publish: Callable[[int, dict], None] | None = None,
-                 tick_seconds: float = 0.5, seed: int | None = 0, save_every_seconds: float = 0.0):
+                 tick_seconds: float = 0.5, seed: int | None = 0, save_every_seconds: float = 0.0,
+                 torch_epochs: int = DEFAULT_EPOCHS):
         self.store, self.blobs = store, blobs
         self.executors = executors
         self.cap = int(max_running_per_user)
         self.publish = publish or (lambda owner, event: None)
         self.tick = tick_seconds
         self.seed = seed
+        self.torch_epochs = int(torch_epochs)
         self.selector: Selector | None = None
         self._tenants: dict[str, _Tenant] = {}
         self._running: dict[int, _Running] = {}
@@ -204,7 +227,7 @@ class ControlLoop:
             for job in self.store.list_jobs(tenant.task_id):
                 if job.dataset_version_id != tenant.version_id:
                     continue
-                key = ModelConfig.of(job.model, dict(job.config)).key
+                key = arm_key(job.model, dict(job.config))
                 if key not in tenant.configs or key not in models:
                     continue
                 if job.status is JobStatus.QUEUED:
@@ -304,7 +327,7 @@ class ControlLoop:
             known = set(self.selector.model_names)
             arms = [k for k in configs if k in known]
             if not arms:
-                log.warning("task %d has no scikit-learn candidates in the catalogue; torch candidates need the MOP executor", task_id)
+                log.warning("task %d has no candidates in the selector's catalogue", task_id)
                 continue
             costs = {k: self._cost_seconds(task, configs[k], latest.n_examples) for k in arms}
             self.selector.add_user(wanted, models=arms, costs=costs)
@@ -320,7 +343,7 @@ class ControlLoop:
         for job in self.store.list_jobs(task_id):
             if job.dataset_version_id != version_id or job.status not in (JobStatus.SUCCEEDED, JobStatus.FAILED):
                 continue
-            key = ModelConfig.of(job.model, dict(job.config)).key
+            key = arm_key(job.model, dict(job.config))
             if key in arms and key not in seen:
                 ok = job.status is JobStatus.SUCCEEDED and job.accuracy is not None
                 self.selector.observe(tenant, key, job.accuracy if ok else 0.0, cost=job.cost_seconds)
@@ -341,6 +364,14 @@ class ControlLoop:
     def _free(self) -> int:
         return self.workers - len(self._running)
 
+    def _engine_full(self, engine: Engine) -> bool:
+        """Each executor has its own slots: a torch pick must not take a
+        scikit-learn worker's place (it would only wait in the MOP queue)."""
+        executor = self.executors.get(engine)
+        if executor is None:
+            return True
+        return sum(r.engine is engine for r in self._running.values()) >= executor.workers
+
     def _start_queued(self) -> bool:
         """Queued jobs (re-queued after a restart) go first, FIFO per owner."""
         started = False
@@ -356,9 +387,9 @@ class ControlLoop:
             info = self._tenants.get(tenant)
             if info is None:
                 continue
-            if per_owner[info.owner_id] >= self.cap:
+            if per_owner[info.owner_id] >= self.cap or self._engine_full(_engine_of(job.config)):
                 continue
-            self._launch(job, tenant, ModelConfig.of(job.model, dict(job.config)).key, info.owner_id)
+            self._launch(job, tenant, arm_key(job.model, dict(job.config)), info.owner_id)
             per_owner[info.owner_id] += 1
             started = True
         return started
@@ -381,27 +412,28 @@ class ControlLoop:
             picks = self.selector.next_picks(free)
             if not picks:
                 break
-            asked = True
             for tenant, key in picks:
                 info = self._tenants[tenant]
-                if per_owner[info.owner_id] >= self.cap:
+                name, options = info.configs[key]
+                if per_owner[info.owner_id] >= self.cap or self._engine_full(_engine_of(options)):
                     held.append((tenant, key))
                     continue
-                name, options = info.configs[key]
                 job = self.store.create_job(info.task_id, info.version_id, name, options)
                 self._last_job_id = max(self._last_job_id, job.id)
                 self._emit_job(job, info.owner_id)
                 self._launch(job, tenant, key, info.owner_id)
                 per_owner[info.owner_id] += 1
+                asked = True  # only a launch changes the state worth saving (held picks go back below)
         for tenant, key in held:
             self.selector.cancel(tenant, key)
         return asked
 
     def _launch(self, job: Job, tenant: str, key: str, owner_id: int) -> None:
-        self._running[job.id] = _Running(job.id, tenant, key, owner_id, job.task_id)
+        engine = _engine_of(job.config)
+        self._running[job.id] = _Running(job.id, tenant, key, owner_id, job.task_id, engine)
         self.publish(owner_id, {"type": "job", "task_id": job.task_id, "job_id": job.id, "status": "running",
                                 "model": job.model, "config": dict(job.config)})
-        future: Future = self.executors[Engine.SKLEARN].submit(job.id)
+        future: Future = self.executors[engine].submit(job.id)
         future.add_done_callback(lambda _f, job_id=job.id: (self._done.put(job_id), self._wake.set()))
 
     # ------------------------------------------------------------ costs
@@ -414,12 +446,17 @@ class ControlLoop:
         for cand in cands:
             for config in cand.configs:
                 out[config.key] = (cand.name, config.options)
+        if Engine.TORCH in self.executors:
+            out.update(torch_arms(task, self.torch_epochs))
         return out
 
     def _candidate_flops(self, task: Task, name: str, n: int) -> float:
-        for cand in sklearn_candidates(task):
+        for cand in [*sklearn_candidates(task), *torch_candidates(task)]:
             if cand.name == name:
-                return max(cand.cost(n), 1.0)
+                flops = max(cand.cost(n), 1.0)
+                if cand.engine is Engine.TORCH:  # every lr config, for every epoch
+                    flops *= len(cand.configs) * self.torch_epochs
+                return flops
         return 1e6
 
     def _cost_seconds(self, task: Task, config: tuple[str, dict], n: int) -> float:
@@ -468,14 +505,16 @@ class ControlLoop:
             return sum(len(known.intersection(t.configs)) for t in self._tenants.values() if t.task_id == task_id)
 
     def progress(self) -> dict:
-        with self._lock:
+        with self._lock, threadpool_limits(1):
             per_owner = self._running_per_owner()
             return {
                 "workers": self.workers,
                 "running": len(self._running),
                 "running_per_user": {str(k): v for k, v in per_owner.items()},
                 "tenants": len(self._tenants),
-                "observations": self.n_observed,
+                "observations": self.n_observed,  # reported by this process since it started
+                # what the (restored) selector holds: survives a restart
+                "selector_observations": {name: int(self.selector.stats(name)["n_obs"]) for name in self._tenants},
                 "mode": self.selector.mode if self.selector else None,
                 "error": None if self.error is None else repr(self.error),
             }

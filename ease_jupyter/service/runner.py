@@ -1,13 +1,12 @@
 """Executors: where a queued job's training runs.
 
 The control loop hands a job id to the executor registered for the job's
-candidate engine. Today only scikit-learn candidates have one: a pool of
-worker processes (``SklearnProcessExecutor``, the default: real parallelism,
-and a fit never holds the service's GIL), or a thread pool in the service
-process (``SklearnExecutor``, for ``memory://`` stores and quick tests). A MOP
-executor for torch candidates plugs in by implementing ``JobExecutor`` and
-being passed to ``ControlLoop(executors={Engine.TORCH: ...})``; until then
-torch candidates are not offered to the selector.
+candidate engine. scikit-learn candidates run on a pool of worker processes
+(``SklearnProcessExecutor``, the default: real parallelism, and a fit never
+holds the service's GIL), or a thread pool in the service process
+(``SklearnExecutor``, for ``memory://`` stores and quick tests). Torch
+candidates run as MOP workloads on ``mop.TorchExecutor``, passed as
+``ControlLoop(executors={Engine.TORCH: ...})``; any ``JobExecutor`` fits there.
 """
 
 from __future__ import annotations

@@ -1,0 +1,166 @@
+"""Load check (issue 5, item 8): 50 concurrent clients, each its own user,
+feeding and polling one ``easeml serve`` subprocess on loopback, bounded in
+time. No request may fail, and no row may be lost or duplicated.
+
+``ServeProcess`` (an ``easeml serve`` subprocess on a free loopback port) is
+also used by test_two_notebooks.py and test_postgres_service.py.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ease_jupyter.client import Client
+
+N_CLIENTS = 50
+N_FEEDS = 3
+BATCH = 12
+TIME_BOUND = 60.0
+
+
+def add_user(data_dir: Path, name: str, *, admin: bool = False, db_url: str | None = None) -> str:
+    """``easeml users add`` on the service's database; returns the token it prints."""
+    cmd = [sys.executable, "-m", "ease_jupyter", "users", "add", name, "--data-dir", str(data_dir)]
+    cmd += ["--admin"] if admin else []
+    cmd += ["--db", db_url] if db_url else []
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip().splitlines()[-1]
+
+
+class ServeProcess:
+    """``easeml serve --port 0`` as a subprocess; ``url`` once it announced itself."""
+
+    def __init__(self, data_dir: Path, *args: str, db_url: str | None = None):
+        cmd = [sys.executable, "-m", "ease_jupyter", "serve", "--data-dir", str(data_dir), "--port", "0", *args]
+        cmd += ["--db", db_url] if db_url else []
+        self.log = Path(data_dir) / "serve.out"
+        self._log = open(self.log, "w")
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._log, text=True)
+        self.url = ""
+        deadline = time.monotonic() + 90
+        while not self.url and time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line and self.proc.poll() is not None:
+                break
+            match = re.search(r"listening on (http://[\d.]+:\d+)/api/v1", line)
+            self.url = match.group(1) if match else ""
+        if not self.url:
+            self.stop()
+            raise RuntimeError(f"easeml serve did not start: {self.log.read_text()[-2000:]}")
+        # Keep draining stdout so the child never blocks on a full pipe.
+        threading.Thread(target=self.proc.stdout.read, daemon=True).start()
+
+    def errors(self) -> list[str]:
+        """Server-side tracebacks and 5xx lines from the service log."""
+        text = self.log.read_text() if self.log.exists() else ""
+        return [line for line in text.splitlines() if "Traceback" in line or re.search(r"\b5\d\d (GET|POST|PUT)", line)]
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self._log.close()
+        return self.proc.returncode
+
+
+def _batch(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+    y = np.arange(n, dtype="int64") % 3  # every class in every batch
+    X = (rng.normal(size=(n, 4)) + y[:, None]).astype("float32")
+    return X, y
+
+
+@pytest.fixture
+def served(tmp_path):
+    # One training worker and the thread executor: training runs (the data is
+    # tiny) but never crowds out the HTTP side on a 2-core machine.
+    admin = add_user(tmp_path, "admin", admin=True)
+    server = ServeProcess(tmp_path, "--workers", "1", "--executor", "thread", "--max-running", "1")
+    try:
+        yield server, admin
+    finally:
+        assert server.stop() == 0
+
+
+def test_fifty_concurrent_clients_feed_and_poll(served):
+    server, admin_token = served
+    admin = Client(server.url, admin_token)
+    tokens = {f"u{i:02d}": admin.add_user(f"u{i:02d}")["token"] for i in range(N_CLIENTS)}
+
+    errors: list[str] = []
+    fed: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    answers: dict[str, list[dict[str, Any]]] = {}
+    counts = {"requests": 0}
+    count_lock = threading.Lock()
+    start_line = threading.Barrier(N_CLIENTS)
+
+    def worker(i: int, name: str, token: str) -> None:
+        client = Client(server.url, token, timeout=TIME_BOUND)
+        rng = np.random.default_rng(i)
+        n = 0
+        try:
+            start_line.wait(30)
+            task = client.task("load", input=[4], output=[3]); n += 1
+            Xs, ys, got = [], [], []
+            for k in range(1, N_FEEDS + 1):
+                X, y = _batch(rng, BATCH)
+                got.append(task.feed(X, y)); n += 1
+                Xs.append(X); ys.append(y)
+                # Poll until the task shows this version (it must, at once).
+                info = task.refresh(); n += 1
+                assert info["latest_version"]["number"] == k, info["latest_version"]
+                client.leaderboard(); task.jobs(); n += 2
+            answers[name] = got
+            fed[name] = (np.concatenate(Xs), np.concatenate(ys))
+        except BaseException as error:  # noqa: BLE001 - collected and asserted below
+            errors.append(f"{name}: {type(error).__name__}: {error}")
+        finally:
+            with count_lock:
+                counts["requests"] += n
+
+    threads = [threading.Thread(target=worker, args=(i, name, tok)) for i, (name, tok) in enumerate(tokens.items())]
+    t0 = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(TIME_BOUND + 30)
+    elapsed = time.monotonic() - t0
+
+    assert not errors, errors[:5]
+    assert elapsed < TIME_BOUND, f"{N_CLIENTS} clients took {elapsed:.1f} s"
+    assert counts["requests"] == N_CLIENTS * (1 + 4 * N_FEEDS)
+    assert len(answers) == N_CLIENTS
+
+    # No lost or duplicated rows: each feed made exactly one version, with the
+    # running total of examples, and the latest version holds exactly what was sent.
+    for name, token in tokens.items():
+        versions = answers[name]
+        assert [v["number"] for v in versions] == list(range(1, N_FEEDS + 1))
+        assert [v["n_examples"] for v in versions] == [BATCH * k for k in range(1, N_FEEDS + 1)]
+        task = Client(server.url, token).task("load")
+        stored = task.versions()
+        assert [(v["number"], v["n_examples"]) for v in stored] == [(k, BATCH * k) for k in range(1, N_FEEDS + 1)]
+        ids, X, y = task.data()
+        X_sent, y_sent = fed[name]
+        assert len(set(ids.tolist())) == len(ids) == N_FEEDS * BATCH
+        np.testing.assert_array_equal(y, y_sent)
+        np.testing.assert_allclose(X, X_sent)
+        assert [t.name for t in Client(server.url, token).tasks()] == ["load"]  # each sees its own task only
+
+    progress = admin.progress()
+    assert progress is not None
+    assert not server.errors(), server.errors()[:5]
