@@ -264,8 +264,15 @@ def _render_html(run: DemoRun) -> str:
     configs = go.Figure()
     for r in run.users:
         done = [j for j in r.jobs if j["accuracy"] is not None]
-        configs.add_trace(go.Bar(name=f"{r.user}/{r.task}", x=[config_label(j["model"], j["config"]) for j in done],
-                                 y=[j["accuracy"] for j in done]))
+        # One bar per config: jobs on an older data version are labelled with
+        # it, or plotly would stack them onto the newer job's bar.
+        newest = max((j["dataset_version"] for j in done), default=None)
+        labels = [
+            config_label(j["model"], j["config"])
+            + ("" if j["dataset_version"] == newest else f" (v{j['dataset_version']})")
+            for j in done
+        ]
+        configs.add_trace(go.Bar(name=f"{r.user}/{r.task}", x=labels, y=[j["accuracy"] for j in done]))
     configs.update_layout(title="Validation score of every trained job", barmode="group",
                           yaxis_title="validation accuracy", height=500)
     curves = go.Figure()
