@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import uuid
 import math
 import threading
 import time
@@ -122,16 +120,7 @@ class _ResumableRunner(MOPRunner):
             if spec.id in self._resume:
                 epoch, data = self._resume[spec.id]
                 old = self._latest[spec.id]
-                if self.hop == "bytes":
-                    self._latest[spec.id] = data
-                else:  # a unique name (MOPRunner._store numbers its files by count)
-                    sub = os.path.join(self._dir, "resume")
-                    os.makedirs(sub, exist_ok=True)
-                    path = os.path.join(sub, f"{uuid.uuid4().hex}.pt")
-                    with open(path + ".tmp", "wb") as f:
-                        f.write(data)
-                    os.replace(path + ".tmp", path)
-                    self._latest[spec.id] = path
+                self._latest[spec.id] = self._store(data, spec.id)
                 self._discard(old)
                 self._epochs[spec.id] = int(epoch)
 

@@ -44,6 +44,7 @@ import os
 import shutil
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -286,7 +287,8 @@ class MOPRunner:
             return data
         sub = os.path.join(self._dir, "init")
         os.makedirs(sub, exist_ok=True)
-        path = os.path.join(sub, f"{len(os.listdir(sub)):06d}.pt")
+        # A unique name: a count of files could repeat once _discard removed some.
+        path = os.path.join(sub, f"{uuid.uuid4().hex}.pt")
         with open(path + ".tmp", "wb") as f:
             f.write(data)
         os.replace(path + ".tmp", path)
