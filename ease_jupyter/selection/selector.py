@@ -24,7 +24,7 @@ import numpy as np
 from .baselines import choose_ei, fixed_order_ranks, policy_spec
 from .gp import ModelPrior, UserGP, default_kernel
 from .parallel import pending_aware_std
-from .pickers import PickState, make_picker
+from .pickers import Greedy, PickState, make_picker
 from .ucb import BETA_SCHEDULES, expected_improvement
 
 __all__ = ["Selector", "ARMS"]
@@ -206,6 +206,7 @@ class Selector:
         self._total_best = 0.0
         self._c_star = 1.0
         self.n_decisions = 0
+        self.last_decision: dict[str, Any] | None = None  # see _explain
         self._force_scores = False
 
     # ------------------------------------------------------------------ helpers
@@ -455,6 +456,7 @@ class Selector:
                 continue
             B = float(u.scores[k]) if u.scores is not None else self._ucb_of(u, k)
             u.pending[k] = B
+            self.last_decision = self._explain(state, u, k)
             self.picker.on_pick(state, slot)
             self._dirty.add(slot)
             self.n_decisions += 1
@@ -551,6 +553,23 @@ class Selector:
         return {"n_obs": u.gp.n_obs, "pending": [u.names[k] for k in u.pending], "best": self.best(u.name),
                 "e_bar": u.e_bar, "sigma_bar": u.sigma_bar, "gap": gap, "beta": self._beta(u),
                 "weight": u.weight, "eligible": bool(avail.any())}
+
+    def _explain(self, state: PickState, u: _User, k: int) -> dict[str, Any]:
+        """Why ``u`` was served: the phase that chose her and, in GREEDY's
+        phase, the candidate set ``V_t`` of Algorithm 2 line 7 with each
+        candidate's gap (what line 8 maximises)."""
+        greedy = getattr(self.picker, "greedy", self.picker)
+        V = getattr(greedy, "last_candidates_", None)
+        mode = self.mode
+        if isinstance(greedy, Greedy) and mode == "greedy":
+            phase = "initial" if V is None else "greedy"
+        else:
+            phase = mode
+        candidates = None
+        if phase == "greedy":
+            candidates = {self._slots[i].name: float(state.gap[i]) for i in sorted(V)}
+        return {"user": u.name, "model": u.names[k], "phase": phase, "policy": self.picker.name,
+                "candidates": candidates, "decision": self.n_decisions}
 
     @property
     def mode(self) -> str:

@@ -168,3 +168,31 @@ def test_cost_awareness_prefers_cheap_models_at_equal_belief():
     obl = Selector(["a", "b", "c"], prior=prior, cost_aware=False)
     obl.add_user("x", costs={"a": 10.0, "b": 1.0, "c": 5.0})
     assert obl.next_picks(1) == [("x", "a")]  # ties broken by catalogue order
+
+
+def test_last_decision_explains_initial_greedy_and_round_robin_phases():
+    hist = np.array([[0.9, 0.6, 0.7], [0.8, 0.5, 0.7], [0.7, 0.4, 0.6], [0.95, 0.5, 0.8]])
+    sel = Selector(["a", "b", "c"], history=hist, policy="hybrid", s=1, random_state=0)
+    sel.add_user("alice")
+    sel.add_user("bob")
+    assert sel.last_decision is None
+    (pick,) = sel.next_picks(1)
+    d = sel.last_decision
+    assert (d["user"], d["model"]) == pick and d["phase"] == "initial" and d["candidates"] is None
+    sel.observe(*pick, quality=0.8)
+    (pick,) = sel.next_picks(1)
+    sel.observe(*pick, quality=0.7)
+    (pick,) = sel.next_picks(1)
+    d = sel.last_decision
+    assert d["phase"] == "greedy"
+    # the served user is the candidate of V_t with the largest gap (Alg. 2 line 8)
+    assert d["user"] in d["candidates"]
+    assert d["candidates"][d["user"]] == max(d["candidates"].values())
+    stats = {u: sel.stats(u)["sigma_bar"] for u in ("alice", "bob")}
+    mean = np.mean(list(stats.values()))
+    assert set(d["candidates"]) == {u for u, sb in stats.items() if sb >= mean - 1e-12}
+
+    rr = Selector(["a", "b", "c"], history=hist, policy="round_robin", random_state=0)
+    rr.add_user("alice")
+    rr.next_picks(1)
+    assert rr.last_decision["phase"] == "round_robin" and rr.last_decision["candidates"] is None
