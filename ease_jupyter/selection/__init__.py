@@ -16,7 +16,8 @@ Pure numpy / scipy / scikit-learn: no I/O, no service, no clock.
 
 from .baselines import POLICIES, oracle_schedule, policy_spec
 from .gp import ModelPrior, UserGP, impute_history
-from .pickers import EIGreedy, Greedy, Hybrid, PickState, RandomPicker, RoundRobin, UserPicker, make_picker
+from .pickers import (EIGreedy, Greedy, Hybrid, PickState, RandomPicker, RegretGreedy, RoundRobin, UserPicker,
+                      make_picker)
 from .selector import Selector
 from .simulator import LEVELS, Episode, run_episode, simulate, summarise, time_to_loss, validate_matrices
 from .single import GPUCB
@@ -26,7 +27,7 @@ from .ucb import beta_t, cost_scale, expected_improvement, ucb_scores
 __all__ = [
     "POLICIES", "policy_spec", "oracle_schedule",
     "ModelPrior", "UserGP", "impute_history",
-    "PickState", "UserPicker", "RoundRobin", "RandomPicker", "Greedy", "Hybrid", "EIGreedy", "make_picker",
+    "PickState", "UserPicker", "RoundRobin", "RandomPicker", "Greedy", "Hybrid", "EIGreedy", "RegretGreedy", "make_picker",
     "Selector", "GPUCB",
     "LEVELS", "Episode", "run_episode", "simulate", "summarise", "time_to_loss", "validate_matrices",
     "SYN_FIGURE8", "make_synthetic", "syn_dataset",

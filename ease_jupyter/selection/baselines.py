@@ -31,6 +31,11 @@ most_recent     ROUNDROBIN   fixed order: the catalogue (CSV column) order rever
 fixed_order     ROUNDROBIN   fixed order given by the caller (``model_order=``)
 ei_greedy       EI-GREEDY    GP-EI per second; the user with the largest EI per second
                              (beyond the paper, see ``pickers.EIGreedy``)
+hybrid_ei       HYBRID       GP-EI per second (beyond the paper: HYBRID's user picker, unchanged,
+                             with SPEARMINT*'s model chooser; GREEDY's gap and line-6 bound stay UCB)
+regret_ei       REGRET       GP-EI per second; after everyone is served once, the user with the
+                             largest posterior expected remaining loss (beyond the paper, a
+                             measured negative result: see ``pickers.RegretGreedy``)
 oracle          (oracle)     each user's best model, by loss drop per unit cost
 oracle_greedy   (oracle)     knows every quality and cost; each step trains the pair with
                              the largest drop of the average loss per unit cost (beyond
@@ -63,6 +68,9 @@ POLICIES: dict[str, tuple[str, str]] = {
     "ei_greedy": ("ei_greedy", "ei"),
     "oracle": ("oracle", "oracle"),
     "oracle_greedy": ("oracle_greedy", "oracle"),
+    # beyond the paper (appended last: a policy's index seeds its random stream)
+    "hybrid_ei": ("hybrid", "ei"),
+    "regret_ei": ("regret_greedy", "ei"),
 }
 
 

@@ -472,6 +472,16 @@ class UserGP:
         self.X_obs_.append(int(k))
         self.y_obs_.append(float(y))
 
+    def posterior_cov(self) -> np.ndarray:
+        """The full K_u x K_u posterior covariance ``K - V^T V`` (O(n K^2))."""
+        k = self.models.size
+        if self._cov is not None:
+            prior = self._cov
+        else:
+            prior = self.prior.cov_ if self._full else self.prior.cov_[np.ix_(self.models, self.models)]
+        V = self._V[: self.n_obs]
+        return prior - V.T @ V if self.n_obs else np.array(prior, dtype=float, copy=True).reshape(k, k)
+
     def hallucinated_var(self, pending: Sequence[int]) -> np.ndarray:
         """Posterior variance as if the ``pending`` models had been observed.
 

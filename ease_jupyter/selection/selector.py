@@ -27,10 +27,15 @@ from .parallel import pending_aware_std
 from .pickers import Greedy, PickState, make_picker
 from .ucb import BETA_SCHEDULES, expected_improvement
 
-__all__ = ["Selector", "ARMS"]
+__all__ = ["Selector", "ARMS", "COST_NORMS"]
 
 #: What GP-UCB ranges over: ``"all"`` arms (the paper's Algorithms 1-2) or the ``"untried"`` ones.
 ARMS = ("all", "untried")
+#: How costs are normalised in ``sqrt(beta_t c*/c_k)``: by the largest cost of all active users
+#: (``"global"``, the paper's: pvldb §4.1 "normalize execution time across all users and all
+#: applications"; Theorems 2-3 ``c* = max_{i,k} c_ik``) or by each user's own largest cost
+#: (``"user"``, beyond the paper).
+COST_NORMS = ("global", "user")
 
 
 @dataclass
@@ -112,6 +117,14 @@ class Selector:
         nor running, so a model is never trained twice. Only the GP-UCB chooser is affected: the
         EI and fixed-order baselines always skip tried models. Running
         (pending) picks are never picked again in either mode.
+    cost_norm : {"global", "user"}, default "global"
+        ``c*`` in ``sqrt(beta_t c*/c_k)``. ``"global"`` is the paper's: the
+        largest cost over all active users (pvldb §4.1 normalises execution
+        time "across all users and all applications"; Theorems 2-3 use
+        ``c* = max_{i,k} c_ik``). ``"user"`` (beyond the paper) divides each
+        user's costs by her own largest cost, so a user whose models are all
+        fast is not given a larger exploration bonus than one whose models
+        are slow.
     weighted : bool, default True
         Use per-user weights in the user pickers (weights default to 1).
     rearm_on_change : bool, default True
@@ -142,7 +155,7 @@ class Selector:
                  cost_aware: bool = True, delta: float = 0.1, beta_schedule: str = "alg1",
                  beta_scale: float = 1.0, s: int = 10,
                  hallucinate: bool = True, weighted: bool = True, rearm_on_change: bool = True,
-                 arms: str = "all", model_order: Sequence[str] | None = None, refit_every_doubling: bool | None = None,
+                 arms: str = "all", cost_norm: str = "global", model_order: Sequence[str] | None = None, refit_every_doubling: bool | None = None,
                  random_state: int | None = None):
         names = [str(m) for m in models]
         if not names:
@@ -170,6 +183,9 @@ class Selector:
         if arms not in ARMS:
             raise ValueError(f"arms: found {arms!r}, expected one of {ARMS}")
         self.arms = arms
+        if cost_norm not in COST_NORMS:
+            raise ValueError(f"cost_norm: found {cost_norm!r}, expected one of {COST_NORMS}")
+        self.cost_norm = cost_norm
         self.hallucinate = bool(hallucinate)
         self.weighted = bool(weighted)
         self.rearm_on_change = bool(rearm_on_change)
@@ -208,6 +224,7 @@ class Selector:
         self.n_decisions = 0
         self.last_decision: dict[str, Any] | None = None  # see _explain
         self._force_scores = False
+        self._crn: np.ndarray | None = None  # common random numbers of the "regret" statistic
 
     # ------------------------------------------------------------------ helpers
     def _model_index_of(self, m: str) -> int:
@@ -270,8 +287,11 @@ class Selector:
             b = math.log(K * t * t / self.delta)
         return self.beta_scale * max(b, 0.0)
 
+    def _c_star_of(self, u: _User) -> float:
+        return float(u.cost.max()) if self.cost_norm == "user" else self._c_star
+
     def _scale(self, u: _User):
-        return (self._c_star / u.cost) if self.cost_aware else 1.0
+        return (self._c_star_of(u) / u.cost) if self.cost_aware else 1.0
 
     def _std(self, u: _User) -> np.ndarray:
         return pending_aware_std(u.gp, list(u.pending), self.hallucinate)
@@ -293,11 +313,13 @@ class Selector:
             u.scores = u.gp.mean_ + np.sqrt(self._beta(u) * self._scale(u)) * std
             if not self._elig[s]:
                 gap = -math.inf
+            elif self.picker.stat == "regret":
+                gap = self._expected_remaining_loss(u)
             elif self.picker.stat == "ei":
                 best = u.best_y if u.best_y is not None else 0.0
                 ei = expected_improvement(u.gp.mean_, std, best)
                 if self.cost_aware:
-                    ei = ei * (self._c_star / u.cost)
+                    ei = ei * (self._c_star_of(u) / u.cost)
                 gap = float(np.max(ei[avail]))
             else:
                 gap = float(np.max(u.scores[avail])) - (u.best_y if u.best_y is not None else 0.0)
@@ -305,6 +327,23 @@ class Selector:
             self._sbar[s] = w * (u.sigma_bar if u.gp.n_obs > 0 else gap)
         else:
             u.scores = None
+
+    _N_DRAWS = 128
+
+    def _expected_remaining_loss(self, u: _User) -> float:
+        """Monte Carlo ``E[max(max_k f(k) - best, 0)]`` under the user's posterior
+        (common random numbers: the same standard normal draws for everyone)."""
+        cov = u.gp.posterior_cov()
+        cov = 0.5 * (cov + cov.T)
+        w, v = np.linalg.eigh(cov)
+        root = v * np.sqrt(np.clip(w, 0.0, None))
+        K = cov.shape[0]
+        z = self._crn
+        if z is None or z.shape[1] < K:
+            z = self._crn = np.random.default_rng(12345).standard_normal((self._N_DRAWS, max(K, 1)))
+        f = u.gp.mean_ + z[:, :K] @ root.T
+        best = u.best_y if u.best_y is not None else 0.0
+        return float(np.mean(np.maximum(f.max(axis=1) - best, 0.0)))
 
     def _refresh_dirty(self) -> None:
         if not self._dirty:
@@ -328,7 +367,7 @@ class Selector:
         if self._chooser == "ucb":
             return int(np.argmax(np.where(avail, u.scores, -np.inf)))
         if self._chooser == "ei":
-            chat = (u.cost / self._c_star) if self.cost_aware else None
+            chat = (u.cost / self._c_star_of(u)) if self.cost_aware else None
             best = u.best_y if u.best_y is not None else 0.0
             return choose_ei(u.gp.mean_, self._std(u), best, chat, avail)
         ranks = self._ranks[u.models]
@@ -596,6 +635,7 @@ class Selector:
             "models": list(self.model_names),
             "config": {"policy": self.policy, "cost_aware": self.cost_aware, "delta": self.delta,
                        "beta_schedule": self.beta_schedule, "beta_scale": self.beta_scale, "s": self.s, "hallucinate": self.hallucinate, "arms": self.arms,
+                       "cost_norm": self.cost_norm,
                        "weighted": self.weighted, "rearm_on_change": self.rearm_on_change,
                        "model_order": self._model_order, "refit_every_doubling": self.refit_every_doubling,
                        "random_state": self.random_state},

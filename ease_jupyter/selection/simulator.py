@@ -120,8 +120,9 @@ def run_episode(policy: str, quality: np.ndarray, cost: np.ndarray | None, prior
                 weights: np.ndarray | None = None, use_weights: bool = True, arrivals: np.ndarray | None = None,
                 departures: np.ndarray | None = None, hallucinate: bool = True, rearm_on_change: bool = True,
                 s: int = 10, delta: float = 0.1, beta_schedule: str = "alg1", beta_scale: float = 1.0,
-                arms: str = "all", model_order: Sequence[int] | None = None, record_picks: bool = False,
-                policy_cost_aware: bool | None = None) -> Episode:
+                arms: str = "all", cost_norm: str = "global", model_order: Sequence[int] | None = None,
+                record_picks: bool = False,
+                policy_cost_aware: bool | None = None, refit_every_doubling: bool = False) -> Episode:
     """Run one policy on the test users until ``budget`` (time units) is spent.
 
     Args:
@@ -136,12 +137,15 @@ def run_episode(policy: str, quality: np.ndarray, cost: np.ndarray | None, prior
             the weighted average; ``use_weights`` tells the policy about them.
         arrivals / departures: per-user times at which users join / leave
             (None: all present throughout). Only present users count in the loss.
-        hallucinate, rearm_on_change, s, delta, beta_schedule, arms: see :class:`Selector`.
+        hallucinate, rearm_on_change, s, delta, beta_schedule, arms, cost_norm: see :class:`Selector`.
             With ``arms="all"`` (the paper's GP-UCB) a model already trained
             can be picked again: the re-run costs its cost again and returns
             the same quality (the matrix is deterministic), so the loss does
             not change.
         record_picks: keep the (user, model) sequence in ``Episode.picks``.
+        refit_every_doubling: refit each test user's kernel hyperparameters from her own
+            observations at 3, 6, 12, ... of them (beyond the paper; see :class:`Selector`).
+            Off by default: the paper fits the kernel once, on the training users.
         policy_cost_aware: override what the policy is told (None: ``cost_aware``);
             False with ``cost_aware`` is the lesion study of pvldb Fig. 12 (left):
             time is cost, but GP-UCB ignores it.
@@ -178,9 +182,9 @@ def run_episode(policy: str, quality: np.ndarray, cost: np.ndarray | None, prior
         pca = cost_aware if policy_cost_aware is None else policy_cost_aware
         sel = Selector(names, prior=prior, policy=policy, cost_aware=pca and cost is not None,
                        delta=delta, beta_schedule=beta_schedule, beta_scale=beta_scale, s=s, hallucinate=hallucinate,
-                       arms=arms, weighted=use_weights, rearm_on_change=rearm_on_change,
+                       arms=arms, cost_norm=cost_norm, weighted=use_weights, rearm_on_change=rearm_on_change,
                        model_order=None if model_order is None else [str(m) for m in model_order],
-                       refit_every_doubling=False, random_state=int(ss.generate_state(1)[0]))
+                       refit_every_doubling=refit_every_doubling, random_state=int(ss.generate_state(1)[0]))
 
     def join(i: int) -> None:
         present[i] = True

@@ -313,3 +313,24 @@ def test_arms_is_validated_and_round_trips():
     old = Selector(["a", "b"], prior=prior).to_dict()
     del old["config"]["arms"]  # a state saved before the option existed keeps its behaviour
     assert Selector.from_dict(old).arms == "untried"
+
+
+def test_regret_greedy_serves_the_user_with_the_largest_expected_remaining_loss():
+    """Beyond the paper (a measured negative result, see docs/selection.md): after everyone is
+    served once, the user with the largest Monte Carlo E[max_k f(k) - best] goes next."""
+    from ease_jupyter.selection import ModelPrior, Selector
+
+    prior = ModelPrior.from_arrays([0.5, 0.5, 0.5], np.diag([0.04, 0.04, 0.0001]))
+    sel = Selector(["a", "b", "c"], prior=prior, policy="regret_ei", random_state=0)
+    sel.add_user("done", costs=[1.0, 1.0, 1.0])
+    sel.add_user("open", costs=[1.0, 1.0, 1.0])
+    first = sel.next_picks(2)
+    assert sorted(u for u, _ in first) == ["done", "open"]
+    for u, m in first:
+        sel.observe(u, m, 0.9 if u == "done" else 0.3)
+    # "open" is at 0.3 with two uncertain models (std 0.2 around 0.5) left; "done" at 0.9 has little to gain
+    (u, _), = sel.next_picks(1)
+    assert u == "open"
+    g = sel._users["open"].gp
+    cov = g.posterior_cov()
+    np.testing.assert_allclose(np.diag(cov), g.var_, atol=1e-12)

@@ -1,6 +1,7 @@
 """The Selector facade: ask/tell, parallel picks, users coming and going, weights, state."""
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -196,3 +197,85 @@ def test_last_decision_explains_initial_greedy_and_round_robin_phases():
     rr.add_user("alice")
     rr.next_picks(1)
     assert rr.last_decision["phase"] == "round_robin" and rr.last_decision["candidates"] is None
+
+
+def _cost_prior():
+    return ModelPrior.from_arrays([0.5, 0.55, 0.5], 0.01 * np.eye(3))
+
+
+def test_cost_units_do_not_change_the_picks():
+    """pvldb §4.1 normalises execution time and Theorems 1-3 put c* = max c_ik in beta_t, so
+    sqrt(beta_t / c_k) is unit-free: the same costs in ms or in hours give the same picks."""
+    rng = np.random.default_rng(3)
+    costs = {u: rng.uniform(0.1, 2.0, 3) for u in ("x", "y")}
+    truth = {(u, m): float(rng.uniform(0.3, 0.9)) for u in costs for m in "abc"}
+    seqs = []
+    for unit in (1.0, 1e3, 1e-4):
+        sel = Selector(list("abc"), prior=_cost_prior(), policy="hybrid")
+        for u, c in costs.items():
+            sel.add_user(u, costs=list(c * unit))
+        seqs.append(drive(sel, truth, 5))
+    assert seqs[0] == seqs[1] == seqs[2]
+
+
+def test_cost_normalisation_global_is_the_papers_and_user_is_per_user():
+    """``c*`` is the largest cost over all users (Theorems 2-3: c* = max_{i,k} c_ik) by default;
+    ``cost_norm="user"`` (beyond the paper) uses each user's own largest cost."""
+    def gap(norm):
+        sel = Selector(list("abc"), prior=_cost_prior(), cost_norm=norm)
+        sel.add_user("fast", costs=[1.0, 2.0, 4.0])
+        sel.add_user("slow", costs=[10.0, 20.0, 40.0])
+        return sel.stats("fast")["gap"], sel.stats("slow")["gap"], sel.stats("fast")["beta"]
+
+    f, s, beta = gap("global")  # c* = 40 for both users
+    assert f == pytest.approx(0.5 + math.sqrt(beta * 40.0 / 1.0) * 0.1)
+    assert s == pytest.approx(0.5 + math.sqrt(beta * 40.0 / 10.0) * 0.1)
+    f, s, beta = gap("user")  # c* = 4 for "fast", 40 for "slow": the same scale for both
+    assert f == pytest.approx(0.5 + math.sqrt(beta * 4.0 / 1.0) * 0.1) == pytest.approx(s)
+    with pytest.raises(ValueError, match="cost_norm"):
+        Selector(list("abc"), prior=_cost_prior(), cost_norm="median")
+    sel = Selector(list("abc"), prior=_cost_prior(), cost_norm="user")
+    assert Selector.from_dict(json.loads(json.dumps(sel.to_dict()))).cost_norm == "user"
+    old = sel.to_dict()
+    del old["config"]["cost_norm"]  # states saved before the option existed: the paper's
+    assert Selector.from_dict(old).cost_norm == "global"
+
+
+def test_hybrid_ei_is_hybrids_user_picker_with_ei_per_cost_models():
+    """Beyond the paper: HYBRID's users (GREEDY's candidate set and UCB gap, then round robin),
+    with SPEARMINT*'s model chooser (EI per unit cost among untried models)."""
+    from ease_jupyter.selection.ucb import expected_improvement
+
+    hist = np.array([[0.9, 0.6, 0.7, 0.5], [0.8, 0.5, 0.7, 0.6], [0.7, 0.4, 0.6, 0.5], [0.95, 0.5, 0.8, 0.4],
+                     [0.85, 0.55, 0.75, 0.45]])
+    costs = {"u0": [4.0, 1.0, 2.0, 0.5], "u1": [1.0, 1.0, 3.0, 2.0], "u2": [2.0, 2.0, 2.0, 2.0]}
+    sel = Selector(list("abcd"), history=hist, policy="hybrid_ei", random_state=0)
+    for u, c in costs.items():
+        sel.add_user(u, costs=c)
+    assert sel.mode == "greedy" and sel.picker.name == "hybrid"
+    rng = np.random.default_rng(0)
+    truth = {(u, m): float(rng.uniform(0.4, 0.9)) for u in costs for m in "abcd"}
+    tried = {u: set() for u in costs}
+    phases = []
+    for _ in range(7):
+        post = {u: sel.posterior(u) for u in costs}
+        st = {u: sel.stats(u) for u in costs}
+        picks = sel.next_picks(1)
+        if not picks:
+            break
+        (u, m), = picks
+        d = sel.last_decision
+        phases.append(d["phase"])
+        if d["phase"] == "greedy":  # Algorithm 2 line 8: the largest "highest UCB - best so far" in V_t
+            assert d["candidates"][u] == max(d["candidates"].values())
+            for v, g in d["candidates"].items():
+                assert g == pytest.approx(st[v]["gap"])
+        mean = np.array([post[u][k][0] for k in "abcd"])
+        std = np.array([post[u][k][1] for k in "abcd"])
+        best = st[u]["best"][1] if st[u]["best"] else 0.0
+        score = expected_improvement(mean, std, best) / np.asarray(costs[u])
+        score[["abcd".index(k) for k in tried[u]]] = -np.inf
+        assert m not in tried[u] and score["abcd".index(m)] == pytest.approx(score.max())
+        tried[u].add(m)
+        sel.observe(u, m, truth[(u, m)])
+    assert phases[:3] == ["initial"] * 3 and "greedy" in phases
