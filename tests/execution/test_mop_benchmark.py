@@ -75,3 +75,63 @@ def test_hop_share(bench):
 def test_nbytes_counts_arrays_and_bytes_in_containers(bench):
     a = np.zeros((10, 4), dtype=np.float32)
     assert bench.nbytes(((a, a[:, 0]), {"k": b"xyz"}, "ignored", 3)) == 160 + 40 + 3
+
+
+def test_seed_stats(bench):
+    s = bench.seed_stats([0.5, 0.7, 0.9])
+    assert s["n"] == 3 and s["mean"] == pytest.approx(0.7)
+    assert s["sd"] == pytest.approx(0.2)  # sample sd (ddof 1)
+    assert s["se"] == pytest.approx(0.2 / math.sqrt(3))
+    assert (s["min"], s["max"]) == (0.5, 0.9)
+    one = bench.seed_stats([0.8])
+    assert one["mean"] == 0.8 and math.isnan(one["sd"]) and math.isnan(one["se"])
+    assert bench.seed_stats([])["n"] == 0
+
+
+def test_compare_over_seeds_uses_each_methods_spread(bench):
+    mop = {"a": [0.90, 0.92, 0.94], "b": [0.60, 0.80, 1.00], "c": [0.50, 0.50, 0.50]}
+    tp = {"a": [0.80, 0.81, 0.82], "b": [0.40, 0.60, 0.80], "c": [0.50, 0.50, 0.50], "only_tp": [0.1, 0.2]}
+    r = bench.compare_over_seeds(mop, tp)
+    assert set(r["per_config"]) == {"a", "b", "c"}
+    a, b, c = (r["per_config"][t] for t in "abc")
+    # a: gap 0.11, SE(diff) = sqrt(0.02^2/3 + 0.01^2/3) ~ 0.0129: far outside 2 SE
+    assert a["gap"] == pytest.approx(0.11)
+    assert a["se_diff"] == pytest.approx(math.sqrt(0.02**2 / 3 + 0.01**2 / 3))
+    assert not a["within_k_se"] and not a["mop_mean_in_tp_range"]
+    # b: the same gap of 0.2 is within 2 SE because both methods spread widely over seeds
+    assert b["gap"] == pytest.approx(0.2)
+    assert b["se_diff"] == pytest.approx(math.sqrt(2 * 0.2**2 / 3))
+    assert b["within_k_se"] and b["mop_mean_in_tp_range"]
+    # c: identical and deterministic: gap 0 with SE 0 counts as within
+    assert c["gap"] == 0 and c["se_diff"] == 0 and c["within_k_se"] and c["gap_in_se"] == 0
+    assert r["configs_within_k_se"] == 2 and r["configs"] == 3 and not r["all_within_k_se"]
+    assert r["mean_gap"] == pytest.approx((0.11 + 0.2 + 0.0) / 3)
+    # one seed per method: no spread, never "within"
+    single = bench.compare_over_seeds({"a": [0.9]}, {"a": [0.9]})
+    assert math.isnan(single["per_config"]["a"]["se_diff"]) and not single["all_within_k_se"]
+
+
+def test_welch_and_holm(bench):
+    from scipy import stats
+
+    m, p = bench.seed_stats([0.9, 0.92, 0.94, 0.91]), bench.seed_stats([0.80, 0.83, 0.81])
+    ref = stats.ttest_ind([0.9, 0.92, 0.94, 0.91], [0.80, 0.83, 0.81], equal_var=False).pvalue
+    assert bench.welch_p(abs(m["mean"] - p["mean"]), m, p) == pytest.approx(ref)
+    flat = bench.seed_stats([0.5, 0.5])
+    assert bench.welch_p(0.0, flat, flat) == 1.0
+    assert math.isnan(bench.welch_p(0.0, bench.seed_stats([0.5]), flat))
+    adj = bench.holm({"a": 0.01, "b": 0.04, "c": 0.03, "d": float("nan")})
+    assert adj["a"] == pytest.approx(0.03) and adj["c"] == pytest.approx(0.06) and adj["b"] == pytest.approx(0.06)
+    assert math.isnan(adj["d"])
+
+
+def test_compare_over_seeds_verdict_corrects_for_many_configs(bench):
+    rng = np.random.default_rng(0)
+    same = {f"c{i}": list(0.9 + 0.01 * rng.standard_normal(5)) for i in range(8)}
+    other = {f"c{i}": list(0.9 + 0.01 * rng.standard_normal(5)) for i in range(8)}
+    r = bench.compare_over_seeds(same, other)
+    assert r["no_significant_difference"] and r["configs_significant"] == 0
+    shifted = {**other, "c0": [v - 0.2 for v in other["c0"]]}
+    r = bench.compare_over_seeds(same, shifted)
+    assert not r["no_significant_difference"] and r["per_config"]["c0"]["significant"]
+    assert r["configs_significant"] == 1
