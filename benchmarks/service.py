@@ -53,9 +53,6 @@ import http.client
 import json
 import os
 import platform
-import re
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -71,6 +68,7 @@ sys.path.insert(0, str(ROOT))
 
 from ease_jupyter.client import Client  # noqa: E402
 from ease_jupyter.errors import NotFoundError  # noqa: E402
+from ease_jupyter.service.testing import ServeProcess, add_user  # noqa: E402
 
 READ_TARGET_P99_MS = 100.0
 EVENT_TARGET_MS = 1000.0
@@ -85,37 +83,16 @@ def pct(values: list[float]) -> dict[str, float]:
 
 
 class Service:
-    """``easeml serve`` on a free loopback port, in a subprocess."""
+    """``easeml serve`` on a free loopback port, in a subprocess, with an admin."""
 
     def __init__(self, data_dir: Path, *args: str):
-        self.admin = self._user(data_dir, "admin")
-        cmd = [sys.executable, "-m", "ease_jupyter", "serve", "--data-dir", str(data_dir), "--port", "0", *args]
-        self.log = open(data_dir / "serve.log", "w")
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, text=True, cwd=ROOT)
-        self.url = ""
-        deadline = time.monotonic() + 90
-        while not self.url and time.monotonic() < deadline and self.proc.poll() is None:
-            m = re.search(r"listening on (http://[\d.]+:\d+)/api/v1", self.proc.stdout.readline())
-            self.url = m.group(1) if m else ""
-        if not self.url:
-            self.stop()
-            raise SystemExit("easeml serve did not start; see " + str(data_dir / "serve.log"))
-        threading.Thread(target=self.proc.stdout.read, daemon=True).start()
-
-    @staticmethod
-    def _user(data_dir: Path, name: str) -> str:
-        out = subprocess.run([sys.executable, "-m", "ease_jupyter", "users", "add", name, "--admin",
-                              "--data-dir", str(data_dir)], capture_output=True, text=True, check=True, cwd=ROOT)
-        return out.stdout.strip().splitlines()[-1]
+        self.admin = add_user(data_dir, "admin", admin=True, cwd=ROOT)
+        self._server = ServeProcess(data_dir, *args, cwd=ROOT)
+        self.url = self._server.url
+        self.pid = self._server.pid
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        self.log.close()
+        self._server.stop()
 
 
 class EventReader:
@@ -228,6 +205,7 @@ def main() -> None:
     n_reads = 40 if args.quick else 400
     n_writes = 20 if args.quick else 100
     t_start = time.monotonic()
+    load_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
 
     from sklearn.datasets import load_iris, load_wine
 
@@ -323,7 +301,7 @@ def main() -> None:
         "benchmark": "service", "mode": "quick" if args.quick else "full",
         "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
-                    "load_average_at_start": os.getloadavg()[0] if hasattr(os, "getloadavg") else None},
+                    "load_average_at_start": load_start},
         "setup": {"service": "easeml serve (subprocess; process executor, 1 worker, SQLite)",
                   "client": "this process, loopback", "reads_per_endpoint": n_reads, "writes": n_writes,
                   "endpoints": READS, "train_seconds": round(train_seconds, 2),
@@ -346,6 +324,7 @@ def main() -> None:
                         "events_under_1s": bool(worst_event_p99 < EVENT_TARGET_MS),
                         "events_max_under_1s": bool(max(event["max"], metric.get("max", 0.0)) < EVENT_TARGET_MS)},
         "wall_seconds": round(time.monotonic() - t_start, 1),
+        "load_average_at_end": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
     }
     result["targets_met"]["all"] = result["targets_met"]["reads_p99_under_100ms"] and result["targets_met"]["events_under_1s"]
     args.out.parent.mkdir(parents=True, exist_ok=True)

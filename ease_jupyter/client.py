@@ -34,6 +34,7 @@ from .errors import AlreadyExistsError, DataError, EaseMLError, InvalidStateErro
 URL_ENV, TOKEN_ENV = "EASEML_URL", "EASEML_TOKEN"
 INLINE_BYTES = 512 * 1024  # arrays above this go through a chunked upload
 CHUNK_BYTES = 8 * 1024 * 1024
+WAIT_RECHECK_SECONDS = 10.0  # Task.wait re-checks this often even when no event came
 
 
 class AuthError(EaseMLError, PermissionError):
@@ -46,6 +47,11 @@ class ServiceError(EaseMLError):
     def __init__(self, status: int, code: str, message: str):
         self.status, self.code = status, code
         super().__init__(f"{status} {code}: {message}")
+
+
+class NoModelError(InvalidStateError):
+    """The task has no finished model yet (409 ``no_model``), e.g. for
+    ``Task.suspicion`` right after the first feed; retry once a job finished."""
 
 
 def _raise_for(status: int, payload: dict[str, Any]) -> None:
@@ -66,6 +72,8 @@ def _raise_for(status: int, payload: dict[str, Any]) -> None:
         raise NotFoundError(message)
     if code == "already_exists":
         raise AlreadyExistsError(message)
+    if code == "no_model":
+        raise NoModelError(message)
     if code == "invalid_state":
         raise InvalidStateError(message)
     raise ServiceError(status, code, message)
@@ -100,10 +108,12 @@ class Client:
                  timeout: float = 120.0):
         url = url or os.environ.get(URL_ENV) or None
         token = token or os.environ.get(TOKEN_ENV) or None
+        self._embedded: tuple[Any, bool] | None = None  # (data dir, token came from it) when embedded
         if url is None:
             from .service.embedded import ensure_embedded
 
             url, embedded_token = ensure_embedded(data_dir)
+            self._embedded = (data_dir, token is None)
             token = token or embedded_token
         if token is None:
             raise AuthError(f"no token for {url}: pass token=... or set {TOKEN_ENV}")
@@ -117,6 +127,23 @@ class Client:
     # ------------------------------------------------------------ transport
     def request(self, method: str, path: str, body: Any = None, *, raw: bytes | None = None,
                 params: dict[str, Any] | None = None) -> Any:
+        try:
+            return self._request(method, path, body, raw=raw, params=params)
+        except urllib.error.URLError as error:
+            if self._embedded is None or not isinstance(error.reason, ConnectionRefusedError):
+                raise
+        # The embedded service stopped (idle shutdown, or killed): start it again and retry once.
+        from .service.embedded import ensure_embedded
+
+        data_dir, own_token = self._embedded
+        url, token = ensure_embedded(data_dir)
+        self.url = url.rstrip("/")
+        if own_token:
+            self.token = token
+        return self._request(method, path, body, raw=raw, params=params)
+
+    def _request(self, method: str, path: str, body: Any = None, *, raw: bytes | None = None,
+                 params: dict[str, Any] | None = None) -> Any:
         url = f"{self.url}/api/v1{path}"
         if params:
             url += "?" + urllib.parse.urlencode(params)
@@ -195,8 +222,19 @@ class Client:
     def progress(self) -> dict[str, Any]:
         return self.request("GET", "/admin/progress")
 
+    def scheduler(self) -> dict[str, Any]:
+        """The scheduler view: ``policy``, ``mode``, ``last_decision`` (``user``,
+        ``task``, ``model``, ``phase``, ``policy``, ``candidates`` [{user, task,
+        gap}] or None, ``decision``, ``job_id``, ``time``) and ``users`` (``name``,
+        ``you``, ``n_tasks``, ``tasks``, ``running``, ``best_accuracy``,
+        ``accuracy_loss``, ``compute_seconds``, ``compute_share``). Other users
+        appear as ``"user N"`` with no task names unless you are an admin."""
+        return self.request("GET", "/scheduler")
+
     def events(self) -> "EventStream":
-        """The caller's live events (job states, metrics, versions); see EventStream."""
+        """Live events: the caller's job states, metrics, versions and task
+        states, plus every ``decision`` of the scheduler (other users
+        anonymised, as in ``scheduler()``); see EventStream."""
         return EventStream(self)
 
 
@@ -218,7 +256,10 @@ class EventStream:
         self._queue: "queue.Queue[dict | None]" = queue.Queue()
         self._closed = threading.Event()
         self._ready = threading.Event()
+        self._ended = threading.Event()
         self._error: BaseException | None = None
+        self._ws: Any = None
+        self._loop: Any = None
         self._url = client.url.replace("http://", "ws://").replace("https://", "wss://") + "/api/v1/events"
         self._token = client.token
         self._thread = threading.Thread(target=self._main, name="easeml-events", daemon=True)
@@ -230,7 +271,12 @@ class EventStream:
     def _main(self) -> None:
         import asyncio
 
-        asyncio.run(self._read())
+        try:
+            asyncio.run(self._read())
+        finally:
+            self._ended.set()
+            self._queue.put(None)
+            self._ready.set()
 
     async def _read(self) -> None:
         import asyncio
@@ -240,30 +286,30 @@ class EventStream:
 
         try:
             request = tornado.httpclient.HTTPRequest(self._url, headers={"Authorization": f"token {self._token}"})
-            ws = await tornado.websocket.websocket_connect(request)
+            # Pings notice a service that vanished without closing the connection.
+            ws = await tornado.websocket.websocket_connect(request, ping_interval=10)
         except tornado.httpclient.HTTPClientError as error:
             self._error = AuthError(str(error)) if error.code == 401 else ServiceError(error.code, "http_error", str(error))
-            self._ready.set()
             return
         except OSError as error:
             self._error = error
-            self._ready.set()
             return
+        self._ws, self._loop = ws, asyncio.get_running_loop()
         hello = await ws.read_message()
         self._ready.set()
         if hello is None:
-            self._queue.put(None)
             return
         while not self._closed.is_set():
-            try:
-                message = await asyncio.wait_for(ws.read_message(), 0.2)
-            except asyncio.TimeoutError:
-                continue
+            message = await ws.read_message()  # None once closed (by close(), the server or the network)
             if message is None:
                 break
             self._queue.put(json.loads(message))
         ws.close()
-        self._queue.put(None)
+
+    @property
+    def alive(self) -> bool:
+        """False once the stream ended (closed by either side, or dropped)."""
+        return not self._ended.is_set()
 
     def get(self, timeout: float | None = None) -> dict[str, Any] | None:
         """The next event, or None when the stream ended or ``timeout`` passed."""
@@ -280,6 +326,11 @@ class EventStream:
 
     def close(self) -> None:
         self._closed.set()
+        if self._loop is not None and self._ws is not None:
+            try:
+                self._loop.call_soon_threadsafe(self._ws.close)
+            except RuntimeError:  # the reader's loop has ended already
+                pass
         self._thread.join(5)
 
     def __enter__(self) -> "EventStream":
@@ -336,17 +387,82 @@ class Task:
 
     def wait(self, timeout: float | None = None, poll: float = 0.25) -> bool:
         """Block until nothing is queued, running or left to try for the latest
-        version; False if ``timeout`` seconds pass first."""
+        version; False if ``timeout`` seconds pass first.
+
+        Waits on the event stream: the task's state is fetched once the stream
+        is open and again after each of its job, version or task events, so it
+        returns as soon as the last job's result is in (plus a re-check every
+        ``WAIT_RECHECK_SECONDS`` in case an event was missed). If the stream
+        cannot be opened or drops, it falls back to polling every ``poll`` s.
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
+
+        def left() -> float | None:
+            return None if deadline is None else deadline - time.monotonic()
+
+        try:
+            stream: EventStream | None = self.client.events()
+        except (OSError, EaseMLError):
+            stream = None
+        try:
+            if stream is not None:
+                task_id = self.info.get("id")
+                if self.refresh().get("idle"):
+                    return True
+                recheck = time.monotonic() + WAIT_RECHECK_SECONDS
+                while True:
+                    remaining = left()
+                    if remaining is not None and remaining <= 0:
+                        return False
+                    until_recheck = max(0.0, recheck - time.monotonic())
+                    event = stream.get(until_recheck if remaining is None else min(remaining, until_recheck))
+                    if event is None and not stream.alive:
+                        break  # the stream dropped: poll below
+                    relevant = event is not None and event.get("task_id") == task_id and event.get("type") in (
+                        "job", "version", "task") and event.get("status") not in ("running", "queued")
+                    if relevant or time.monotonic() >= recheck:
+                        if self.refresh().get("idle"):
+                            return True
+                        recheck = time.monotonic() + WAIT_RECHECK_SECONDS
+        finally:
+            if stream is not None:
+                stream.close()
         while True:
             if self.refresh().get("idle"):
                 return True
-            if deadline is not None and time.monotonic() >= deadline:
+            remaining = left()
+            if remaining is not None and remaining <= 0:
                 return False
-            time.sleep(poll)
+            time.sleep(poll if remaining is None else max(0.0, min(poll, remaining)))
 
     def best(self) -> dict[str, Any]:
         return self.client.request("GET", self._path("/best"))
+
+    def suspicion(self, version: int | None = None, *, k: int = 5) -> dict[str, Any]:
+        """How suspicious each example of a version (default latest) looks to
+        the finished models, computed in the service (for the refine panel).
+
+        Returns a dict with numpy arrays, one entry per active example in
+        example-id order: ``index`` (the example ids of ``data()``), ``loss``
+        (the best model's per-example loss), ``disagreement`` (fraction of the
+        top-``k`` models that get the label wrong; for regression the spread
+        of their predictions over the labels' standard deviation) and
+        ``validation`` (True where the models did not fit the example); plus
+        ``loss_kind`` ("cross_entropy", "zero_one" when the best model has no
+        probabilities, or "squared_error"), ``model`` (``job_id``, ``name``,
+        ``config``, ``accuracy``, ``dataset_version``), ``models`` (the top-k
+        used), ``k`` and ``version``.
+
+        Raises:
+            NoModelError: no model has finished yet.
+        """
+        params: dict[str, Any] = {"k": int(k)}
+        if version is not None:
+            params["version"] = int(version)
+        out = self.client.request("GET", self._path("/suspicion"), params=params)
+        for field in ("index", "loss", "disagreement", "validation"):
+            out[field] = _decode(out[field])
+        return out
 
     def infer(self, X: Any) -> np.ndarray:
         return _decode(self.client.request("POST", self._path("/infer"), {"X": self.client._array(X)})["predictions"])

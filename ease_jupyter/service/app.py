@@ -63,6 +63,37 @@ def _server(app: tornado.web.Application, config: ServiceConfig) -> tuple[tornad
     return server, sockets[0].getsockname()[1]
 
 
+async def housekeeping(service: Service, stop: asyncio.Event) -> None:
+    """Every ``housekeeping_seconds``: delete stale uploads, and set ``stop``
+    once the service has been idle (no request, no WebSocket client, no
+    running job) for ``idle_shutdown_seconds``."""
+    config = service.config
+    every = config.housekeeping_seconds
+    if config.idle_shutdown_seconds is not None:
+        every = min(every, max(0.05, config.idle_shutdown_seconds / 4))
+    next_sweep = 0.0
+    while not stop.is_set():
+        try:
+            await asyncio.wait_for(stop.wait(), every)
+            return
+        except asyncio.TimeoutError:
+            pass
+        loop = asyncio.get_running_loop()
+        if loop.time() >= next_sweep:
+            next_sweep = loop.time() + config.housekeeping_seconds
+            try:
+                removed = await loop.run_in_executor(None, service.uploads.sweep, config.upload_ttl_seconds)
+                if removed:
+                    log.info("deleted %d upload(s) not fed for %.0f s", removed, config.upload_ttl_seconds)
+            except Exception:  # noqa: BLE001 - housekeeping must not stop the service
+                log.exception("sweeping uploads failed")
+        idle = config.idle_shutdown_seconds
+        if idle is not None and service.idle_seconds() >= idle:
+            log.info("no request, client or running job for %.0f s: stopping", idle)
+            stop.set()
+            return
+
+
 class ServiceThread:
     """The service on a daemon thread with its own IOLoop. ``url`` once started."""
 
@@ -74,6 +105,7 @@ class ServiceThread:
         self._ready = threading.Event()
         self._loop: IOLoop | None = None
         self._error: BaseException | None = None
+        self._stopping = False
         self._thread = threading.Thread(target=self._main, name="easeml-service", daemon=True)
 
     @property
@@ -99,13 +131,22 @@ class ServiceThread:
                 self._ready.set()
                 return
             self._ready.set()
+            chores = asyncio.ensure_future(housekeeping(self.service, self._stopped))
             await self._stopped.wait()
+            await chores
             self._server.stop()
             await self._server.close_all_connections()
+            if not self._stopping:  # stopped by itself (idle): stop the loop too
+                self.service.stop()
 
         asyncio.run(run())
 
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
     def stop(self) -> None:
+        self._stopping = True
         if self._loop is not None:
             self._loop.add_callback(self._stopped.set)
         self._thread.join(30)
@@ -155,7 +196,9 @@ def serve(config: ServiceConfig, *, admin_token: str | None = None, announce=pri
                 loop.add_signal_handler(sig, stop.set)
             except (NotImplementedError, RuntimeError):
                 pass
+        chores = asyncio.ensure_future(housekeeping(service, stop))
         await stop.wait()
+        await chores
         server.stop()
         await server.close_all_connections()
         service.stop()

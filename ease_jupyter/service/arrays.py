@@ -97,6 +97,23 @@ class Uploads:
         self.size(owner_id, upload_id)
         return self._path(owner_id, upload_id).read_bytes()
 
+    def sweep(self, max_age_seconds: float) -> int:
+        """Delete uploads not written to for ``max_age_seconds`` (started and
+        never fed); returns how many went."""
+        import time
+
+        cutoff = time.time() - max_age_seconds
+        removed = 0
+        with self._lock:
+            for path in self.directory.glob("*/*.part"):
+                try:
+                    if path.stat().st_mtime < cutoff:
+                        path.unlink()
+                        removed += 1
+                except FileNotFoundError:
+                    continue
+        return removed
+
     def delete(self, owner_id: int, upload_id: str) -> None:
         try:
             os.unlink(self._path(owner_id, upload_id))

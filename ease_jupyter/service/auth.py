@@ -25,7 +25,13 @@ def check_name(field: str, name: object) -> str:
 
 
 def new_token() -> str:
-    return secrets.token_urlsafe(32)
+    """256 random bits, URL-safe. Never starting with '-', so that a token
+    passed on a command line (``%easeml connect URL --token T``) is not
+    taken for an option."""
+    while True:
+        token = secrets.token_urlsafe(32)
+        if not token.startswith("-"):
+            return token
 
 
 def hash_token(token: str) -> str:
@@ -50,6 +56,40 @@ def user_for_token(store: Store, token: str | None) -> User | None:
     return user
 
 
+class TokenCache:
+    """token hash -> User for ``ttl`` seconds, so that a request costs no
+    database query for auth (the IOLoop thread does it, before the route's
+    work moves to a thread). Unknown tokens are not cached. A user created
+    meanwhile is found at once; nothing revokes a token today, and a user
+    removed from the database directly stays valid for at most ``ttl`` s."""
+
+    def __init__(self, store: Store, ttl: float = 30.0, max_entries: int = 10_000):
+        import threading
+
+        self.store, self.ttl, self.max_entries = store, ttl, max_entries
+        self._users: dict[str, tuple[float, User]] = {}
+        self._lock = threading.Lock()
+
+    def user(self, token: str | None) -> User | None:
+        import time
+
+        if not token:
+            return None
+        digest = hash_token(token)
+        now = time.monotonic()
+        with self._lock:
+            hit = self._users.get(digest)
+        if hit is not None and now - hit[0] < self.ttl:
+            return hit[1]
+        user = user_for_token(self.store, token)
+        if user is not None:
+            with self._lock:
+                if len(self._users) >= self.max_entries:
+                    self._users.clear()
+                self._users[digest] = (now, user)
+        return user
+
+
 def parse_authorization(header: str | None) -> str | None:
     if not header:
         return None
@@ -59,5 +99,5 @@ def parse_authorization(header: str | None) -> str | None:
     return None
 
 
-__all__ = ["check_name", "create_user", "hash_token", "new_token", "parse_authorization",
+__all__ = ["TokenCache", "check_name", "create_user", "hash_token", "new_token", "parse_authorization",
            "user_for_token", "NAME_RE"]

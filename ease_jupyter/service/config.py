@@ -29,6 +29,16 @@ class ServiceConfig:
         max_json_bytes: largest JSON request body (413 above it).
         max_chunk_bytes: largest upload chunk body (413 above it).
         tick_seconds: how often the control loop wakes up with nothing to do.
+        worker_nice: niceness added to the worker processes of the
+            ``"process"`` executor (0 to 19): training is throughput work and
+            the API is latency work, so on a small machine the kernel should
+            prefer the service process when both want a core.
+        idle_shutdown_seconds: stop the service after this long with no
+            request, no WebSocket client and no running job (None: never).
+            The embedded service (``Client()`` with no URL) uses 30 minutes.
+        upload_ttl_seconds: a chunked upload not fed (or appended to) for
+            this long is deleted.
+        housekeeping_seconds: how often the idle check and the upload sweep run.
         seed: random state of the selector.
         state_save_seconds: save the selector state at most this often (0:
             after every change). Each save is a new blob, so a busy service
@@ -51,6 +61,10 @@ class ServiceConfig:
     state_save_seconds: float = 0.0
     torch: bool = True
     torch_epochs: int = 3
+    worker_nice: int = 5
+    idle_shutdown_seconds: float | None = None
+    upload_ttl_seconds: float = 24 * 3600.0
+    housekeeping_seconds: float = 60.0
 
     def __post_init__(self) -> None:
         if self.max_running_per_user < 1:
@@ -59,6 +73,12 @@ class ServiceConfig:
             raise ValueError(f"workers: found {self.workers}, expected >= 1")
         if self.torch_epochs < 1:
             raise ValueError(f"torch_epochs: found {self.torch_epochs}, expected >= 1")
+        if not 0 <= self.worker_nice <= 19:
+            raise ValueError(f"worker_nice: found {self.worker_nice}, expected 0 to 19")
+        if self.idle_shutdown_seconds is not None and not self.idle_shutdown_seconds > 0:
+            raise ValueError(f"idle_shutdown_seconds: found {self.idle_shutdown_seconds}, expected > 0 or None")
+        if not (self.upload_ttl_seconds > 0 and self.housekeeping_seconds > 0):
+            raise ValueError("upload_ttl_seconds and housekeeping_seconds: expected > 0")
         if self.executor not in ("process", "thread"):
             raise ValueError(f"executor: found {self.executor!r}, expected 'process' or 'thread'")
         if not (self.engine in ("local", "dask") or self.engine.startswith("tcp://")):

@@ -19,12 +19,14 @@ from ..errors import AlreadyExistsError, DataError, InvalidStateError, NotFoundE
 from ..schema import format_program, parse
 from ..store import DatasetVersion, Edge, Job, Node, NodeKind, Store, BlobStore, Task, User, open_store
 from . import arrays
-from .auth import check_name, create_user
+from .auth import TokenCache, check_name, create_user
 from .config import ServiceConfig
 from .events import EventBus
 from .loop import ControlLoop
-from .mop import TorchExecutor, is_torch_job, torch_infer
+from .mop import TorchExecutor, TorchProcessExecutor, is_torch_job, torch_infer
 from .runner import SklearnExecutor, SklearnProcessExecutor
+from .scheduler_view import decision_event, scheduler_view
+from .suspicion import DEFAULT_TOP_K, MAX_TOP_K, NoModelError, SuspicionScorer
 from ..zoo import Engine
 
 
@@ -85,27 +87,38 @@ class Service:
             store, blobs = open_store(config.db_url, data_dir)
         self.store, self.blobs = store, blobs
         self.uploads = arrays.Uploads(data_dir / "uploads")
+        self.tokens = TokenCache(self.store)
+        self._task_cache: dict[tuple[int, str], Task] = {}  # see _task
+        self.last_request = time.monotonic()  # for the idle shutdown (see app.housekeeping)
         self.events = EventBus()
+        self.suspicion_scorer = SuspicionScorer(self.store, self.blobs)
         self.started_at = time.time()
-        if config.executor == "process" and config.db_url != "memory://":
-            executor = SklearnProcessExecutor(config.db_url, data_dir, config.workers)
+        processes = config.executor == "process" and config.db_url != "memory://"
+        if processes:
+            executor = SklearnProcessExecutor(config.db_url, data_dir, config.workers, nice=config.worker_nice)
         else:
             executor = SklearnExecutor(self.store, self.blobs, config.workers)
         executors = {Engine.SKLEARN: executor}
         if config.torch:
-            executors[Engine.TORCH] = TorchExecutor(self.store, self.blobs, engine=config.engine,
-                                                    engine_workers=config.workers, publish=self.events.publish,
-                                                    seed=config.seed or 0)
+            torch_kwargs = dict(engine=config.engine, engine_workers=config.workers, publish=self.events.publish,
+                                seed=config.seed or 0)
+            executors[Engine.TORCH] = (TorchProcessExecutor(config.db_url, data_dir, nice=config.worker_nice,
+                                                            **torch_kwargs) if processes
+                                       else TorchExecutor(self.store, self.blobs, **torch_kwargs))
         self.loop = ControlLoop(self.store, self.blobs, executors=executors, torch_epochs=config.torch_epochs,
                                 max_running_per_user=config.max_running_per_user,
                                 publish=self.events.publish, tick_seconds=config.tick_seconds, seed=config.seed,
-                                save_every_seconds=config.state_save_seconds)
+                                save_every_seconds=config.state_save_seconds, on_decision=self._publish_decision)
 
     def start(self) -> "Service":
         self.loop.start()
         return self
 
     def stop(self) -> None:
+        """Stop the loop (running jobs finish and are recorded) and close the store; idempotent."""
+        if getattr(self, "_stopped", False):
+            return
+        self._stopped = True
         self.loop.stop()
         self.store.close()
 
@@ -130,8 +143,22 @@ class Service:
 
     # ------------------------------------------------------------ tasks
     def _task(self, caller: User, name: str) -> Task:
+        """The caller's task by name (NotFoundError for others' tasks too).
+
+        Cached: a task's owner, name and program never change, and its one
+        mutable field, ``cancelled``, changes only through ``cancel``/``resume``
+        below, which refresh the cache. This saves two of a read's 3-5 queries."""
         check_name("task", name)
-        return self.store.task_by_name(caller.id, name)  # NotFoundError for others' tasks too
+        key = (caller.id, name)
+        task = self._task_cache.get(key)
+        if task is None:
+            task = self.store.task_by_name(caller.id, name)
+            self._task_cache[key] = task
+        return task
+
+    def _cached(self, task: Task) -> Task:
+        self._task_cache[(task.owner_id, task.name)] = task
+        return task
 
     def create_task(self, caller: User, body: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         """Create, or open when the same program is given again; (task, created)."""
@@ -142,7 +169,7 @@ class Service:
         except NotFoundError:
             if text is None:
                 raise DataError("program", "nothing", "a program or input/output shapes for a new task") from None
-            task = self.store.create_task(caller.id, name, text)
+            task = self._cached(self.store.create_task(caller.id, name, text))
             self.loop.notify(task.id)
             self.events.publish(caller.id, {"type": "task", "task_id": task.id, "name": name, "status": "created"})
             return task_json(task), True
@@ -167,13 +194,13 @@ class Service:
         return out
 
     def cancel(self, caller: User, name: str) -> dict[str, Any]:
-        task = self.store.set_task_cancelled(self._task(caller, name).id, True)
+        task = self._cached(self.store.set_task_cancelled(self._task(caller, name).id, True))
         self.loop.notify(task.id)
         self.events.publish(caller.id, {"type": "task", "task_id": task.id, "name": name, "status": "cancelled"})
         return task_json(task)
 
     def resume(self, caller: User, name: str) -> dict[str, Any]:
-        task = self.store.set_task_cancelled(self._task(caller, name).id, False)
+        task = self._cached(self.store.set_task_cancelled(self._task(caller, name).id, False))
         self.loop.notify(task.id)
         return task_json(task)
 
@@ -210,14 +237,19 @@ class Service:
         task = self._task(caller, name)
         return [version_json(v) for v in self.store.list_dataset_versions(task.id)]
 
-    def examples(self, caller: User, name: str, number: int | None) -> dict[str, Any]:
-        task = self._task(caller, name)
+    def _version(self, task: Task, number: int | None) -> DatasetVersion:
+        """Dataset version ``number`` of the task (None: the latest)."""
         versions = self.store.list_dataset_versions(task.id)
         if not versions:
-            raise NotFoundError(f"task {name!r} has no data yet")
+            raise NotFoundError(f"task {task.name!r} has no data yet")
         match = versions[-1] if number is None else next((v for v in versions if v.number == number), None)
         if match is None:
-            raise NotFoundError(f"task {name!r} has no dataset version {number}")
+            raise NotFoundError(f"task {task.name!r} has no dataset version {number}")
+        return match
+
+    def examples(self, caller: User, name: str, number: int | None) -> dict[str, Any]:
+        task = self._task(caller, name)
+        match = self._version(task, number)
         data = datasets.load(self.store, self.blobs, match)
         out = {"version": version_json(match), "example_ids": arrays.encode(data.example_ids), "y": arrays.encode(data.y)}
         if isinstance(data.X, np.ndarray):
@@ -263,6 +295,22 @@ class Service:
         out: dict[str, Any] = {"predictions": arrays.encode(predictions)}
         if predictions.size <= 10_000:
             out["list"] = predictions.tolist()
+        return out
+
+    def suspicion(self, caller: User, name: str, number: int | None, k: int | None = None) -> dict[str, Any]:
+        """Per-example loss and disagreement of the finished models on a version
+        (default latest); see ``suspicion.py``. 409 ``no_model`` before the first model."""
+        task = self._task(caller, name)
+        k = DEFAULT_TOP_K if k is None else k
+        if not 1 <= k <= MAX_TOP_K:
+            raise DataError("k", repr(k), f"an integer from 1 to {MAX_TOP_K}")
+        if number is None and self.store.latest_dataset_version(task.id) is None:
+            raise NoModelError(f"task {name!r} has no data and no model yet")
+        version = self._version(task, number)
+        result = self.suspicion_scorer.scores(task, version, k)
+        out = dict(result)
+        for field in ("index", "loss", "disagreement", "validation"):
+            out[field] = arrays.encode(result[field])
         return out
 
     def provenance(self, caller: User, name: str, direction: str = "backward") -> dict[str, Any]:
@@ -324,6 +372,25 @@ class Service:
             users.append({"name": user.name, "tasks": len(tasks), "jobs": counts,
                           "mean_best_accuracy": float(np.mean(best)) if best else None})
         return {"users": users, "loop": self.loop.progress(), "uptime_seconds": time.time() - self.started_at}
+
+    def scheduler(self, caller: User) -> dict[str, Any]:
+        """Policy, mode, the last decision and per-user progress; others
+        anonymised for non-admins (see ``scheduler_view.py``)."""
+        return scheduler_view(self.store, self.loop.scheduler_state(), caller)
+
+    def _publish_decision(self, raw: dict[str, Any]) -> None:
+        if self.events.n_subscribers:
+            self.events.broadcast(decision_event(self.store, raw))
+
+    def touch(self) -> None:
+        """A request came in (see ``idle_seconds``)."""
+        self.last_request = time.monotonic()
+
+    def idle_seconds(self) -> float:
+        """Seconds with no request, no WebSocket client and no running job (0 when busy)."""
+        if self.events.n_subscribers or self.loop.n_running():
+            return 0.0
+        return time.monotonic() - self.last_request
 
     def health(self) -> dict[str, Any]:
         from .. import __version__

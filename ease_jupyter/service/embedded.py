@@ -2,7 +2,9 @@
 
 It runs as a background subprocess on 127.0.0.1 with a random free port and
 writes ``<data_dir>/service.json`` (mode 0600) holding its URL and an admin
-token. Another ``Client()`` attaches when that file points at a live service;
+token. It stops by itself after 30 minutes (``$EASEML_IDLE_SHUTDOWN`` s) with
+no request, no WebSocket client and no running job; the next ``Client()``
+starts it again. Another ``Client()`` attaches when that file points at a live service;
 a stale file (service gone) is replaced, keeping its token so that the admin
 user it named stays valid.
 """
@@ -20,6 +22,8 @@ import urllib.request
 from pathlib import Path
 
 TOKEN_ENV = "EASEML_EMBEDDED_TOKEN"
+IDLE_ENV = "EASEML_IDLE_SHUTDOWN"  # seconds; 0 keeps the embedded service up for good
+IDLE_SECONDS = 30 * 60.0
 
 
 def read_service_file(data_dir: Path) -> dict | None:
@@ -84,12 +88,16 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="ease_jupyter embedded service (started by Client())")
     parser.add_argument("--data-dir", required=True)
     parser.add_argument("--db", default=None)
+    parser.add_argument("--idle-shutdown", type=float, default=float(os.environ.get(IDLE_ENV, IDLE_SECONDS)),
+                        help=f"stop after this many seconds with no request, client or running job "
+                             f"(default ${IDLE_ENV} or {IDLE_SECONDS:.0f}; 0: never)")
     args = parser.parse_args(argv)
     token = os.environ.pop(TOKEN_ENV, None)
     if not token:
         parser.error(f"{TOKEN_ENV} must hold the admin token")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    serve(ServiceConfig(db_url=args.db, data_dir=Path(args.data_dir), host="127.0.0.1", port=0), admin_token=token)
+    serve(ServiceConfig(db_url=args.db, data_dir=Path(args.data_dir), host="127.0.0.1", port=0,
+                        idle_shutdown_seconds=args.idle_shutdown or None), admin_token=token)
 
 
 if __name__ == "__main__":

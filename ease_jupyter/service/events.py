@@ -41,6 +41,27 @@ class EventBus:
             else:
                 loop.add_callback(callback, event)
 
+    def broadcast(self, event_for: Callable[[int | None], Event | None]) -> None:
+        """An event for every subscriber, shaped per viewer: ``event_for(user_id)``
+        (None for admins) gives what that user may see, or None to skip her.
+        It is called once per distinct viewer; all copies share one ``seq``.
+        Broadcast events carry no ``owner_id``."""
+        seq, stamp = next(self._seq), time.time()
+        with self._lock:
+            targets = list(self._subs.values())
+        shaped: dict[int | None, Event | None] = {}
+        for uid, callback, loop in targets:
+            if uid not in shaped:
+                event = event_for(uid)
+                shaped[uid] = None if event is None else {**event, "seq": seq, "time": stamp}
+            event = shaped[uid]
+            if event is None:
+                continue
+            if loop is None:
+                callback(event)
+            else:
+                loop.add_callback(callback, event)
+
     @property
     def n_subscribers(self) -> int:
         with self._lock:

@@ -17,8 +17,9 @@ from tornado.ioloop import IOLoop
 
 from ..errors import (AlreadyExistsError, DataError, InvalidStateError, NotFoundError, ProgramSyntaxError)
 from ..zoo import NoCandidatesError
-from .auth import parse_authorization, user_for_token
+from .auth import parse_authorization
 from .core import Service
+from .suspicion import NoModelError
 
 log = logging.getLogger(__name__)
 API = "/api/v1"
@@ -54,6 +55,8 @@ def error_of(exc: BaseException) -> ApiError:
         return ApiError(404, "not_found", str(exc))
     if isinstance(exc, AlreadyExistsError):
         return ApiError(409, "already_exists", str(exc))
+    if isinstance(exc, NoModelError):
+        return ApiError(409, "no_model", str(exc))
     if isinstance(exc, InvalidStateError):
         return ApiError(409, "invalid_state", str(exc))
     if isinstance(exc, PermissionError):
@@ -79,6 +82,7 @@ class BaseHandler(tornado.web.RequestHandler):
         self.set_header("Cache-Control", "no-store")
 
     def prepare(self) -> None:
+        self.service.touch()
         limit = getattr(self.service.config, self.limit_attr)
         length = int(self.request.headers.get("Content-Length") or len(self.request.body or b""))
         if length > limit:
@@ -88,7 +92,7 @@ class BaseHandler(tornado.web.RequestHandler):
         if self.public:
             return
         token = parse_authorization(self.request.headers.get("Authorization"))
-        self.user = user_for_token(self.service.store, token)
+        self.user = self.service.tokens.user(token)
         if self.user is None:
             raise ApiError(401, "unauthorized", "missing or invalid token: send 'Authorization: token <token>'",
                            field="Authorization", expected="token <token> or Bearer <token>")
@@ -184,6 +188,8 @@ ROUTES: list[tuple[str, dict[str, Callable[..., Any]], dict[str, Any]]] = [
     ("/tasks/" + NAME + "/jobs", {"get": lambda s, u, h, n: s.jobs(u, n)}, {}),
     ("/tasks/" + NAME + "/history", {"get": lambda s, u, h, n: s.history(u, n)}, {}),
     ("/tasks/" + NAME + "/best", {"get": lambda s, u, h, n: s.best(u, n)}, {}),
+    ("/tasks/" + NAME + "/suspicion",
+     {"get": lambda s, u, h, n: s.suspicion(u, n, _int_arg(h, "version"), _int_arg(h, "k"))}, {}),
     ("/tasks/" + NAME + "/infer", {"post": lambda s, u, h, n: s.infer(u, n, h.json_body())}, {}),
     ("/tasks/" + NAME + "/provenance",
      {"get": lambda s, u, h, n: s.provenance(u, n, h.get_query_argument("direction", "backward"))}, {}),
@@ -194,6 +200,7 @@ ROUTES: list[tuple[str, dict[str, Callable[..., Any]], dict[str, Any]]] = [
     ("/uploads/" + NAME, {"get": lambda s, u, h, i: s.upload_size(u, i),
                           "put": lambda s, u, h, i: s.upload_chunk(u, i, _int_arg(h, "offset", 0), h.request.body)},
      {"limit_attr": "max_chunk_bytes"}),
+    ("/scheduler", {"get": lambda s, u, h: s.scheduler(u)}, {}),
     ("/admin/progress", {"get": lambda s, u, h: s.progress(u)}, {}),
 ]
 

@@ -30,7 +30,6 @@ from queue import Empty, SimpleQueue
 from typing import Callable
 
 import numpy as np
-from threadpoolctl import threadpool_limits
 
 from ..errors import InvalidStateError, NotFoundError
 from ..schema import DataType, Program, TensorField
@@ -39,7 +38,7 @@ from ..store import BlobStore, Job, JobStatus, JobUpdate, Store, Task
 from ..training import sklearn_candidates
 from ..zoo import Candidate, Engine, ModelConfig, candidates
 from .mop import DEFAULT_EPOCHS, torch_arms, torch_candidates
-from .runner import JobExecutor
+from .runner import JobExecutor, one_blas_thread
 
 log = logging.getLogger(__name__)
 
@@ -112,11 +111,13 @@ class ControlLoop:
     def __init__(self, store: Store, blobs: BlobStore, *, executors: dict[Engine, JobExecutor],
                  max_running_per_user: int = 2, publish: Callable[[int, dict], None] | None = None,
                  tick_seconds: float = 0.5, seed: int | None = 0, save_every_seconds: float = 0.0,
-                 torch_epochs: int = DEFAULT_EPOCHS):
+                 torch_epochs: int = DEFAULT_EPOCHS, on_decision: Callable[[dict], None] | None = None):
         self.store, self.blobs = store, blobs
         self.executors = executors
         self.cap = int(max_running_per_user)
         self.publish = publish or (lambda owner, event: None)
+        self.on_decision = on_decision or (lambda decision: None)
+        self.last_decision: dict | None = None  # the latest launched pick, explained (see _decided)
         self.tick = tick_seconds
         self.seed = seed
         self.torch_epochs = int(torch_epochs)
@@ -125,11 +126,21 @@ class ControlLoop:
         self._running: dict[int, _Running] = {}
         self._done: SimpleQueue[int] = SimpleQueue()
         self._dirty: set[int] = set()
+        # What readers see without waiting for a turn (see _publish_view): per
+        # task, idle or not and its arm count, as of the end of the last turn;
+        # tasks notified since then ("settling") are never idle.
+        self._view_lock = threading.Lock()
+        self._view_changed = threading.Condition(self._view_lock)
+        self._settling: set[int] = set()
+        self._synced: set[int] = set()
+        self._idle_view: dict[int, bool] = {}
+        self._arms_view: dict[int, int] = {}
         self._lock = threading.RLock()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_job_id = 0
+        self._maybe_queued = True  # False once no job was left QUEUED: _start_queued skips its query
         self._start_failures: dict[int, int] = {}
         self._rate: list[float] = []  # measured seconds per estimated FLOP
         self.n_observed = 0
@@ -157,16 +168,18 @@ class ControlLoop:
             self._thread.join(timeout=30)
         for executor in self.executors.values():
             executor.shutdown()
-        with self._lock, threadpool_limits(1):
+        with self._lock, one_blas_thread():
             if self.selector is not None:
                 self._collect()  # jobs that finished while the executors drained
                 self._save_state()
 
     def notify(self, task_id: int | None = None) -> None:
-        """A task changed (created, fed, refined, cancelled): look at it next turn."""
-        with self._lock:
-            if task_id is not None:
+        """A task changed (created, fed, refined, cancelled): look at it next turn.
+        Never waits for a turn in progress."""
+        if task_id is not None:
+            with self._view_lock:
                 self._dirty.add(task_id)
+                self._settling.add(task_id)
         self._wake.set()
 
     def _run(self) -> None:
@@ -191,7 +204,7 @@ class ControlLoop:
                     log.info("re-queued job %d left running by a previous service", job.id)
             state = self._load_state()
             if state is not None:
-                with threadpool_limits(1):
+                with one_blas_thread():
                     self.selector = Selector.from_dict(state)
                 for name in self.selector.users:
                     task_id, version_id = (int(x) for x in name.split("/"))
@@ -206,12 +219,15 @@ class ControlLoop:
                 self._reconcile()
             else:
                 keys, descriptors = catalogue()
-                with threadpool_limits(1):
+                with one_blas_thread():
                     # arms="untried": a scikit-learn config is deterministic on a given
                     # dataset version, so training it again would only repeat its result
                     # (and a task would never become idle). A new version is a new tenant.
                     self.selector = Selector(keys, descriptors=descriptors, arms="untried", random_state=self.seed)
-            self._dirty.update(t.id for t in self.store.list_tasks())
+            ids = {t.id for t in self.store.list_tasks()}
+            with self._view_lock:
+                self._dirty.update(ids)
+                self._settling.update(ids)
         self._wake.set()
 
     def _reconcile(self) -> None:
@@ -247,23 +263,77 @@ class ControlLoop:
         digest = self.store.tags("job", max(ids))[STATE_TAG]
         return json.loads(self.blobs.get_bytes(digest))
 
-    def _save_state(self) -> None:
+    def _state_bytes(self) -> tuple[int, bytes] | None:
+        """The selector state to save, taken under the lock: (job id to tag, JSON)."""
         if self._last_job_id == 0 or self.selector is None:
-            return
-        digest = self.blobs.put_bytes(json.dumps(self.selector.to_dict()).encode())
-        self.store.set_tag("job", self._last_job_id, STATE_TAG, digest)
+            return None
         self._unsaved, self._saved_at = False, time.monotonic()
+        return self._last_job_id, json.dumps(self.selector.to_dict()).encode()
+
+    def _write_state(self, job_id: int, data: bytes) -> None:
+        digest = self.blobs.put_bytes(data)
+        self.store.set_tag("job", job_id, STATE_TAG, digest)
+
+    def _save_state(self) -> None:
+        state = self._state_bytes()
+        if state is not None:
+            self._write_state(*state)
 
     # ------------------------------------------------------------ one turn
     def step(self) -> None:
-        with self._lock, threadpool_limits(1):
+        state = None
+        with self._lock, one_blas_thread():
             changed = self._collect()
             changed |= self._sync()
             changed |= self._start_queued()
             changed |= self._pick()
             self._unsaved |= changed
             if self._unsaved and time.monotonic() - self._saved_at >= self.save_every:
-                self._save_state()
+                state = self._state_bytes()
+            newly_idle = self._publish_view()
+        for task_id, owner_id in newly_idle:
+            self.publish(owner_id, {"type": "task", "task_id": task_id, "status": "idle"})
+        if state is not None:  # the blob write (with fsync) and tag need no lock: readers don't wait on them
+            self._write_state(*state)
+
+    def _publish_view(self) -> list[tuple[int, int]]:
+        """At the end of a turn: each task's idleness and arm count for
+        ``is_idle``/``arms``, which read it without the loop's lock (a read
+        never waits for a turn). Returns the (task, owner) pairs that just
+        became idle; the caller announces them as ``task`` events with status
+        ``idle`` (``Task.wait`` wakes on them)."""
+        busy = {r.task_id for r in self._running.values()}
+        if self._maybe_queued:
+            busy |= {j.task_id for j in self.store.list_jobs(status=JobStatus.QUEUED)}
+        known = set(self.selector.model_names) if self.selector is not None else set()
+        idle: dict[int, bool] = {task_id: False for task_id in busy}
+        arms: dict[int, int] = {}
+        owners: dict[int, int] = {r.task_id: r.owner_id for r in self._running.values()}
+        for name, t in self._tenants.items():
+            owners[t.task_id] = t.owner_id
+            arms[t.task_id] = arms.get(t.task_id, 0) + len(known.intersection(t.configs))
+            if t.task_id not in busy:
+                idle[t.task_id] = not self.selector.stats(name)["eligible"]
+        with self._view_lock:
+            before, settled = self._idle_view, self._synced - self._dirty
+            was_settling = self._settling & settled
+            self._idle_view, self._arms_view = idle, arms
+            self._settling -= settled
+            self._synced = set()
+            self._view_changed.notify_all()
+        changed = {task_id for task_id, now in idle.items()
+                   if now and (not before.get(task_id, True) or task_id in was_settling)}
+        changed |= {task_id for task_id in was_settling if task_id not in idle}  # no tenant: idle at once
+        out = []
+        for task_id in sorted(changed):
+            owner = owners.get(task_id)
+            if owner is None:
+                try:
+                    owner = self.store.get_task(task_id).owner_id
+                except NotFoundError:
+                    continue
+            out.append((task_id, owner))
+        return out
 
     def _collect(self) -> bool:
         changed = False
@@ -282,11 +352,13 @@ class ControlLoop:
                 job = self.store.update_job(job_id, JobStatus.QUEUED if retry else JobStatus.FAILED,
                                             None if retry else JobUpdate(error="lost by its executor too often"))
                 if retry:
+                    self._maybe_queued = True
                     self._emit_job(job, run.owner_id)
                     continue  # still pending in the selector; _start_queued picks it up
             elif job.status is JobStatus.QUEUED:  # the executor failed before starting it (a broken pool)
                 self._start_failures[job_id] = self._start_failures.get(job_id, 0) + 1
                 if self._start_failures[job_id] < MAX_ATTEMPTS:
+                    self._maybe_queued = True
                     continue  # still queued and pending: started again next turn
                 job = self.store.update_job(job_id, JobStatus.CANCELLED, JobUpdate(error="the executor could not start it"))
             self._emit_job(job, run.owner_id)
@@ -305,7 +377,9 @@ class ControlLoop:
                 pass
 
     def _sync(self) -> bool:
-        dirty, self._dirty = self._dirty, set()
+        with self._view_lock:
+            dirty, self._dirty = self._dirty, set()
+        self._synced |= dirty
         changed = False
         for task_id in sorted(dirty):
             try:
@@ -375,10 +449,12 @@ class ControlLoop:
     def _start_queued(self) -> bool:
         """Queued jobs (re-queued after a restart) go first, FIFO per owner."""
         started = False
-        if self._free() <= 0:
+        if self._free() <= 0 or not self._maybe_queued:
             return False
         per_owner = self._running_per_owner()
-        for job in self.store.list_jobs(status=JobStatus.QUEUED):
+        queued = self.store.list_jobs(status=JobStatus.QUEUED)
+        self._maybe_queued = bool(queued)
+        for job in queued:
             if self._free() <= 0:
                 break
             if job.id in self._running:
@@ -409,10 +485,17 @@ class ControlLoop:
             free = self._free()
             if free <= 0:
                 break
-            picks = self.selector.next_picks(free)
+            # One pick per call (the same rule as next_picks(free), which loops the
+            # same way), so that each pick's explanation (last_decision) is kept.
+            picks: list[tuple[str, str, dict | None]] = []
+            for _ in range(free):
+                got = self.selector.next_picks(1)
+                if not got:
+                    break
+                picks.append((*got[0], self.selector.last_decision))
             if not picks:
                 break
-            for tenant, key in picks:
+            for tenant, key, why in picks:
                 info = self._tenants[tenant]
                 name, options = info.configs[key]
                 if per_owner[info.owner_id] >= self.cap or self._engine_full(_engine_of(options)):
@@ -422,11 +505,30 @@ class ControlLoop:
                 self._last_job_id = max(self._last_job_id, job.id)
                 self._emit_job(job, info.owner_id)
                 self._launch(job, tenant, key, info.owner_id)
+                self._decided(why, tenant, job)
                 per_owner[info.owner_id] += 1
                 asked = True  # only a launch changes the state worth saving (held picks go back below)
         for tenant, key in held:
             self.selector.cancel(tenant, key)
         return asked
+
+    def _decided(self, why: dict | None, tenant: str, job: Job) -> None:
+        """Keep and announce the explanation of a launched pick: the selector's
+        ``last_decision`` (tenants by name) plus the task, owner and job."""
+        info = self._tenants[tenant]
+        why = dict(why or {"user": tenant, "model": arm_key(job.model, dict(job.config)), "phase": None,
+                           "policy": None, "candidates": None, "decision": None})
+        candidates = why.get("candidates")
+        why.update(tenant=tenant, mode=self.selector.mode, task_id=info.task_id, owner_id=info.owner_id,
+                   job_id=job.id, time=time.time(), candidates=None if candidates is None else [
+                       {"tenant": name, "task_id": self._tenants[name].task_id,
+                        "owner_id": self._tenants[name].owner_id, "gap": float(gap)}
+                       for name, gap in candidates.items() if name in self._tenants])
+        self.last_decision = why
+        try:
+            self.on_decision(why)
+        except Exception:  # noqa: BLE001 - a view must never stop the loop
+            log.exception("publishing a decision failed")
 
     def _launch(self, job: Job, tenant: str, key: str, owner_id: int) -> None:
         engine = _engine_of(job.config)
@@ -486,26 +588,47 @@ class ControlLoop:
         self.publish(owner_id, event)
 
     def is_idle(self, task_id: int) -> bool:
-        """Nothing running, queued or left to try for the task's latest version."""
-        with self._lock:
-            if task_id in self._dirty or any(r.task_id == task_id for r in self._running.values()):
+        """Nothing running, queued or left to try for the task's latest version,
+        as of the end of the last turn (a task changed since is not idle)."""
+        with self._view_lock:
+            if task_id in self._settling:
                 return False
-            if self.store.list_jobs(task_id, status=JobStatus.QUEUED):
-                return False
-            for name, t in self._tenants.items():
-                if t.task_id == task_id:
-                    stats = self.selector.stats(name)
-                    return not stats["eligible"]
-            return True
+            return self._idle_view.get(task_id, True)
 
-    def arms(self, task_id: int) -> int:
-        """How many configs the selector explores for the task's latest version."""
-        with self._lock:
-            known = set(self.selector.model_names)
-            return sum(len(known.intersection(t.configs)) for t in self._tenants.values() if t.task_id == task_id)
+    def n_running(self) -> int:
+        return len(self._running)
+
+    def arms(self, task_id: int, timeout: float = 5.0) -> int:
+        """How many configs the selector explores for the task's latest version.
+        Right after a change to the task (a feed, say) this waits for the turn
+        that takes it in (at most ``timeout`` s); otherwise it never waits."""
+        with self._view_changed:
+            self._view_changed.wait_for(lambda: task_id not in self._settling, timeout)
+            return self._arms_view.get(task_id, 0)
+
+    def scheduler_state(self) -> dict:
+        """What the scheduler view needs, taken under the loop's lock: policy,
+        mode, the last launched decision, and per tenant (task, latest version)
+        her best observed quality and the highest posterior mean of her arms."""
+        with self._lock, one_blas_thread():
+            tenants = {}
+            for name, t in self._tenants.items():
+                best = self.selector.best(name)
+                posterior = self.selector.posterior(name)
+                tenants[name] = {"task_id": t.task_id, "owner_id": t.owner_id, "version_id": t.version_id,
+                                 "best": None if best is None else best[1],
+                                 "max_mean": max((m for m, _ in posterior.values()), default=None)}
+            return {
+                "policy": self.selector.policy if self.selector else None,
+                "mode": self.selector.mode if self.selector else None,
+                "last_decision": None if self.last_decision is None else dict(self.last_decision),
+                "tenants": tenants,
+                "running": [{"job_id": r.job_id, "task_id": r.task_id, "owner_id": r.owner_id}
+                            for r in self._running.values()],
+            }
 
     def progress(self) -> dict:
-        with self._lock, threadpool_limits(1):
+        with self._lock, one_blas_thread():
             per_owner = self._running_per_owner()
             return {
                 "workers": self.workers,

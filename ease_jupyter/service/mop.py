@@ -221,19 +221,31 @@ def run_torch_job(store: Store, blobs: BlobStore, engine: Any, job_id: int, *,
         return store.update_job(job_id, JobStatus.FAILED, JobUpdate(error=message))
 
 
-def torch_infer(store: Store, blobs: BlobStore, task: Task, job: Job, X: Any) -> np.ndarray:
-    """Predict with a torch job's best checkpoint: class indices for classification."""
+def torch_outputs(store: Store, blobs: BlobStore, task: Task, job: Job, X: Any, *,
+                  batch: int = 4096) -> np.ndarray:
+    """The raw outputs of a torch job's best checkpoint, in eval mode and in
+    batches: logits (N, D) for classification, outputs for regression."""
     import torch
 
-    checked = check_data(program_of(task), X)
     cand = next(c for c in torch_candidates(task) if c.name == job.model)
     info = json.loads(store.tags("job", job.id).get(BEST_TRIAL_TAG, "{}"))
     lr = float(info.get("lr", candidate_lrs(cand)[0]))
     spec = UnitSpec.of(info.get("trial", "t0"), cand.name, {"lr": lr}, cand.build)
     net = load_model(blobs.get_bytes(job.artifact_blob), spec, Hooks())
+    X = np.require(X, dtype=np.float32, requirements=["C", "W"])  # torch wants a writable buffer
+    net.eval()
+    parts = []
     with torch.no_grad():
-        out = net.predict(np.array(checked.X, dtype=np.float32))
-    return np.asarray(out.cpu().numpy())
+        for start in range(0, len(X), batch):
+            parts.append(net(torch.as_tensor(X[start:start + batch])).cpu().numpy())
+    return np.concatenate(parts) if parts else np.zeros((0,), dtype=np.float32)
+
+
+def torch_infer(store: Store, blobs: BlobStore, task: Task, job: Job, X: Any) -> np.ndarray:
+    """Predict with a torch job's best checkpoint: class indices for classification."""
+    checked = check_data(program_of(task), X)
+    out = torch_outputs(store, blobs, task, job, checked.X)
+    return out.argmax(axis=1) if program_of(task).num_classes is not None else out
 
 
 def is_torch_job(store: Store, job: Job) -> bool:
@@ -279,3 +291,90 @@ class TorchExecutor:
                 except Exception:  # noqa: BLE001
                     log.exception("closing the MOP engine failed")
                 self._engine = None
+
+
+_torch_worker: dict[str, Any] = {}
+
+
+def _init_torch_worker(db_url: str | None, data_dir: str, engine: str, engine_workers: int, seed: int,
+                       events: Any, parent_pid: int, nice: int) -> None:
+    from ..store import open_store
+    from .runner import init_worker_process
+
+    _torch_worker.update(stores=open_store(db_url, data_dir), spec=engine, workers=engine_workers, seed=seed,
+                         events=events, engine=None)
+    init_worker_process(parent_pid, nice)
+
+
+def _run_torch_in_worker(job_id: int) -> int:
+    w = _torch_worker
+    if w["engine"] is None:
+        from ..execution.engine import make_engine
+
+        kwargs = {"n_workers": w["workers"]} if w["spec"] in ("local", "dask") else {}
+        w["engine"] = make_engine(w["spec"], **kwargs)
+    events = w["events"]
+    store, blobs = w["stores"]
+    return run_torch_job(store, blobs, w["engine"], job_id, publish=lambda owner, event: events.put((owner, event)),
+                         seed=w["seed"]).id
+
+
+class TorchProcessExecutor:
+    """Torch picks in one spawned worker process (its own store connection
+    and MOP engine), so that training never holds the service's GIL. The
+    per-epoch ``metrics`` events come back over a queue and are published by
+    a relay thread. A worker that dies breaks the pool: its job comes back
+    still RUNNING and the loop re-queues it (it resumes from its checkpoint),
+    and the next submit starts a fresh pool. With ``engine="dask"`` or
+    ``tcp://...`` the worker process drives the Dask engine."""
+
+    workers = 1
+
+    def __init__(self, db_url: str | None, data_dir: Any, *, engine: str = "local", engine_workers: int = 1,
+                 publish: Callable[[int, dict], None] | None = None, seed: int = 0, nice: int = 0):
+        import multiprocessing
+        import os
+
+        self._ctx = multiprocessing.get_context("spawn")
+        self._events = self._ctx.Queue()
+        self._publish = publish or (lambda owner, event: None)
+        self._args = (db_url, str(data_dir), engine, int(engine_workers), int(seed), self._events, os.getpid(),
+                      int(nice))
+        self._pool = self._new_pool()
+        self._relay = threading.Thread(target=self._relay_events, name="easeml-mop-events", daemon=True)
+        self._relay.start()
+
+    def _new_pool(self) -> Any:
+        from concurrent.futures import ProcessPoolExecutor
+
+        return ProcessPoolExecutor(max_workers=1, mp_context=self._ctx, initializer=_init_torch_worker,
+                                   initargs=self._args)
+
+    def _relay_events(self) -> None:
+        while True:
+            item = self._events.get()
+            if item is None:
+                return
+            try:
+                self._publish(*item)
+            except Exception:  # noqa: BLE001 - one bad event must not stop the relay
+                log.exception("relaying a MOP event failed")
+
+    def submit(self, job_id: int) -> "Future[int]":
+        from concurrent.futures.process import BrokenProcessPool
+
+        try:
+            return self._pool.submit(_run_torch_in_worker, job_id)
+        except (BrokenProcessPool, RuntimeError):
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = self._new_pool()
+            return self._pool.submit(_run_torch_in_worker, job_id)
+
+    def worker_pids(self) -> list[int]:
+        return list(getattr(self._pool, "_processes", None) or {})
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._events.put(None)
+        self._relay.join(10)
+

@@ -58,6 +58,18 @@ def spec() -> dict[str, Any]:
                                           response=_obj(model={"type": "string"}, config={"type": "object"},
                                                         accuracy={"type": "number"}, dataset_version={"type": "integer"},
                                                         job_id={"type": "integer"}))},
+        "/tasks/{name}/suspicion": {"get": _op(
+            "Refine panel: per-example loss of the best finished model and disagreement of the top-k models on a "
+            "version (default latest); 409 no_model before the first model", params=[
+                NAME, {"name": "version", "in": "query", "schema": {"type": "integer"}},
+                {"name": "k", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 50, "default": 5}}],
+            response=_obj(version={"type": "integer"}, index=ARRAY, loss=ARRAY, disagreement=ARRAY, validation=ARRAY,
+                          loss_kind={"enum": ["cross_entropy", "zero_one", "squared_error"]},
+                          k={"type": "integer"},
+                          model=_obj(job_id={"type": "integer"}, name={"type": "string"}, config={"type": "object"},
+                                     accuracy={"type": "number"}, dataset_version={"type": "integer"}),
+                          models={"type": "array", "items": _obj(job_id={"type": "integer"}, name={"type": "string"},
+                                                                 accuracy={"type": "number"})}))},
         "/tasks/{name}/infer": {"post": _op("Predict with the best model; class indices for classification",
                                             params=[NAME], body=_obj(X=ARRAY), response=_obj(predictions=ARRAY))},
         "/tasks/{name}/provenance": {"get": _op("Provenance DAG edges (dataset versions and models)", params=[
@@ -89,8 +101,21 @@ def spec() -> dict[str, Any]:
                 {"name": "offset", "in": "query", "required": True, "schema": {"type": "integer"}}]),
                 "requestBody": {"content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}},
         },
+        "/scheduler": {"get": _op(
+            "The scheduler view (any user): policy, HYBRID mode, the last decision and per-user progress; other users "
+            "appear as 'user N' without task names unless the caller is an admin",
+            response=_obj(policy={"type": "string"}, mode={"type": "string"},
+                          last_decision={"$ref": "#/components/schemas/Decision"},
+                          users={"type": "array", "items": _obj(
+                              name={"type": "string"}, you={"type": "boolean"}, n_tasks={"type": "integer"},
+                              tasks={"type": "array", "items": {"type": "string"}, "nullable": True},
+                              running={"type": "integer"}, best_accuracy={"type": "number", "nullable": True},
+                              accuracy_loss={"type": "number", "nullable": True},
+                              compute_seconds={"type": "number"}, compute_share={"type": "number", "nullable": True})},
+                          running={"type": "integer"}, compute_seconds={"type": "number"}))},
         "/admin/progress": {"get": _op("Aggregate progress of all users and the control loop (admin)")},
-        "/events": {"get": _op("WebSocket of job/version/task events (token in header or ?token=)", ok=101)},
+        "/events": {"get": _op("WebSocket of job/version/task/metrics events, and decision events for everyone "
+                                "(anonymised like /scheduler); token in header or ?token=", ok=101)},
     }
     return {
         "openapi": "3.0.3",
@@ -112,6 +137,13 @@ def spec() -> dict[str, Any]:
                              cancelled={"type": "boolean"}),
                 "Version": _obj(id={"type": "integer"}, number={"type": "integer"}, kind={"enum": ["feed", "refine"]},
                                 parent_id={"type": "integer", "nullable": True}, n_examples={"type": "integer"}),
+                "Decision": {**_obj(user={"type": "string"}, task={"type": "string", "nullable": True},
+                                    model={"type": "string"}, phase={"type": "string"}, policy={"type": "string"},
+                                    candidates={"type": "array", "nullable": True, "items": _obj(
+                                        user={"type": "string"}, task={"type": "string", "nullable": True},
+                                        gap={"type": "number"})},
+                                    decision={"type": "integer"}, job_id={"type": "integer", "nullable": True},
+                                    time={"type": "number"}), "nullable": True},
                 "Job": _obj(id={"type": "integer"}, model={"type": "string"}, config={"type": "object"},
                             status={"enum": ["queued", "running", "succeeded", "failed", "cancelled"]},
                             accuracy={"type": "number", "nullable": True}),

@@ -11,15 +11,18 @@ candidates run as MOP workloads on ``mop.TorchExecutor``, passed as
 
 from __future__ import annotations
 
-import pickle
-import traceback
 import multiprocessing
+import os
+import pickle
+import threading
+import time
+import traceback
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 from ..datasets import load, program_of
 from ..execution.holdout import validation_mask
@@ -27,6 +30,29 @@ from ..execution.sklearn_fit import fit_and_score
 from ..store import BlobStore, Job, JobStatus, JobUpdate, Store, open_store
 from ..training import sklearn_candidates
 from ..zoo import ModelConfig
+
+
+_controller: ThreadpoolController | None = None
+_controller_lock = threading.Lock()
+
+
+def one_blas_thread() -> Any:
+    """``threadpool_limits(1)`` at a fraction of its cost.
+
+    ``threadpoolctl.threadpool_limits`` scans every loaded shared library on
+    each call (``dl_iterate_phdr`` with a Python callback per library): 20-200
+    ms of GIL-holding work per call on a busy machine. The control loop used
+    it on every turn, which starved the service's IOLoop (the read p99 under
+    training, docs/service.md "Measured"). One ``ThreadpoolController`` made
+    on first use and reused limits in about 0.03 ms. It covers the libraries
+    loaded when it was made (numpy's and scipy's BLAS, scikit-learn's OpenMP:
+    all imported with the service).
+    """
+    global _controller
+    with _controller_lock:
+        if _controller is None:
+            _controller = ThreadpoolController()
+        return _controller.limit(limits=1)
 
 
 class JobExecutor(Protocol):
@@ -56,7 +82,7 @@ def run_sklearn_job(store: Store, blobs: BlobStore, job_id: int) -> Job:
         config = next((c for c in candidate.configs if c.options == wanted), ModelConfig.of(job.model, wanted))
         data = load(store, blobs, store.get_dataset_version(job.dataset_version_id))
         held_out = validation_mask(data.example_ids)
-        with threadpool_limits(1):
+        with one_blas_thread():
             result = fit_and_score(
                 candidate.build(config),
                 data.X[~held_out], data.y[~held_out], data.X[held_out], data.y[held_out],
@@ -92,9 +118,36 @@ class SklearnExecutor:
 _worker_stores: tuple[Store, BlobStore] | None = None
 
 
-def _init_worker(db_url: str | None, data_dir: str) -> None:
+def exit_with_parent(parent_pid: int, every: float = 0.5) -> None:
+    """In a worker process: exit as soon as the service that started it is
+    gone (SIGKILLed). Otherwise an orphaned worker would finish its job and
+    write to the store while the restarted service re-runs the same job."""
+    import os
+
+    def watch() -> None:
+        while True:
+            time.sleep(every)
+            if os.getppid() != parent_pid:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="easeml-parent-watch", daemon=True).start()
+
+
+def init_worker_process(parent_pid: int, nice: int) -> None:
+    """Every worker process: lower its priority (see ServiceConfig.worker_nice)
+    and exit with the service."""
+    if nice:
+        try:
+            os.nice(nice)
+        except OSError:  # not permitted here: run at the service's priority
+            pass
+    exit_with_parent(parent_pid)
+
+
+def _init_worker(db_url: str | None, data_dir: str, parent_pid: int, nice: int = 0) -> None:
     global _worker_stores
     _worker_stores = open_store(db_url, data_dir)
+    init_worker_process(parent_pid, nice)
 
 
 def _run_in_worker(job_id: int) -> int:
@@ -108,9 +161,9 @@ class SklearnProcessExecutor:
     jobs come back still RUNNING and the loop re-queues them, and the next
     submit starts a fresh pool."""
 
-    def __init__(self, db_url: str | None, data_dir: str | Path, workers: int = 1):
+    def __init__(self, db_url: str | None, data_dir: str | Path, workers: int = 1, *, nice: int = 0):
         self.workers = int(workers)
-        self._args = (db_url, str(data_dir))
+        self._args = (db_url, str(data_dir), os.getpid(), int(nice))
         self._pool = self._new_pool()
 
     def _new_pool(self) -> ProcessPoolExecutor:

@@ -2,8 +2,10 @@
 
 Authenticate with the ``Authorization`` header or ``?token=`` (browsers cannot
 set headers on a WebSocket). Each message is one JSON event: ``hello`` on
-connect, then ``task``, ``version`` and ``job`` events (``job`` carries the
-status, accuracy, cost and, when finished, the metrics).
+connect, then ``task``, ``version``, ``job`` and ``metrics`` events of the
+caller's tasks (``job`` carries the status, accuracy, cost and, when
+finished, the metrics), and every scheduler ``decision``, anonymised for
+non-admins (``scheduler_view.py``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import tornado.web
 import tornado.websocket
 from tornado.ioloop import IOLoop
 
-from .auth import parse_authorization, user_for_token
+from .auth import parse_authorization
 from .core import Service
 
 
@@ -30,7 +32,7 @@ class EventsHandler(tornado.websocket.WebSocketHandler):
 
     def prepare(self) -> None:
         token = parse_authorization(self.request.headers.get("Authorization")) or self.get_query_argument("token", None)
-        self.user = user_for_token(self.service.store, token)
+        self.user = self.service.tokens.user(token)
         if self.user is None:
             self.set_status(401)
             self.set_header("Content-Type", "application/json; charset=utf-8")

@@ -2,80 +2,27 @@
 feeding and polling one ``easeml serve`` subprocess on loopback, bounded in
 time. No request may fail, and no row may be lost or duplicated.
 
-``ServeProcess`` (an ``easeml serve`` subprocess on a free loopback port) is
-also used by test_two_notebooks.py and test_postgres_service.py.
+``ServeProcess`` and ``add_user`` live in ``ease_jupyter.service.testing``
+(shared with benchmarks/service.py, test_two_notebooks.py and
+test_postgres_service.py).
 """
 
 from __future__ import annotations
 
-import re
-import signal
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
 from ease_jupyter.client import Client
+from ease_jupyter.service.testing import ServeProcess, add_user
 
 N_CLIENTS = 50
 N_FEEDS = 3
 BATCH = 12
 TIME_BOUND = 60.0
-
-
-def add_user(data_dir: Path, name: str, *, admin: bool = False, db_url: str | None = None) -> str:
-    """``easeml users add`` on the service's database; returns the token it prints."""
-    cmd = [sys.executable, "-m", "ease_jupyter", "users", "add", name, "--data-dir", str(data_dir)]
-    cmd += ["--admin"] if admin else []
-    cmd += ["--db", db_url] if db_url else []
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    return out.stdout.strip().splitlines()[-1]
-
-
-class ServeProcess:
-    """``easeml serve --port 0`` as a subprocess; ``url`` once it announced itself."""
-
-    def __init__(self, data_dir: Path, *args: str, db_url: str | None = None):
-        cmd = [sys.executable, "-m", "ease_jupyter", "serve", "--data-dir", str(data_dir), "--port", "0", *args]
-        cmd += ["--db", db_url] if db_url else []
-        self.log = Path(data_dir) / "serve.out"
-        self._log = open(self.log, "w")
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._log, text=True)
-        self.url = ""
-        deadline = time.monotonic() + 90
-        while not self.url and time.monotonic() < deadline:
-            line = self.proc.stdout.readline()
-            if not line and self.proc.poll() is not None:
-                break
-            match = re.search(r"listening on (http://[\d.]+:\d+)/api/v1", line)
-            self.url = match.group(1) if match else ""
-        if not self.url:
-            self.stop()
-            raise RuntimeError(f"easeml serve did not start: {self.log.read_text()[-2000:]}")
-        # Keep draining stdout so the child never blocks on a full pipe.
-        threading.Thread(target=self.proc.stdout.read, daemon=True).start()
-
-    def errors(self) -> list[str]:
-        """Server-side tracebacks and 5xx lines from the service log."""
-        text = self.log.read_text() if self.log.exists() else ""
-        return [line for line in text.splitlines() if "Traceback" in line or re.search(r"\b5\d\d (GET|POST|PUT)", line)]
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        self._log.close()
-        return self.proc.returncode
 
 
 def _batch(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:

@@ -12,7 +12,7 @@ import pytest
 from ease_jupyter.client import Client
 from ease_jupyter.errors import NotFoundError
 
-from .test_load import ServeProcess, add_user
+from ease_jupyter.service.testing import ServeProcess, add_user
 
 pytestmark = pytest.mark.postgres
 

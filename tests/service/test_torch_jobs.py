@@ -4,10 +4,14 @@ metrics stored and published, and infer uses the best checkpoint."""
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
 import pytest
+
+from ease_jupyter.service.mop import TorchProcessExecutor
+from ease_jupyter.zoo import Engine
 
 from .conftest import start
 
@@ -21,9 +25,14 @@ def digits_images():
     return X, d.target[:600].astype("int64")
 
 
-def test_image_task_trains_torch_jobs_over_http(tmp_path, digits_images):
+@pytest.mark.parametrize("executor,engine", [
+    ("thread", "local"),
+    pytest.param("process", "local", marks=pytest.mark.slow),  # torch in a spawned worker, events relayed
+    pytest.param("thread", "dask", marks=pytest.mark.slow),  # MOP units on a Dask LocalCluster
+])
+def test_image_task_trains_torch_jobs_over_http(tmp_path, digits_images, executor, engine):
     X, y = digits_images
-    running = start(tmp_path, torch_epochs=2, workers=2)
+    running = start(tmp_path, torch_epochs=2, workers=2, executor=executor, engine=engine)
     try:
         running.user("alice")
         client = running.client("alice")
@@ -59,5 +68,18 @@ def test_image_task_trains_torch_jobs_over_http(tmp_path, digits_images):
         predictions = np.asarray(task.infer(X[:50]))
         assert predictions.shape == (50,) and predictions.dtype.kind in "iu"
         assert (predictions == y[:50]).mean() > 0.5
+        # The refine panel's scores come from the torch net too (softmax of its logits).
+        scores = task.suspicion()
+        assert scores["loss_kind"] == "cross_entropy" and scores["model"]["job_id"] == best["job_id"]
+        assert len(scores["loss"]) == 600 and np.isfinite(scores["loss"]).all()
+        wrong = predictions != y[:50]
+        assert np.all(scores["loss"][:50][wrong] > np.log(2) - 1e-6)  # p(label) <= 1/2 where argmax is wrong
+        executor_used = running.service.loop.executors[Engine.TORCH]
+        if executor == "process":
+            assert isinstance(executor_used, TorchProcessExecutor)
+            pids = executor_used.worker_pids()
+            assert pids and os.getpid() not in pids
+        else:
+            assert type(executor_used._engine).__name__ == ("DaskEngine" if engine == "dask" else "LocalEngine")
     finally:
         running.thread.stop()

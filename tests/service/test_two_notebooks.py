@@ -19,7 +19,7 @@ nbclient = pytest.importorskip("nbclient")
 
 from ease_jupyter.client import Client  # noqa: E402
 
-from .test_load import ServeProcess, add_user  # noqa: E402
+from ease_jupyter.service.testing import ServeProcess, add_user  # noqa: E402
 
 
 def notebook(url: str, token: str, mine: str, other: str, dataset: str, n_inputs: int, flags: str):
@@ -34,7 +34,7 @@ def notebook(url: str, token: str, mine: str, other: str, dataset: str, n_inputs
              "from ease_jupyter.errors import NotFoundError\n"
              f"X, y = {dataset}(return_X_y=True)\n"
              "X, y = X.astype('float32'), y.astype('int64')"),
-        code(f"me = %easeml connect {url} --token {token}\nprint('USER', me.data['name'])"),
+        code(f"me = %easeml connect {url} --token={token}\nprint('USER', me.data['name'])"),
         code(f"%%easeml task {mine}\ninput: [{n_inputs}]\noutput: [3]\n"),
         code(f"v = %easeml feed {mine} X y\n"
              "assert v.data['number'] == 1 and v.data['n_examples'] == len(y), v.data\n"

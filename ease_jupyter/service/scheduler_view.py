@@ -1,0 +1,178 @@
+"""The scheduler view: who the selector serves and why (``GET /scheduler``
+and the ``decision`` events), shaped for one viewer.
+
+An admin sees every name. Anyone else sees her own name and every other user
+as a stable label ``"user N"``, N being the user's rank by id among all users
+(ids only grow, so the label never changes), and no task names but her own.
+
+Per user with tasks:
+
+* ``running``: her jobs running now (the loop's view).
+* ``best_accuracy``: the mean over her tasks of each task's best validation
+  score (the best finished job on the newest version that has one, as
+  ``training.best_job``); None before her first model.
+* ``accuracy_loss``: an estimate of how much she still stands to gain, from
+  the selector's GP posterior. Per task (its latest version, a selector
+  tenant): the highest posterior mean over the task's arms minus the best
+  observed quality (0 before the first), clipped at 0. A tried arm's mean is
+  about its observation, so this is in effect the best untried arm's expected
+  gain. Per user: the mean over her tasks in the selector (cancelled tasks
+  and tasks with no data are not); None when she has none. Averaging matches
+  ease.ml's objective, the average accuracy loss over users (tenants).
+* ``compute_seconds`` / ``compute_share``: her measured seconds (each
+  finished job's ``cost_seconds``, or its run time when it has none; a
+  running job's time so far) and their share of everyone's.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+from typing import Any, Iterable
+
+from ..store import Job, JobStatus, Store, Task, User
+
+
+def _seconds(when: datetime | None) -> float | None:
+    if when is None:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return when.timestamp()
+
+
+def job_seconds(job: Job, now: float) -> float:
+    """Compute a job has used: its measured cost, else its run time (so far)."""
+    if job.status is JobStatus.RUNNING:
+        start = _seconds(job.started_at)
+        return max(0.0, now - start) if start is not None else 0.0
+    if job.cost_seconds is not None:
+        return float(job.cost_seconds)
+    start, end = _seconds(job.started_at), _seconds(job.finished_at)
+    return max(0.0, end - start) if start is not None and end is not None else 0.0
+
+
+class Viewer:
+    """How one caller sees other users: ``label(user_id)``, ``sees(owner_id)``."""
+
+    def __init__(self, users: Iterable[User], viewer_id: int | None, admin: bool):
+        self.viewer_id, self.admin = viewer_id, admin
+        self._labels: dict[int, str] = {}
+        for rank, user in enumerate(sorted(users, key=lambda u: u.id), start=1):
+            self._labels[user.id] = user.name if admin or user.id == viewer_id else f"user {rank}"
+
+    def sees(self, owner_id: int) -> bool:
+        return self.admin or owner_id == self.viewer_id
+
+    def label(self, user_id: int) -> str:
+        return self._labels.get(user_id, f"user ?{user_id}")
+
+
+def decision_view(raw: dict[str, Any] | None, viewer: Viewer, task_names: dict[int, str]) -> dict[str, Any] | None:
+    """A launched pick as ``viewer`` may see it (``ControlLoop._decided``)."""
+    if raw is None:
+        return None
+    mine = viewer.sees(raw["owner_id"])
+    candidates = raw.get("candidates")
+    return {
+        "user": viewer.label(raw["owner_id"]),
+        "task": task_names.get(raw["task_id"]) if mine else None,
+        "model": raw.get("model"),
+        "phase": raw.get("phase"),
+        "policy": raw.get("policy"),
+        "candidates": None if candidates is None else [
+            {"user": viewer.label(c["owner_id"]),
+             "task": task_names.get(c["task_id"]) if viewer.sees(c["owner_id"]) else None,
+             "gap": c["gap"]} for c in candidates],
+        "decision": raw.get("decision"),
+        "job_id": raw.get("job_id") if mine else None,
+        "time": raw.get("time"),
+    }
+
+
+def _best_by_task(jobs: Iterable[Job]) -> dict[int, float]:
+    """task id -> best score on the newest version with a finished job (training.best_job)."""
+    newest: dict[int, int] = {}
+    scores: dict[tuple[int, int], float] = {}
+    for job in jobs:
+        if job.status is not JobStatus.SUCCEEDED or job.accuracy is None:
+            continue
+        newest[job.task_id] = max(newest.get(job.task_id, 0), job.dataset_version_id)
+        key = (job.task_id, job.dataset_version_id)
+        scores[key] = max(scores.get(key, float("-inf")), float(job.accuracy))
+    return {task_id: scores[(task_id, version)] for task_id, version in newest.items()}
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def scheduler_view(store: Store, state: dict[str, Any], caller: User) -> dict[str, Any]:
+    """``GET /scheduler`` for ``caller``; ``state`` is ``ControlLoop.scheduler_state()``."""
+    users = store.list_users()
+    viewer = Viewer(users, caller.id, caller.is_admin)
+    tasks: list[Task] = list(store.list_tasks())
+    task_names = {t.id: t.name for t in tasks}
+    jobs = store.list_jobs()
+    now = time.time()
+    best = _best_by_task(jobs)
+    seconds_by_task: dict[int, float] = {}
+    for job in jobs:
+        seconds_by_task[job.task_id] = seconds_by_task.get(job.task_id, 0.0) + job_seconds(job, now)
+    total = sum(seconds_by_task.values())
+    loss_by_task: dict[int, float] = {}
+    for tenant in state["tenants"].values():
+        if tenant["max_mean"] is not None:
+            loss_by_task[tenant["task_id"]] = max(0.0, tenant["max_mean"] - (tenant["best"] or 0.0))
+    running_by_task: dict[int, int] = {}
+    for run in state["running"]:
+        running_by_task[run["task_id"]] = running_by_task.get(run["task_id"], 0) + 1
+
+    rows = []
+    for user in sorted(users, key=lambda u: u.id):
+        own = [t for t in tasks if t.owner_id == user.id]
+        if not own:
+            continue
+        seconds = sum(seconds_by_task.get(t.id, 0.0) for t in own)
+        row: dict[str, Any] = {
+            "name": viewer.label(user.id),
+            "you": user.id == caller.id,
+            "n_tasks": len(own),
+            "tasks": [t.name for t in own] if viewer.sees(user.id) else None,
+            "running": sum(running_by_task.get(t.id, 0) for t in own),
+            "best_accuracy": _mean([best[t.id] for t in own if t.id in best]),
+            "accuracy_loss": _mean([loss_by_task[t.id] for t in own if t.id in loss_by_task]),
+            "compute_seconds": seconds,
+            "compute_share": seconds / total if total > 0 else None,
+        }
+        if viewer.sees(user.id):
+            row["per_task"] = [{"task": t.name, "running": running_by_task.get(t.id, 0), "best_accuracy": best.get(t.id),
+                                "accuracy_loss": loss_by_task.get(t.id), "compute_seconds": seconds_by_task.get(t.id, 0.0)}
+                               for t in own]
+        rows.append(row)
+    return {
+        "policy": state["policy"],
+        "mode": state["mode"],
+        "last_decision": decision_view(state["last_decision"], viewer, task_names),
+        "users": rows,
+        "running": len(state["running"]),
+        "compute_seconds": total,
+        "viewer": {"name": caller.name, "admin": caller.is_admin},
+    }
+
+
+def decision_event(store: Store, raw: dict[str, Any]):
+    """``event_for(user_id)`` for ``EventBus.broadcast``: the ``decision``
+    event shaped for each viewer (None: an admin, who sees everything)."""
+    users = store.list_users()
+    admins = {u.id for u in users if u.is_admin}
+    task_names = {t.id: t.name for t in store.list_tasks()}
+
+    def event_for(user_id: int | None) -> dict[str, Any]:
+        viewer = Viewer(users, user_id, user_id is None or user_id in admins)
+        return {"type": "decision", "mode": raw.get("mode"), **decision_view(raw, viewer, task_names)}
+
+    return event_for
+
+
+__all__ = ["Viewer", "decision_event", "decision_view", "job_seconds", "scheduler_view"]

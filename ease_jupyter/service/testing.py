@@ -1,0 +1,90 @@
+"""``easeml serve`` as a subprocess, for tests and benchmarks.
+
+``ServeProcess`` starts the real service (``python -m ease_jupyter serve``)
+on a free loopback port and reads its URL from the announcement line;
+``add_user`` runs ``easeml users add`` on the same database and returns the
+printed token.
+
+.. code-block:: python
+
+    token = add_user(data_dir, "admin", admin=True)
+    server = ServeProcess(data_dir, "--workers", "2")
+    try:
+        Client(server.url, token).tasks()
+    finally:
+        server.stop()
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+_LISTENING = re.compile(r"listening on (http://[\d.]+:\d+)/api/v1")
+
+
+def add_user(data_dir: str | Path, name: str, *, admin: bool = False, db_url: str | None = None,
+             cwd: str | Path | None = None) -> str:
+    """``easeml users add`` on the service's database; returns the token it prints."""
+    cmd = [sys.executable, "-m", "ease_jupyter", "users", "add", name, "--data-dir", str(data_dir)]
+    cmd += ["--admin"] if admin else []
+    cmd += ["--db", db_url] if db_url else []
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=cwd)
+    if out.returncode != 0:
+        raise RuntimeError(f"easeml users add {name} failed: {out.stderr[-2000:]}")
+    return out.stdout.strip().splitlines()[-1]
+
+
+class ServeProcess:
+    """``easeml serve --port 0`` as a subprocess; ``url`` once it announced
+    itself. Its stderr (the log) goes to ``<data_dir>/serve.out``, and its
+    stdout is drained on a thread so that the child never blocks on a pipe."""
+
+    def __init__(self, data_dir: str | Path, *args: str, db_url: str | None = None, cwd: str | Path | None = None,
+                 timeout: float = 90.0):
+        cmd = [sys.executable, "-m", "ease_jupyter", "serve", "--data-dir", str(data_dir), "--port", "0", *args]
+        cmd += ["--db", db_url] if db_url else []
+        self.log = Path(data_dir) / "serve.out"
+        self._log = open(self.log, "w")
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._log, text=True, cwd=cwd)
+        self.url = ""
+        deadline = time.monotonic() + timeout
+        while not self.url and time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line and self.proc.poll() is not None:
+                break
+            match = _LISTENING.search(line)
+            self.url = match.group(1) if match else ""
+        if not self.url:
+            self.stop()
+            raise RuntimeError(f"easeml serve did not start: {self.log.read_text()[-2000:]}")
+        threading.Thread(target=self.proc.stdout.read, daemon=True).start()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def errors(self) -> list[str]:
+        """Server-side tracebacks and 5xx lines from the service log."""
+        text = self.log.read_text() if self.log.exists() else ""
+        return [line for line in text.splitlines() if "Traceback" in line or re.search(r"\b5\d\d (GET|POST|PUT)", line)]
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60.0) -> int:
+        """Send ``sig`` (SIGTERM: a clean stop) and wait; kill after ``timeout`` s."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self._log.close()
+        return self.proc.returncode
+
+
+__all__ = ["ServeProcess", "add_user"]

@@ -1,0 +1,33 @@
+"""`easeml serve` flags reach the running service."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from ease_jupyter.client import Client
+from ease_jupyter.service.testing import ServeProcess, add_user
+
+
+def test_idle_shutdown_flag_stops_a_served_service(tmp_path):
+    token = add_user(tmp_path, "admin", admin=True)
+    server = ServeProcess(tmp_path, "--idle-shutdown", "2", "--worker-nice", "3", "--upload-ttl", "60")
+    try:
+        assert Client(server.url, token).whoami()["name"] == "admin"
+        deadline = time.monotonic() + 60
+        while server.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert server.proc.poll() is not None, "the service kept running past --idle-shutdown"
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("flag, value", [("--idle-shutdown", "0"), ("--worker-nice", "25"), ("--upload-ttl", "-1")])
+def test_serve_rejects_bad_flag_values(tmp_path, flag, value):
+    from click.testing import CliRunner
+
+    from ease_jupyter.cli import main
+
+    result = CliRunner().invoke(main, ["serve", "--data-dir", str(tmp_path), flag, value])
+    assert result.exit_code == 2 and flag in result.output

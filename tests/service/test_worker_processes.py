@@ -1,0 +1,70 @@
+"""The process executor's workers: they run below the service's priority and
+exit when the service is SIGKILLed (an orphan would otherwise finish its job
+and write to the store while the restarted service runs it again)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from sklearn.datasets import load_wine
+
+from ease_jupyter.client import Client
+from ease_jupyter.service.testing import ServeProcess, add_user
+
+pytestmark = pytest.mark.slow
+
+
+def _children(pid: int) -> dict[int, str]:
+    """Live (non-zombie) child processes of ``pid``: {pid: command line}."""
+    out = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if int(fields[1]) == pid and fields[0] != "Z":
+            out[int(entry.name)] = cmdline
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return state[state.rindex(")") + 2:].split()[0] != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+def test_workers_are_niced_and_die_with_a_killed_service(tmp_path):
+    token = add_user(tmp_path, "admin", admin=True)
+    server = ServeProcess(tmp_path, "--workers", "1")  # the default executor: worker processes
+    try:
+        X, y = load_wine(return_X_y=True)
+        task = Client(server.url, token).task("wine", input=[13], output=[3])
+        task.feed(X.astype("float32"), y)
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and not any(j["status"] == "succeeded" for j in task.jobs()):
+            time.sleep(0.2)
+        assert any(j["status"] == "succeeded" for j in task.jobs())
+        workers = {p: c for p, c in _children(server.pid).items() if "spawn_main" in c and "resource_tracker" not in c}
+        assert workers, _children(server.pid)
+        service_nice = os.getpriority(os.PRIO_PROCESS, server.pid)
+        for pid in workers:
+            assert os.getpriority(os.PRIO_PROCESS, pid) == min(19, service_nice + 5)
+        server.proc.send_signal(signal.SIGKILL)
+        server.proc.wait(30)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and any(_alive(p) for p in workers):
+            time.sleep(0.1)
+        assert not any(_alive(p) for p in workers), "a worker outlived the killed service"
+    finally:
+        server.stop()
