@@ -34,6 +34,7 @@ class EaseMLMagics(Magics):
     @argument("--keep", help="refine: ids to turn on, as 1,2,3 or a variable")
     @argument("--drop", help="refine: ids to turn off, as 1,2,3 or a variable")
     @argument("--timeout", type=float, help="status: wait up to this many seconds for the task to be idle")
+    @argument("--all", action="store_true", help="status: the service view across all users")
     @line_cell_magic
     def easeml(self, line: str, cell: str | None = None) -> Result:
         """Declarative model selection on the shared ease.ml service.
@@ -44,13 +45,17 @@ class EaseMLMagics(Magics):
         %%easeml task NAME                  the cell body is the ease.ml program
         %easeml feed NAME X y               add examples from notebook variables
         %easeml refine NAME --drop 3,5      turn examples off (or --keep ids on)
-        %easeml status [NAME] [--timeout S] one task (optionally wait), or all tasks
+        %easeml refine NAME                 the refine panel: page, toggle, filter, sort, save
+        %easeml status NAME [--timeout S]   one task: live leaderboard and curves (optionally wait)
+        %easeml status                      the best model of each of your tasks
+        %easeml status --all                the service: every user, who is served now and why
         %easeml infer NAME X                predict with the best model so far
-        %easeml provenance NAME             the task's provenance edges
+        %easeml provenance NAME             the task's provenance DAG (click, trace back/forward)
         %easeml models NAME                 the models trained for the task, best first
         %easeml cancel NAME                 stop exploring the task
 
-        Each returns a Result: shown as a table, with the raw answer in `.data`.
+        Each returns a Result: shown as a table, with the raw answer in `.data`;
+        status, refine (no ids) and provenance show a live widget (`.widget`).
         """
         args = parse_argstring(self.easeml, line)
         if cell is not None and args.command != "task":

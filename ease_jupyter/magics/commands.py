@@ -82,11 +82,24 @@ def feed(session: Session, args: Any, user_ns: dict) -> Result:
 
 def refine(session: Session, args: Any, user_ns: dict) -> Result:
     t = session.get().task(_need(args))
+    if args.keep is None and args.drop is None:  # no ids: the refine panel
+        from ..widgets import RefinePanel
+
+        versions = t.versions()
+        if not versions:
+            raise ValueError(f"%easeml refine {t.name}: the task has no data yet; feed it first")
+        latest = versions[-1]
+        return Result(f"{t.name}: refine panel on dataset version {latest['number']} ({latest['n_examples']} examples)",
+                      latest, widget=lambda: RefinePanel(t))
     return _version(t, t.refine(keep=_ids(args.keep, user_ns), drop=_ids(args.drop, user_ns)))
 
 
 def status(session: Session, args: Any, user_ns: dict) -> Result:
     client = session.get()
+    if getattr(args, "all", False):
+        if args.name:
+            raise ValueError("%easeml status --all: expected no NAME (it shows every user)")
+        return _service(client)
     if not args.name:
         board = client.leaderboard()
         rows = [{"task": r["task"], "model": (r["best"] or {}).get("model"), "config": (r["best"] or {}).get("config"),
@@ -104,7 +117,24 @@ def status(session: Session, args: Any, user_ns: dict) -> Result:
         row.update(best=best["model"], config=best["config"], accuracy=best["accuracy"])
     except Exception:  # noqa: BLE001 - no model yet
         pass
-    return Result(f"task {t.name}", info, [row])
+
+    def live() -> Any:
+        from ..widgets import TaskStatus
+
+        return TaskStatus(t)
+
+    return Result(f"task {t.name}", info, [row], widget=live)
+
+
+def _service(client: Client) -> Result:
+    """``status --all``: every user's loss estimate and compute share, and who is served now."""
+    from ..widgets.service_view import ServiceView, _user_row, explain
+
+    state = client.scheduler()
+    rows = [_user_row(u) for u in state.get("users", [])]
+    title = f"scheduler ({state.get('policy')}, mode {state.get('mode')}): {explain(state.get('last_decision'))}"
+    return Result(title, state, rows, ["name", "tasks", "running", "best_accuracy", "loss_estimate", "compute_share"],
+                  widget=lambda: ServiceView(client))
 
 
 def infer(session: Session, args: Any, user_ns: dict) -> Result:
@@ -117,10 +147,17 @@ def infer(session: Session, args: Any, user_ns: dict) -> Result:
 
 
 def provenance(session: Session, args: Any, user_ns: dict) -> Result:
-    graph = session.get().task(_need(args)).provenance(direction="all")
+    t = session.get().task(_need(args))
+    graph = t.provenance(direction="all")
     node = lambda n: "outside" if n is None else f"{n['kind']}:{n['id']}"  # noqa: E731
     rows = [{"edge": e["kind"], "from": node(e["src"]), "to": node(e["dst"]), "job": e["job_id"]} for e in graph["edges"]]
-    return Result(f"provenance of {args.name}: {len(rows)} edge(s)", graph, rows)
+
+    def live() -> Any:
+        from ..widgets import ProvenanceGraph
+
+        return ProvenanceGraph(t)
+
+    return Result(f"provenance of {args.name}: {len(rows)} edge(s)", graph, rows, widget=live)
 
 
 def models(session: Session, args: Any, user_ns: dict) -> Result:

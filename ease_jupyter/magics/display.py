@@ -1,9 +1,19 @@
-"""What a magic returns: data with an HTML table and a plain-text form."""
+"""What a magic returns: data with an HTML table and a plain-text form, and
+for ``status``, ``refine`` (no ids) and ``provenance`` a live widget.
+
+The widget is built on first display (or first ``.widget`` access), not when
+the magic runs: a magic called from code that never shows its result starts
+no event-stream threads. When the widget cannot be built (no service events,
+no widget support), the table is shown instead.
+"""
 
 from __future__ import annotations
 
 import html
-from typing import Any, Mapping, Sequence
+import logging
+from typing import Any, Callable, Mapping, Sequence
+
+log = logging.getLogger(__name__)
 
 
 def _cell(value: Any) -> str:
@@ -15,15 +25,44 @@ def _cell(value: Any) -> str:
 
 
 class Result:
-    """``data`` is the raw answer; ``rows`` (list of dicts) is what is shown."""
+    """``data`` is the raw answer; ``rows`` (list of dicts) is what is shown.
+
+    ``widget`` (optional) is a zero-argument factory of the live widget that
+    the notebook displays in place of the table.
+    """
 
     def __init__(self, title: str, data: Any, rows: Sequence[Mapping[str, Any]] | None = None,
-                 columns: Sequence[str] | None = None):
+                 columns: Sequence[str] | None = None, widget: Callable[[], Any] | None = None):
         self.title, self.data = title, data
+        self._factory, self._widget = widget, None
         if rows is None:
             rows = [{"field": k, "value": v} for k, v in data.items()] if isinstance(data, Mapping) else []
         self.rows = list(rows)
         self.columns = list(columns) if columns else list(dict.fromkeys(k for r in self.rows for k in r))
+
+    @property
+    def widget(self) -> Any:
+        """The live widget (built on first access), or None for a plain result."""
+        if self._widget is None and self._factory is not None:
+            self._widget = self._factory()
+        return self._widget
+
+    def close(self) -> None:
+        """Close the widget, if one was built (stops its live updates)."""
+        if self._widget is not None:
+            self._widget.close()
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        bundle = {"text/plain": repr(self), "text/html": self._repr_html_()}
+        if self._factory is None:
+            return bundle
+        try:
+            view = self.widget._repr_mimebundle_()
+        except Exception as error:  # noqa: BLE001 - show the table rather than nothing
+            log.warning("easeml: showing a table, the widget failed: %s", error)
+            return bundle
+        view = view[0] if isinstance(view, tuple) else view
+        return {**bundle, **{k: v for k, v in (view or {}).items() if k != "text/plain"}}
 
     def __getitem__(self, key: Any) -> Any:
         return self.data[key]

@@ -1,0 +1,41 @@
+// Leaderboard view: renders the `rows` trait; the cancel button bumps `cancel_clicks`.
+const esc = (s) => String(s ?? "").replace(/&/g, "&amp;").replace(/</g, "&lt;");
+
+function fmt(v, digits) {
+  return v === null || v === undefined ? "" : Number(v).toFixed(digits);
+}
+
+function render({ model, el }) {
+  el.classList.add("easeml-board");
+  const head = document.createElement("div");
+  const title = document.createElement("b");
+  const button = document.createElement("button");
+  button.textContent = "Cancel task";
+  button.addEventListener("click", () => {
+    model.set("cancel_clicks", model.get("cancel_clicks") + 1);
+    model.save_changes();
+  });
+  head.append(title, " ", button);
+  const table = document.createElement("table");
+  el.append(head, table);
+
+  function draw() {
+    const best = model.get("best_job_id");
+    title.textContent = `${model.get("task")}: ${model.get("status")}`;
+    button.textContent = model.get("cancelled") ? "Cancelled" : "Cancel task";
+    button.disabled = model.get("cancelled");
+    const cols = ["model", "config", "accuracy", "cost", "state", "version"];
+    const rows = model.get("rows").map((r) => {
+      const cls = `easeml-${r.state}` + (r.job_id === best ? " easeml-best" : "");
+      const cells = [r.model, r.config, fmt(r.accuracy, 4), r.cost === null ? "" : fmt(r.cost, 2) + " s",
+                     r.state, r.version ?? ""];
+      return `<tr class="${cls}">` + cells.map((c) => `<td>${esc(c)}</td>`).join("") + "</tr>";
+    });
+    table.innerHTML = "<thead><tr>" + cols.map((c) => `<th>${c}</th>`).join("") + "</tr></thead><tbody>" +
+      rows.join("") + "</tbody>";
+  }
+  for (const name of ["rows", "best_job_id", "status", "cancelled", "task"]) model.on(`change:${name}`, draw);
+  draw();
+}
+
+export default { render };

@@ -1,0 +1,160 @@
+"""A task's jobs as a live leaderboard with a cancel button."""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+import anywidget
+import traitlets as t
+
+from ._hub import Event
+from ._live import Live
+from .curves import _config_text
+
+HERE = pathlib.Path(__file__).parent
+STATES = ("queued", "running", "done", "failed", "cancelled", "stale")
+ROW_KEYS = ("job_id", "model", "config", "accuracy", "cost", "state", "version")
+
+
+def _state(status: str, version: int | None, latest: int | None) -> str:
+    if status == "succeeded":
+        return "stale" if version is not None and latest is not None and version < latest else "done"
+    return status  # queued, running, failed, cancelled
+
+
+def _text_table(columns: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c) for i, c in enumerate(columns)]
+    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+    return [line(columns)] + [line(r) for r in rows]
+
+
+class Leaderboard(Live, anywidget.AnyWidget):
+    """The jobs of one task: model, config, accuracy, cost, state, best first.
+
+    States are ``queued``, ``running``, ``done``, ``failed``, ``cancelled`` and
+    ``stale`` (succeeded, but on an older dataset version than the latest).
+    The best row (highest accuracy among ``done``) is highlighted. The
+    *Cancel task* button bumps ``cancel_clicks``; Python then calls
+    ``Task.cancel()`` (stop exploring the task).
+    """
+
+    _esm = HERE / "leaderboard.js"
+    _css = HERE / "easeml.css"
+
+    task = t.Unicode(help="the task's name").tag(sync=True)
+    rows = t.List(t.Dict(), help="one dict per job: " + ", ".join(ROW_KEYS)).tag(sync=True)
+    best_job_id = t.Int(None, allow_none=True, help="the highlighted row's job id").tag(sync=True)
+    latest_version = t.Int(None, allow_none=True, help="the task's latest dataset version number").tag(sync=True)
+    cancelled = t.Bool(False, help="the task is cancelled").tag(sync=True)
+    cancel_clicks = t.Int(0, help="bumped by the cancel button; each bump cancels the task").tag(sync=True)
+    status = t.Unicode("", help="a one-line summary").tag(sync=True)
+
+    def __init__(self, task: Any, *, live: bool = True, **kwargs: Any):
+        self._task = task
+        self.task_id = task.info["id"]
+        self._version_numbers: dict[int, int] = {}
+        super().__init__(task=task.name, **kwargs)
+        self._live_init(task.client, live)
+        with self._lock:
+            self.refresh()
+
+    # ------------------------------------------------------------ validation
+    @t.validate("rows")
+    def _check_rows(self, proposal: t.Bunch) -> list[dict[str, Any]]:
+        rows = proposal["value"]
+        for i, row in enumerate(rows):
+            missing = [k for k in ROW_KEYS if k not in row]
+            if missing:
+                raise t.TraitError(f"rows[{i}]: found keys {sorted(row)}, expected also {missing}")
+            if row["state"] not in STATES:
+                raise t.TraitError(f"rows[{i}].state: found {row['state']!r}, expected one of {STATES}")
+        return sorted(rows, key=lambda r: (r["accuracy"] is None, -(r["accuracy"] or 0.0), r["job_id"]))
+
+    @t.validate("cancel_clicks")
+    def _check_clicks(self, proposal: t.Bunch) -> int:
+        if proposal["value"] < self.cancel_clicks:
+            raise t.TraitError(f"cancel_clicks: found {proposal['value']}, expected a count >= {self.cancel_clicks}")
+        return proposal["value"]
+
+    @t.observe("cancel_clicks")
+    def _on_cancel_click(self, change: t.Bunch) -> None:
+        if change["new"] > change["old"]:
+            self.cancel()
+
+    @t.observe("rows")
+    def _on_rows(self, change: t.Bunch) -> None:
+        done = [r for r in change["new"] if r["state"] == "done" and r["accuracy"] is not None]
+        self.best_job_id = max(done, key=lambda r: (r["accuracy"], -r["job_id"]))["job_id"] if done else None
+        counts: dict[str, int] = {}
+        for row in change["new"]:
+            counts[row["state"]] = counts.get(row["state"], 0) + 1
+        parts = [f"{counts[s]} {s}" for s in STATES if counts.get(s)]
+        self.status = ("cancelled; " if self.cancelled else "") + (", ".join(parts) or "no jobs yet")
+
+    # ------------------------------------------------------------ actions
+    def cancel(self) -> dict[str, Any]:
+        """Stop exploring the task (what the button does)."""
+        with self._lock:
+            info = self._task.cancel()
+            self.cancelled = bool(info.get("cancelled"))
+            self._on_rows({"new": self.rows})
+            return info
+
+    def refresh(self) -> None:
+        """Re-read the task's jobs from the service."""
+        with self._lock:
+            info = self._task.refresh()
+            self.cancelled = bool(info.get("cancelled"))
+            self._version_numbers = {v["id"]: v["number"] for v in self._task.versions()}
+            latest = info.get("latest_version") or {}
+            self.latest_version = latest.get("number")
+            self.rows = [self._row(j["id"], j["model"], j["config"], j["status"], j["accuracy"], j["cost_seconds"],
+                                   j["dataset_version"]) for j in self._task.jobs()]
+
+    _resync = refresh
+
+    def _row(self, job_id: int, model: str, config: dict, status: str, accuracy: float | None, cost: float | None,
+             version: int | None) -> dict[str, Any]:
+        return {"job_id": job_id, "model": model, "config": _config_text(config or {}), "accuracy": accuracy,
+                "cost": cost, "state": _state(status, version, self.latest_version), "version": version,
+                "status": status}
+
+    def _on_event(self, event: Event) -> None:
+        if event.get("task_id") != self.task_id:
+            return
+        kind = event.get("type")
+        if kind == "version":
+            v = event["version"]
+            self._version_numbers[v["id"]] = v["number"]
+            self.latest_version = max(self.latest_version or 0, v["number"])
+            self.rows = [{**r, "state": _state(r["status"], r["version"], self.latest_version)} for r in self.rows]
+        elif kind == "task":
+            self.cancelled = event.get("status") == "cancelled"
+            self._on_rows({"new": self.rows})
+        elif kind == "job":
+            rows = {r["job_id"]: r for r in self.rows}
+            old = rows.get(event["job_id"])
+            if old is None:  # a new job: its dataset version is only in the service's job record
+                self.refresh()
+                return
+            rows[event["job_id"]] = self._row(
+                event["job_id"], event.get("model", old["model"]), event.get("config") or {}, event["status"],
+                event.get("accuracy", old["accuracy"]), event.get("cost_seconds", old["cost"]), old["version"])
+            self.rows = list(rows.values())
+
+    def state_of(self, job_id: int) -> str:
+        """The shown state of one job."""
+        return next(r["state"] for r in self.rows if r["job_id"] == job_id)
+
+    def close(self) -> None:
+        self.stop()
+        super().close()
+
+    def __repr__(self) -> str:
+        rows = [[r["model"], r["config"], "" if r["accuracy"] is None else f"{r['accuracy']:.4f}",
+                 "" if r["cost"] is None else f"{r['cost']:.2f}s",
+                 r["state"] + (" *" if r["job_id"] == self.best_job_id else "")] for r in self.rows]
+        lines = [f"Leaderboard of task {self.task!r}: {self.status}"] + _text_table(
+            ["model", "config", "accuracy", "cost", "state"], rows)
+        return "\n".join(lines)

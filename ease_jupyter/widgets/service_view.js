@@ -1,0 +1,38 @@
+// Service view: every user's loss estimate and compute share, and who is served now and why.
+const esc = (s) => String(s ?? "").replace(/&/g, "&amp;").replace(/</g, "&lt;");
+const num = (v, d) => (v === null || v === undefined ? "" : Number(v).toFixed(d));
+
+function render({ model, el }) {
+  el.classList.add("easeml-service");
+  const head = document.createElement("div");
+  const why = document.createElement("div");
+  const table = document.createElement("table");
+  const cands = document.createElement("table");
+  el.append(head, why, table, cands);
+
+  function draw() {
+    head.innerHTML = `<b>scheduler</b>: policy ${esc(model.get("policy"))}, mode ${esc(model.get("mode"))}` +
+      `, ${model.get("decisions")} decision(s) seen`;
+    why.textContent = model.get("reason");
+    const serving = model.get("serving");
+    table.innerHTML = "<thead><tr><th>user</th><th>tasks</th><th>running</th><th>best accuracy</th>" +
+      "<th>loss estimate</th><th>compute share</th></tr></thead><tbody>" +
+      model.get("users").map((u) =>
+        `<tr class="${u.name === serving ? "easeml-serving" : ""}"><td>${esc(u.name)}${u.you ? " (you)" : ""}</td>` +
+        `<td>${u.tasks ?? ""}</td>` +
+        `<td>${u.running ?? ""}</td><td>${num(u.best_accuracy, 3)}</td><td>${num(u.loss_estimate, 3)}</td>` +
+        `<td><span class="easeml-bar" style="width:${Math.round(100 * (u.compute_share || 0))}px"></span> ` +
+        `${num(100 * (u.compute_share || 0), 1)}%</td></tr>`).join("") + "</tbody>";
+    const c = model.get("candidates");
+    cands.innerHTML = c.length === 0 ? "" : "<thead><tr><th>GREEDY candidate</th><th>task</th><th>gap</th></tr></thead><tbody>" +
+      c.map((r) => `<tr class="${r.user === serving ? "easeml-serving" : ""}"><td>${esc(r.user)}</td>` +
+        `<td>${esc(r.task)}</td>` +
+        `<td>${num(r.gap, 4)}</td></tr>`).join("") + "</tbody>";
+  }
+  for (const name of ["users", "serving", "reason", "candidates", "policy", "mode", "decisions"]) {
+    model.on(`change:${name}`, draw);
+  }
+  draw();
+}
+
+export default { render };

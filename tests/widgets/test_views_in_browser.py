@@ -1,0 +1,143 @@
+"""The ES modules in a real browser (Debian's chromium via Playwright), each
+rendered with the state its Python widget syncs: what the user sees, and
+what a click sends back (the trait the Python side then validates)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from ease_jupyter.widgets import Leaderboard, ProvenanceGraph, RefinePanel, ServiceView
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = Path(os.environ.get("EASEML_CHROMIUM", "/usr/bin/chromium"))
+
+FAKE_MODEL = """
+window.mount = async (source, css, state) => {
+  const handlers = {}, sent = [];
+  const model = {
+    get: (k) => state[k],
+    set: (k, v) => { state[k] = v; sent.push([k, v]); (handlers["change:" + k] || []).forEach((f) => f()); },
+    on: (name, f) => (handlers[name] = handlers[name] || []).push(f),
+    save_changes: () => sent.push(["save_changes"]),
+  };
+  const style = document.createElement("style");
+  style.textContent = css;
+  document.head.append(style);
+  const el = document.createElement("div");
+  document.body.replaceChildren(el);
+  const mod = await import("data:text/javascript;base64," + source);
+  mod.default.render({ model, el });
+  window.model = model; window.sent = sent;
+};
+"""
+
+
+@pytest.fixture(scope="module")
+def page() -> Iterator[Any]:
+    if not CHROMIUM.exists():
+        pytest.skip(f"chromium not found at {CHROMIUM} (scripts/chromium.sh installs it)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM),
+                                     args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
+        tab = browser.new_page()
+        tab.set_content("<html><body></body></html>")
+        tab.add_script_tag(content=FAKE_MODEL)
+        yield tab
+        browser.close()
+
+
+def mount(page: Any, widget: Any) -> list:
+    state = json.loads(json.dumps(widget.get_state(), default=str))
+    source = base64.b64encode(state.pop("_esm").encode()).decode()
+    page.evaluate("([s, c, st]) => window.mount(s, c, st)", [source, state.pop("_css", ""), state])
+    return page.evaluate("window.sent")
+
+
+def sent(page: Any) -> list:
+    return page.evaluate("window.sent")
+
+
+@pytest.fixture(scope="module")
+def trained(service, iris_data) -> Any:
+    X, y = iris_data
+    task = service.client("alice").task("iris_browser", input=[4], output=[3])
+    task.feed(X, y)
+    assert task.wait(timeout=90)
+    return task
+
+
+def test_leaderboard_view(page, trained):
+    task = trained
+    board = Leaderboard(task, live=False)
+    mount(page, board)
+    rows = page.locator("table tbody tr")
+    assert rows.count() == len(board.rows) == 15
+    best = page.locator("tr.easeml-best")
+    assert best.count() == 1
+    best_row = next(r for r in board.rows if r["job_id"] == board.best_job_id)
+    assert best.locator("td").first.inner_text() == best_row["model"]
+    assert page.locator("tr.easeml-done").count() == 15
+    page.get_by_role("button", name="Cancel task").click()
+    assert sent(page) == [["cancel_clicks", 1], ["save_changes"]]
+    board.cancel_clicks = 1  # what the kernel receives: the task is cancelled
+    assert task.refresh()["cancelled"] is True
+    task.resume()
+    board.close()
+
+
+def test_refine_view_toggles_and_pages(page, service, digit_images):
+    X, y = digit_images
+    task = service.client("bob").task("digits_browser", input=[8, 8, 1], output=[10])
+    task.feed(X[:40], y[:40])
+    panel = RefinePanel(task, page_size=12)
+    mount(page, panel)
+    cards = page.locator(".easeml-card")
+    assert cards.count() == 12 and page.locator(".easeml-card img").count() == 12
+    size = page.locator(".easeml-card img").first.evaluate("img => [img.complete, img.naturalWidth]")
+    assert size == [True, 8]  # the PNG thumbnail decodes in the browser
+    cards.nth(2).click()
+    assert sent(page)[-2] == ["dropped", [panel.rows[2]["id"]]]
+    assert "easeml-off" in (cards.nth(2).get_attribute("class") or "")
+    page.get_by_role("button", name=">").click()
+    assert sent(page)[-2] == ["page", 1]
+    panel.dropped = [panel.rows[2]["id"]]  # the kernel applies what the browser sent
+    panel.page = 1
+    assert panel.rows[0]["id"] == task.data()[0][12]
+    panel.close()
+    task.cancel()
+
+
+def test_provenance_view_click_and_trace(page, trained):
+    graph = ProvenanceGraph(trained)
+    mount(page, graph)
+    nodes = page.locator("svg [data-node]")
+    assert nodes.count() == len(graph.nodes)
+    version = next(n["id"] for n in graph.nodes if n["kind"] == "dataset")
+    page.locator(f'svg [data-node="{version}"]').click()
+    assert sent(page)[-2] == ["selected", version]
+    page.get_by_role("button", name="trace forward").click()
+    assert sent(page)[-2] == ["trace", "forward"]
+    graph.selected, graph.trace = version, "forward"  # the kernel computes the highlight ...
+    page.evaluate("h => window.model.set('highlighted', h)", graph.highlighted)  # ... and syncs it back
+    dimmed = page.locator("svg [data-node].easeml-dim")
+    assert dimmed.count() == len(graph.nodes) - len(graph.highlighted) == 1  # only the outside source
+    graph.close()
+
+
+def test_service_view_marks_the_served_user(page, service, trained):
+    view = ServiceView(service.client("root"), live=False)
+    assert view.serving is not None and view.users
+    mount(page, view)
+    assert page.locator("table").first.locator("tbody tr").count() == len(view.users)
+    serving = page.locator("tr.easeml-serving td").first.inner_text()
+    assert serving.startswith(view.serving)
+    view.close()
