@@ -96,10 +96,7 @@ def test_the_migration_scripts_ship_inside_the_package() -> None:
     assert MIGRATIONS_DIR == package / "migrations"
     for name in ("env.py", "script.py.mako", "versions/0001_initial.py"):
         assert (MIGRATIONS_DIR / name).is_file(), name
-    # pyproject's package-data globs must cover them, or wheels ship without migrations.
-    pyproject = (package.parents[1] / "pyproject.toml").read_text()
-    for glob in ('"migrations/*.py"', '"migrations/*.mako"', '"migrations/versions/*.py"'):
-        assert glob in pyproject
+    # That a built wheel carries them is checked on a real wheel in tests/lab/test_labextension.py.
 
 
 def test_the_revision_history_is_linear(tmp_path) -> None:

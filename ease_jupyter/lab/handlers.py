@@ -1,0 +1,184 @@
+"""The ``/easeml/`` routes of the jupyter_server extension.
+
+Every handler is ``@tornado.web.authenticated`` (the Jupyter token or login)
+and answers JSON. Calls to the ease.ml service block (``urllib``), so they run
+on a worker thread. A failure becomes ``{"error": {"code", "message"}}`` with
+a status the sidebar can show:
+
+- 502 ``service_error``/``service_auth``: the service answered with an error
+  (``service_auth`` when it refused our token);
+- 503 ``service_unavailable``: no service could be reached or started;
+- 404 ``not_found``: the service does not know the task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import threading
+import urllib.error
+from typing import Any, Callable
+
+import tornado.web
+from jupyter_server.base.handlers import APIHandler
+from jupyter_server.extension.handler import ExtensionHandlerMixin
+
+from ..errors import EaseMLError, NotFoundError
+
+
+class ServiceConnection:
+    """One lazily created ``Client`` shared by the handlers.
+
+    ``url``/``token``/``data_dir`` of ``None`` fall back to what ``Client()``
+    does (``EASEML_URL``/``EASEML_TOKEN``, then the embedded service). When a
+    call cannot reach the service, the client is dropped and made once more,
+    which restarts an embedded service that went away.
+    """
+
+    def __init__(self, url: str | None = None, token: str | None = None, data_dir: str | None = None):
+        self.url, self.token, self.data_dir = url, token, data_dir
+        self._client: Any = None
+        self._lock = threading.Lock()
+        self.last_url: str | None = url  # of the last client made, for error messages
+
+    def where(self) -> str:
+        return self.last_url or os.environ.get("EASEML_URL") or "the embedded ease.ml service"
+
+    def client(self) -> Any:
+        with self._lock:
+            if self._client is None:
+                from ..client import Client
+
+                self._client = Client(self.url, self.token, data_dir=self.data_dir, timeout=30.0)
+                self.last_url = self._client.url
+            return self._client
+
+    def call(self, fn: Callable[[Any], Any]) -> Any:
+        try:
+            return fn(self.client())
+        except (urllib.error.URLError, ConnectionError) as error:
+            if isinstance(error, urllib.error.HTTPError):
+                raise
+            with self._lock:
+                self._client = None
+            try:
+                return fn(self.client())
+            except (urllib.error.URLError, ConnectionError) as again:
+                raise ServiceUnavailable(str(getattr(again, "reason", again))) from again
+
+
+class ServiceUnavailable(Exception):
+    pass
+
+
+def task_rows(client: Any) -> list[dict[str, Any]]:
+    """One row per task of the caller: name, state, best accuracy and model."""
+    board = {row["task"]: row.get("best") for row in client.leaderboard()}
+    rows = []
+    for task in client.tasks():
+        try:
+            info = task.refresh()
+        except NotFoundError:  # deleted between the two calls
+            continue
+        best = board.get(task.name) or {}
+        latest = info.get("latest_version") or {}
+        jobs = info.get("jobs") or {}
+        rows.append({
+            "name": task.name,
+            "program": info.get("program"),
+            "state": task_state(info),
+            "accuracy": best.get("accuracy"),
+            "model": best.get("model"),
+            "config": best.get("config"),
+            "dataset_version": latest.get("number"),
+            "n_examples": latest.get("n_examples"),
+            "jobs": jobs,
+        })
+    return rows
+
+
+def task_state(info: dict[str, Any]) -> str:
+    """A one-word state: cancelled, no data, running, queued, idle."""
+    jobs = info.get("jobs") or {}
+    if info.get("cancelled"):
+        return "cancelled"
+    if not info.get("latest_version"):
+        return "no data"
+    if jobs.get("running"):
+        return "running"
+    if jobs.get("queued") or not info.get("idle"):
+        return "queued"
+    return "idle"
+
+
+class EaseMLHandler(ExtensionHandlerMixin, APIHandler):
+    """Base: runs a service call off the event loop and maps its errors."""
+
+    @property
+    def service(self) -> ServiceConnection:
+        return self.settings["easeml_service"]
+
+    async def answer(self, fn: Callable[[Any], Any]) -> None:
+        try:
+            result = await asyncio.get_running_loop().run_in_executor(None, self.service.call, fn)
+        except Exception as error:  # noqa: BLE001 - every failure becomes a JSON error for the sidebar
+            status, code, message = describe(error, self.service)
+            self.log.warning("easeml %s: %s %s: %s", self.request.path, status, code, message)
+            self.set_status(status)
+            self.finish(json.dumps({"error": {"code": code, "message": message}}))
+            return
+        self.finish(json.dumps(result))
+
+
+def describe(error: BaseException, service: ServiceConnection) -> tuple[int, str, str]:
+    from ..client import AuthError, ServiceError
+
+    where = service.where()
+    if isinstance(error, ServiceUnavailable):
+        return 503, "service_unavailable", f"cannot reach {where}: {error}"
+    if isinstance(error, (RuntimeError, TimeoutError, OSError)) and not isinstance(error, EaseMLError):
+        return 503, "service_unavailable", f"cannot start or reach {where}: {error}"
+    if isinstance(error, AuthError):
+        return 502, "service_auth", f"the ease.ml service refused the token: {error}"
+    if isinstance(error, NotFoundError):
+        return 404, "not_found", str(error)
+    if isinstance(error, ServiceError):
+        return 502, "service_error", str(error)
+    if isinstance(error, EaseMLError):
+        return 502, "service_error", str(error)
+    return 500, "internal_error", f"{type(error).__name__}: {error}"
+
+
+class TasksHandler(EaseMLHandler):
+    """``GET /easeml/tasks``: the caller's tasks (see ``task_rows``)."""
+
+    @tornado.web.authenticated
+    async def get(self) -> None:
+        await self.answer(task_rows)
+
+
+class TaskHandler(EaseMLHandler):
+    """``GET /easeml/tasks/NAME``: one task as the service describes it, plus its best model (or null)."""
+
+    @tornado.web.authenticated
+    async def get(self, name: str) -> None:
+        def one(client: Any) -> dict[str, Any]:
+            task = client.task(name)
+            info = task.refresh()
+            try:
+                info["best"] = task.best()
+            except NotFoundError:
+                info["best"] = None
+            info["state"] = task_state(info)
+            return info
+
+        await self.answer(one)
+
+
+class WhoamiHandler(EaseMLHandler):
+    """``GET /easeml/whoami``: the service URL and the user it knows us as."""
+
+    @tornado.web.authenticated
+    async def get(self) -> None:
+        await self.answer(lambda client: {"url": client.url, "user": client.whoami()})
