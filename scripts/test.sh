@@ -1,7 +1,15 @@
 #!/usr/bin/env bash
 # Run the whole test suite (the README's second command calls this after the
-# install). Starts a loopback PostgreSQL through scripts/postgres.sh so the
-# PostgreSQL contract tests run; if that fails they skip and say why.
+# install):
+#   - tests/, including the browser tests (tests/browser: JupyterLab driven by
+#     Debian's chromium; scripts/chromium.sh installs it with apt-get if needed);
+#   - the example notebooks under notebooks/, each run top to bottom by nbval
+#     (--nbval-lax: every cell must run without an error).
+# Starts a loopback PostgreSQL through scripts/postgres.sh so the PostgreSQL
+# contract tests run; if that fails they skip and say why (and likewise the
+# browser tests when chromium cannot be installed).
+# Extra arguments go to pytest. When none of them is a path, the suite is
+# tests/ and notebooks/; `bash scripts/test.sh tests/store` runs just that.
 # pytest's exit code 5 ("no tests collected") is turned into a failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -13,7 +21,17 @@ if [ -z "${EASEML_TEST_POSTGRES_URL:-}" ]; then
     echo "scripts/test.sh: could not start PostgreSQL; its tests will be skipped" >&2
   fi
 fi
-python -m pytest "$@"
+if ! bash scripts/chromium.sh; then
+  echo "scripts/test.sh: could not install chromium; the browser tests will be skipped" >&2
+fi
+paths=(tests notebooks)
+for arg in "$@"; do
+  if [[ "$arg" != -* && -e "${arg%%::*}" ]]; then
+    paths=()
+    break
+  fi
+done
+python -m pytest --nbval-lax --nbval-current-env "${paths[@]}" "$@"
 status=$?
 if [ "$status" -eq 5 ]; then
   echo "scripts/test.sh: pytest collected no tests, which counts as a failure" >&2

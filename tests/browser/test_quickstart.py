@@ -1,0 +1,123 @@
+"""The quickstart in a real JupyterLab, in chromium: Run All Cells, the live
+curves, the ease.ml sidebar and the refine panel.
+
+One notebook session serves the whole module (``quickstart``): it opens
+quickstart.ipynb, runs all cells from the Run menu and, while they run,
+samples how many traces and points the curves widget has drawn. The tests
+then check what the session saw and go on working in the same notebook.
+Screenshots land in test-artifacts/browser/.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+
+import pytest
+
+from .lab import NOTEBOOK, add_cell_and_run, all_ran, prompts, run_all, screenshot, tracebacks
+
+pytestmark = pytest.mark.browser
+
+TASK = "digits"  # the quickstart's task
+RUN_TIMEOUT = 300.0
+TRACES = f"{NOTEBOOK} .js-plotly-plot .scatterlayer .trace"
+POINTS = f"{TRACES} .points .point"
+
+
+@dataclass
+class Sample:
+    seconds: float
+    traces: int
+    points: int
+    running: bool  # some cell was still queued or running
+
+
+@dataclass
+class Session:
+    page: object
+    samples: list[Sample] = field(default_factory=list)
+    prompts: list[str] = field(default_factory=list)
+
+
+@pytest.fixture(scope="module")
+def quickstart(context, lab):
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    session = Session(page)
+    try:
+        lab.open(page, "quickstart.ipynb")
+        screenshot(page, "quickstart-opened")
+        run_all(page)
+        start, shot = time.monotonic(), False
+        while True:
+            shown = prompts(page)
+            sample = Sample(time.monotonic() - start, page.locator(TRACES).count(), page.locator(POINTS).count(),
+                            running=not all_ran(shown))
+            session.samples.append(sample)
+            if sample.traces and sample.running and not shot:
+                page.locator(f"{NOTEBOOK} .js-plotly-plot").first.scroll_into_view_if_needed()
+                screenshot(page, "quickstart-training")
+                shot = True
+            if not sample.running or sample.seconds > RUN_TIMEOUT:
+                break
+            time.sleep(1.0)
+        session.prompts = shown
+        page.locator(f"{NOTEBOOK} .js-plotly-plot").first.scroll_into_view_if_needed()
+        screenshot(page, "quickstart-ran")
+        yield session
+    finally:
+        page.close()
+
+
+def test_run_all_cells_runs_the_quickstart(quickstart, lab):
+    assert all_ran(quickstart.prompts), f"cells still pending after {RUN_TIMEOUT:.0f} s: {quickstart.prompts}"
+    assert tracebacks(quickstart.page) == [], lab.log_tail()
+    printed = quickstart.page.locator(f"{NOTEBOOK} .jp-OutputArea-output").all_inner_texts()
+    assert any(re.search(r"held-out accuracy 0\.\d+", text) for text in printed), printed
+
+
+def test_curves_draw_traces_that_grow_while_training(quickstart):
+    samples = quickstart.samples
+    drawn = [s for s in samples if s.traces > 0]
+    assert drawn, f"the curves widget drew no plotly traces: {samples[-5:]}"
+    first = drawn[0]
+    assert first.running, "traces appeared only after every cell had finished"
+    later = [s for s in drawn if s.seconds > first.seconds and s.points > first.points and s.traces >= first.traces]
+    assert later, f"the curves never grew after {first}: {drawn[-5:]}"
+    assert samples[-1].traces >= first.traces
+
+
+def test_sidebar_lists_the_task(quickstart):
+    page = quickstart.page
+    page.locator(".jp-SideBar .lm-TabBar-tab[data-id='easeml-sidebar']").click()
+    row = page.locator(f"#easeml-sidebar .easeml-task[data-task='{TASK}']")
+    row.wait_for(state="visible", timeout=60_000)
+    screenshot(page, "sidebar")
+    assert TASK in row.inner_text()
+
+
+def test_refine_panel_toggle_and_save_makes_a_new_version(quickstart, lab):
+    from ease_jupyter import Client
+
+    task = Client(data_dir=lab.data_dir).task(TASK)  # the notebook's user: the embedded service's admin
+    before = {v["id"] for v in task.versions()}
+    page = quickstart.page
+    add_cell_and_run(page, f"%easeml refine {TASK}")
+    panel = page.locator(f"{NOTEBOOK} .easeml-refine").last
+    panel.wait_for(state="visible", timeout=60_000)
+    example = panel.locator(".easeml-card, tbody tr input[type=checkbox]").first
+    example.click()
+    foot = panel.locator(":scope > div").last
+    foot.filter(has_text="1 turned off").wait_for(timeout=30_000)
+    panel.get_by_role("button", name="Save as new version").click()
+    foot.filter(has_text="saved dataset version").wait_for(timeout=60_000)
+    panel.scroll_into_view_if_needed()
+    screenshot(page, "refine-saved")
+    saved = re.search(r"saved dataset version (\d+) \(id (\d+)\)", foot.inner_text())
+    assert saved, foot.inner_text()
+    new = {v["id"]: v for v in task.versions() if v["id"] not in before}
+    assert list(new) == [int(saved.group(2))], (before, new)
+    version = new[int(saved.group(2))]
+    assert version["kind"] == "refine" and version["number"] == int(saved.group(1))
