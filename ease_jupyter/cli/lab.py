@@ -110,6 +110,10 @@ def command(ip: str, port: int, no_browser: bool, notebook: Path | None, data_di
     if no_browser:
         argv.append("--ServerApp.open_browser=False")
     argv.extend(a for a in jupyter_args if a != "--")
+    if hasattr(os, "geteuid") and os.geteuid() == 0 and "--allow-root" not in argv:
+        # containers and CI machines run as root; JupyterLab refuses that without the flag
+        click.echo("running as root: passing --allow-root to JupyterLab", err=True)
+        argv.append("--allow-root")
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(sys.executable, argv, env)

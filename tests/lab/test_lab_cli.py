@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from ease_jupyter.cli import main
 from ease_jupyter.cli import lab as lab_cli
 
-from .conftest import JUPYTER_TOKEN, ROOT_FLAGS, JupyterServer, free_port, isolated_env
+from .conftest import JUPYTER_TOKEN, JupyterServer, free_port, isolated_env
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -64,7 +64,7 @@ def test_easeml_lab_starts_the_service_and_a_jupyterlab_that_answers(tmp_path):
     port = free_port()
     command = [sys.executable, "-m", "ease_jupyter", "lab", "--no-browser", "--port", str(port),
                "--data-dir", str(data), "--", f"--IdentityProvider.token={JUPYTER_TOKEN}",
-               "--ServerApp.port_retries=0", *ROOT_FLAGS]
+               "--ServerApp.port_retries=0"]  # no --allow-root: `easeml lab` adds it when run as root
     env = isolated_env(tmp_path)
     env.pop("EASEML_DATA_DIR")  # --data-dir says where
     server = JupyterServer(tmp_path, env, command=command, port=port)
