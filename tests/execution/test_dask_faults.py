@@ -32,10 +32,10 @@ def digits():
     return d.images[:1000].astype(np.float32) / 16.0, d.target[:1000]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def dask_engine():
-    """One cluster for the module: it heals itself after each fault (the nanny
-    restarts a killed worker), which is part of what is tested."""
+    """A fresh 2-worker cluster per test, so one test's fault (a nanny that
+    closes instead of restarting under load) cannot leak into the next."""
     from ease_jupyter.execution.engine.dask import DaskEngine
 
     engine = DaskEngine(n_workers=2)
@@ -44,10 +44,16 @@ def dask_engine():
 
 
 @pytest.fixture(scope="module")
-def reference(dask_engine, digits):
-    """A run without faults; the others replay its visit order."""
+def reference(digits):
+    """A run without faults on its own cluster; the others replay its visit order."""
+    from ease_jupyter.execution.engine.dask import DaskEngine
+
     X, y = digits
-    ref = run_mop(dask_engine, grid(), MODELS, X, y, hop="bytes")
+    with_engine = DaskEngine(n_workers=2)
+    try:
+        ref = run_mop(with_engine, grid(), MODELS, X, y, hop="bytes")
+    finally:
+        with_engine.close()
     assert ref.faults == [] and completed_every_config(ref)
     return ref
 

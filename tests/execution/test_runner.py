@@ -155,6 +155,41 @@ def test_a_worker_killed_mid_epoch_changes_nothing(digits, replication):
         assert_same_weights(ref, res)
 
 
+class VanishingReplacement(LocalEngine):
+    """The worker spawned to replace a killed one dies again while its data is
+    being placed (seen on Dask under load: a restarted worker's nanny closes)."""
+
+    def __init__(self, n_workers):
+        super().__init__(n_workers)
+        self.first = set(self.workers())
+        self.vanished: list[str] = []
+
+    def place(self, key, data, workers):
+        fresh = [w for w in workers if w not in self.first and w not in self.vanished]
+        if fresh and not self.vanished:  # once
+            self.vanished.append(fresh[0])
+            self.kill_worker(fresh[0])
+        return super().place(key, data, workers)
+
+
+def test_a_replacement_worker_that_vanishes_while_placing_is_treated_as_lost(digits):
+    X, y = digits
+    with LocalEngine(2) as clean:
+        ref = run_mop(clean, grid(), MODELS, X, y)
+    with VanishingReplacement(2) as engine:
+        killed = []
+
+        def kill(rec: UnitRecord):
+            if not killed and rec.kind == "train":
+                killed.append(next(w for w in engine.workers() if w != rec.worker))
+                engine.kill_worker(killed[0])
+
+        res = run_mop(engine, grid(), MODELS, X, y, visit_order=ref.visit_log, on_unit=kill)
+    assert killed and engine.vanished
+    assert any("left while its data was placed" in f for f in res.faults)
+    assert_same_weights(ref, res)
+
+
 class ExploitOnce(Procedure):
     """Epoch 1: train A. Then stop A and start B from A's weights with a
     learning rate too small to move them. Epoch 2: finish."""

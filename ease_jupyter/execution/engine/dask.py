@@ -243,7 +243,11 @@ class DaskEngine(Engine):
             targets = [(w, self._live_address(w)) for w in workers]
         for name, address in targets:
             dask_key = f"data-{key}-{new_handle('copy')}"
-            fut = self._client.scatter({dask_key: data}, workers=[address], broadcast=False, hash=False)[dask_key]
+            try:
+                fut = self._client.scatter({dask_key: data}, workers=[address], broadcast=False, hash=False)[dask_key]
+            except Exception as error:  # noqa: BLE001 - the scheduler dropped the worker (e.g. its nanny closed) meanwhile
+                self._lose_worker(address, "left while data was placed", [])  # the caller learns by the error
+                raise EngineError(f"worker: {name!r} left while data was placed on it ({error!r})") from error
             with self._lock:
                 self._placed[(key, name)] = fut
 

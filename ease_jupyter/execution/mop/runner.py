@@ -359,12 +359,24 @@ class MOPRunner:
         for kind in (TRAIN, VAL):
             short = [p for p in self._under_replicated(kind) if worker not in self._holders[kind][p]]
             for pid in short:
-                self.engine.place(partition_key(kind, pid), self._parts[kind][pid], [worker])
+                if not self._place(kind, pid, worker):
+                    return
                 self._holders[kind][pid].add(worker)
         for kind, sched in self._scheds():  # the validation scheduler, if any, too
             if worker not in sched.workers:
                 sched.add_worker(worker, self._availability(kind)[worker])
         self._orphaned_since = None if not self._orphans() else self._orphaned_since
+
+    def _place(self, kind: str, pid: int, worker: str) -> bool:
+        """Copy a partition to ``worker``; False (and the worker counts as lost)
+        if it left again before its data arrived."""
+        try:
+            self.engine.place(partition_key(kind, pid), self._parts[kind][pid], [worker])
+        except EngineError as error:
+            self._faults.append(f"{time.monotonic() - self._t0:.2f}s {error}")
+            self._on_worker_lost(worker, "left while its data was placed")
+            return False
+        return True
 
     def _on_worker_lost(self, worker: str, reason: str) -> None:
         self._faults.append(f"{time.monotonic() - self._t0:.2f}s worker lost {worker} ({reason})")
@@ -429,7 +441,8 @@ class MOPRunner:
                     break
                 pid, target = max(av[donor]), empty[0]
                 key = partition_key(kind, pid)
-                self.engine.place(key, self._parts[kind][pid], [target])
+                if not self._place(kind, pid, target):
+                    continue
                 self.engine.drop(key, [donor])
                 self._holders[kind][pid].discard(donor)
                 self._holders[kind][pid].add(target)
