@@ -14,10 +14,11 @@ dir removed.
 import os
 import shutil
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
+
+from ease_jupyter.service import embedded
 
 ROOT = Path(__file__).resolve().parents[1]
 _data_dir: list[Path] = []  # the session's data dir, once a notebook ran
@@ -53,29 +54,6 @@ def pytest_runtest_setup(item: pytest.Item):
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     for data_dir in _data_dir:
-        stop_embedded_service(data_dir)
+        embedded.stop(data_dir)
         shutil.rmtree(data_dir, ignore_errors=True)
     _data_dir.clear()
-
-
-def stop_embedded_service(data_dir: Path, timeout: float = 30.0) -> None:
-    """Stop the embedded service recorded in ``data_dir/service.json`` (SIGTERM, then
-    SIGKILL after ``timeout``), if it is still running."""
-    import psutil
-
-    from ease_jupyter.service.embedded import read_service_file
-
-    info = read_service_file(data_dir)
-    try:
-        process = psutil.Process(int(info["pid"])) if info and info.get("pid") else None
-        if process is None or "ease_jupyter.service.embedded" not in " ".join(process.cmdline()):
-            return  # none recorded, or the pid now belongs to another process
-        process.terminate()
-        deadline = time.monotonic() + timeout
-        while process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
-            if time.monotonic() > deadline:
-                process.kill()
-                return
-            time.sleep(0.1)
-    except psutil.NoSuchProcess:
-        pass

@@ -78,6 +78,27 @@ def ensure_embedded(data_dir: str | os.PathLike[str] | None = None, *, timeout: 
         raise TimeoutError(f"the embedded service did not start within {timeout} s; see {directory / 'service.log'}")
 
 
+def stop(data_dir: str | os.PathLike[str], timeout: float = 30.0) -> None:
+    """Stop the embedded service recorded in ``data_dir/service.json`` (SIGTERM, then
+    SIGKILL after ``timeout``), if it is still running."""
+    import psutil
+
+    info = read_service_file(Path(data_dir))
+    try:
+        process = psutil.Process(int(info["pid"])) if info and info.get("pid") else None
+        if process is None or "ease_jupyter.service.embedded" not in " ".join(process.cmdline()):
+            return  # none recorded, or the pid now belongs to another process
+        process.terminate()
+        deadline = time.monotonic() + timeout
+        while process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+            if time.monotonic() > deadline:
+                process.kill()
+                return
+            time.sleep(0.1)
+    except psutil.NoSuchProcess:
+        pass
+
+
 def main(argv: list[str] | None = None) -> None:
     import argparse
     import logging

@@ -38,7 +38,9 @@ from typing import Iterator
 
 import pytest
 
-from .lab import ROOT, Lab, screenshot, stop_embedded_service
+from ease_jupyter.service import embedded
+
+from .lab import ROOT, Lab, screenshot
 
 NOTEBOOKS = ROOT / "notebooks"
 CHROMIUM = Path(os.environ.get("EASEML_CHROMIUM", "/usr/bin/chromium"))
@@ -137,7 +139,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(10)
-        stop_embedded_service(data_dir)
+        embedded.stop(data_dir)
 
 
 @pytest.fixture(scope="package")

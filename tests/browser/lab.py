@@ -105,26 +105,3 @@ def add_cell_and_run(page, source: str) -> None:
     editor.click()
     page.keyboard.insert_text(source)
     page.keyboard.press("Shift+Enter")
-
-
-def stop_embedded_service(data_dir: Path, timeout: float = 30.0) -> None:
-    """Stop the embedded ease.ml service recorded in ``data_dir/service.json``
-    (SIGTERM, then SIGKILL after ``timeout``), if it is still running."""
-    import psutil
-
-    from ease_jupyter.service.embedded import read_service_file
-
-    info = read_service_file(data_dir)
-    try:
-        process = psutil.Process(int(info["pid"])) if info and info.get("pid") else None
-        if process is None or "ease_jupyter.service.embedded" not in " ".join(process.cmdline()):
-            return  # none recorded, or the pid now belongs to another process
-        process.terminate()
-        deadline = time.monotonic() + timeout
-        while process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
-            if time.monotonic() > deadline:
-                process.kill()
-                return
-            time.sleep(0.1)
-    except psutil.NoSuchProcess:
-        pass

@@ -289,9 +289,8 @@ def worker_settings(dask_worker):
     }
 
 
+@pytest.mark.parametrize("engine", ["dask"], indirect=True)  # worker process settings exist on Dask only
 def test_dask_workers_are_set_up_for_mop(engine):
-    if engine.kind != "dask":
-        pytest.skip("Dask only: worker process settings")
     settings = engine.client.run(worker_settings)
     assert len(settings) <= (os.cpu_count() or 1)  # at most one worker per core
     for s in settings.values():

@@ -106,3 +106,16 @@ def test_config_checks_the_new_settings():
         ServiceConfig(idle_shutdown_seconds=0)
     with pytest.raises(ValueError, match="worker_nice"):
         ServiceConfig(worker_nice=25)
+
+
+def test_embedded_stop_ends_the_recorded_service(tmp_path):
+    import psutil
+
+    from ease_jupyter.service import embedded
+
+    url, token = embedded.ensure_embedded(tmp_path)
+    assert embedded.is_alive(url, token)
+    pid = int(embedded.read_service_file(tmp_path)["pid"])
+    embedded.stop(tmp_path)
+    assert not embedded.is_alive(url, token)
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
