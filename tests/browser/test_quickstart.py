@@ -121,3 +121,32 @@ def test_refine_panel_toggle_and_save_makes_a_new_version(quickstart, lab):
     assert list(new) == [int(saved.group(2))], (before, new)
     version = new[int(saved.group(2))]
     assert version["kind"] == "refine" and version["number"] == int(saved.group(1))
+
+
+def _cell_sources(page) -> list[str]:
+    return page.locator(f"{NOTEBOOK} .jp-Cell .cm-content").all_inner_texts()
+
+
+def test_sidebar_click_and_palette_insert_the_status_magics(quickstart, lab):
+    page = quickstart.page
+    if not page.locator("#easeml-sidebar").is_visible():  # the tab toggles: an earlier test may have opened it
+        page.locator(".jp-SideBar .lm-TabBar-tab[data-id='easeml-sidebar']").click()
+    row = page.locator(f"#easeml-sidebar .easeml-task[data-task='{TASK}']")
+    row.wait_for(state="visible", timeout=60_000)
+    before = _cell_sources(page).count(f"%easeml status {TASK}")
+    row.click()
+    page.wait_for_function(
+        "([sel, text, n]) => [...document.querySelectorAll(sel)].filter(e => e.innerText.trim() === text).length > n",
+        arg=[f"{NOTEBOOK} .jp-Cell .cm-content", f"%easeml status {TASK}", before], timeout=30_000)
+
+    page.locator(f"{NOTEBOOK}").first.click()
+    page.keyboard.press("Control+Shift+c")  # the command palette
+    palette = page.locator(".lm-CommandPalette input")
+    palette.wait_for(state="visible", timeout=30_000)
+    palette.fill("ease.ml: open service view")
+    page.keyboard.press("Enter")
+    page.wait_for_function(
+        "([sel, text]) => [...document.querySelectorAll(sel)].some(e => e.innerText.trim() === text)",
+        arg=[f"{NOTEBOOK} .jp-Cell .cm-content", "%easeml status --all"], timeout=30_000)
+    screenshot(page, "sidebar-and-palette")
+    assert tracebacks(page) == [], lab.log_tail()
