@@ -317,7 +317,7 @@ class EIGreedy(UserPicker):
         return int(np.argmax(np.where(state.eligible, state.gap, -np.inf)))
 
 
-class RegretGreedy(UserPicker):
+class RegretGreedy(EIGreedy):
     """Beyond the paper: serve the user with the largest *expected remaining loss*
     ``E[max_k f_i(k)] - best_i`` under her GP posterior (a Monte Carlo estimate
     with common random numbers; the selector puts it in ``gap`` with
@@ -332,16 +332,7 @@ class RegretGreedy(UserPicker):
     """
 
     name = "regret_greedy"
-    needs_stats = True
-    stat = "regret"
-
-    def pick_user(self, state: PickState) -> int | None:
-        init = state.eligible & (state.n_obs == 0) & ~state.busy
-        if init.any():
-            return int(np.flatnonzero(init)[0])
-        if not state.eligible.any():
-            return None
-        return int(np.argmax(np.where(state.eligible, state.gap, -np.inf)))
+    stat = "regret"  # the pick rule is EIGreedy's: everyone once, then the largest ``gap``
 
 
 def make_picker(name: str, *, s: int = 10, weighted: bool = True, rearm_on_change: bool = True) -> UserPicker:
