@@ -32,12 +32,18 @@ class Stuck:
         pass
 
 
-def test_reconcile_after_restart():
+def fed_task():
+    """An in-memory store with one user's task fed 30 random examples."""
     store, blobs = InMemoryStore(), MemoryBlobStore()
     user = store.create_user("ada", "h" * 64)
     task = store.create_task(user.id, "t", format_program(program_from_shapes([4], [3])))
     rng = np.random.default_rng(0)
     datasets.feed(store, blobs, task, rng.normal(size=(30, 4)).astype("float32"), rng.integers(0, 3, 30))
+    return store, blobs, task
+
+
+def test_reconcile_after_restart():
+    store, blobs, task = fed_task()
 
     first = ControlLoop(store, blobs, executors={Engine.SKLEARN: Stuck()}, max_running_per_user=2)
     first.recover()
@@ -86,11 +92,7 @@ class Crashing:
 
 
 def test_a_job_lost_by_its_worker_is_requeued_and_rerun():
-    store, blobs = InMemoryStore(), MemoryBlobStore()
-    user = store.create_user("ada", "h" * 64)
-    task = store.create_task(user.id, "t", format_program(program_from_shapes([4], [3])))
-    rng = np.random.default_rng(0)
-    datasets.feed(store, blobs, task, rng.normal(size=(30, 4)).astype("float32"), rng.integers(0, 3, 30))
+    store, blobs, task = fed_task()
     executor = Crashing(store)
     loop = ControlLoop(store, blobs, executors={Engine.SKLEARN: executor})
     loop.recover()
@@ -104,11 +106,7 @@ def test_a_job_lost_by_its_worker_is_requeued_and_rerun():
 
 
 def test_resume_replays_finished_results_instead_of_retraining():
-    store, blobs = InMemoryStore(), MemoryBlobStore()
-    user = store.create_user("ada", "h" * 64)
-    task = store.create_task(user.id, "t", format_program(program_from_shapes([4], [3])))
-    rng = np.random.default_rng(0)
-    datasets.feed(store, blobs, task, rng.normal(size=(30, 4)).astype("float32"), rng.integers(0, 3, 30))
+    store, blobs, task = fed_task()
     executor = Crashing(store)
     executor.calls = [0] * 0
     loop = ControlLoop(store, blobs, executors={Engine.SKLEARN: executor})
