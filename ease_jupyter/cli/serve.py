@@ -26,6 +26,9 @@ import click
               help="Cap on running jobs per user (k).")
 @click.option("--torch-epochs", default=3, show_default=True, type=click.IntRange(1, 1000),
               help="Epochs each learning rate of a torch pick (one MOP workload) trains.")
+@click.option("--mop-partitions", default=None, type=click.IntRange(1, 1024), metavar="N",
+              help="Data partitions per torch (MOP) job; an interrupted job resumes from its last finished "
+                   "partition unit (default: one per engine worker).")
 @click.option("--max-json-mb", default=1.0, show_default=True, type=click.FloatRange(0.01), help="Largest JSON body.")
 @click.option("--max-chunk-mb", default=64.0, show_default=True, type=click.FloatRange(0.01), help="Largest upload chunk.")
 @click.option("--idle-shutdown", default=None, type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
@@ -34,7 +37,7 @@ import click
               help="Niceness added to training worker processes, so the API stays responsive.")
 @click.option("--upload-ttl", default=24 * 3600.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               metavar="SECONDS", help="Discard a chunked upload not fed or appended to for this long.")
-def command(db_url, data_dir, engine, host, port, workers, executor, max_running, torch_epochs, max_json_mb, max_chunk_mb,
+def command(db_url, data_dir, engine, host, port, workers, executor, max_running, torch_epochs, mop_partitions, max_json_mb, max_chunk_mb,
             idle_shutdown, worker_nice, upload_ttl) -> None:
     """Run the scheduler service until interrupted."""
     from ease_jupyter.service import ServiceConfig, serve
@@ -46,6 +49,7 @@ def command(db_url, data_dir, engine, host, port, workers, executor, max_running
     try:
         config = ServiceConfig(db_url=db_url, data_dir=data_dir or default_data_dir(), host=host, port=port,
                                engine=engine, workers=workers, executor=executor, max_running_per_user=max_running, torch_epochs=torch_epochs,
+                               mop_partitions=mop_partitions,
                                max_json_bytes=int(max_json_mb * 1024 * 1024), max_chunk_bytes=int(max_chunk_mb * 1024 * 1024),
                                idle_shutdown_seconds=idle_shutdown, worker_nice=worker_nice, upload_ttl_seconds=upload_ttl)
     except ValueError as error:

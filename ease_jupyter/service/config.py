@@ -23,6 +23,11 @@ class ServiceConfig:
             scheduler). scikit-learn jobs always run on the local pool.
         torch: offer torch candidates (image tasks) to the selector.
         torch_epochs: epochs each learning rate of a torch pick trains.
+        mop_partitions: data partitions of a torch pick's MOP workload
+            (None: one per engine worker, Cerebro §3.1). A unit is one
+            partition of one epoch of one config, and an interrupted job
+            resumes from its last finished unit, so more partitions mean
+            less work lost to a restart at the price of more model hops.
         workers: size of the local worker pool (W).
         executor: ``"process"`` (spawned worker processes; the default) or
             ``"thread"`` (threads in the service; always used for ``memory://``).
@@ -61,6 +66,7 @@ class ServiceConfig:
     state_save_seconds: float = 0.0
     torch: bool = True
     torch_epochs: int = 3
+    mop_partitions: int | None = None
     worker_nice: int = 5
     idle_shutdown_seconds: float | None = None
     upload_ttl_seconds: float = 24 * 3600.0
@@ -73,6 +79,8 @@ class ServiceConfig:
             raise ValueError(f"workers: found {self.workers}, expected >= 1")
         if self.torch_epochs < 1:
             raise ValueError(f"torch_epochs: found {self.torch_epochs}, expected >= 1")
+        if self.mop_partitions is not None and self.mop_partitions < 1:
+            raise ValueError(f"mop_partitions: found {self.mop_partitions}, expected >= 1 or None")
         if not 0 <= self.worker_nice <= 19:
             raise ValueError(f"worker_nice: found {self.worker_nice}, expected 0 to 19")
         if self.idle_shutdown_seconds is not None and not self.idle_shutdown_seconds > 0:

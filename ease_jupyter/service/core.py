@@ -101,7 +101,7 @@ class Service:
         executors = {Engine.SKLEARN: executor}
         if config.torch:
             torch_kwargs = dict(engine=config.engine, engine_workers=config.workers, publish=self.events.publish,
-                                seed=config.seed or 0)
+                                seed=config.seed or 0, partitions=config.mop_partitions)
             executors[Engine.TORCH] = (TorchProcessExecutor(config.db_url, data_dir, nice=config.worker_nice,
                                                             **torch_kwargs) if processes
                                        else TorchExecutor(self.store, self.blobs, **torch_kwargs))

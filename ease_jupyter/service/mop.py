@@ -135,7 +135,8 @@ def _existing_metrics(store: Store, job_id: int) -> set[tuple[int, str]]:
 
 
 def run_torch_job(store: Store, blobs: BlobStore, engine: Any, job_id: int, *,
-                  publish: Callable[[int, dict], None] | None = None, seed: int = 0) -> Job:
+                  publish: Callable[[int, dict], None] | None = None, seed: int = 0,
+                  partitions: int | None = None) -> Job:
     """Train a queued torch job (a pick) as one MOP workload; resume from its
     last checkpointed epoch if it ran before. queued -> running -> succeeded | failed."""
     publish = publish or (lambda owner, event: None)
@@ -203,7 +204,7 @@ def run_torch_job(store: Store, blobs: BlobStore, engine: Any, job_id: int, *,
                         "seconds": cost + time.monotonic() - started}))
 
             runner = _ResumableRunner(engine, proc, [cand], X, y, example_ids=data.example_ids, seed=seed,
-                                      on_metrics=on_metrics, resume=resume)
+                                      n_partitions=partitions, on_metrics=on_metrics, resume=resume)
             runner_box.append(runner)
             runner.run()
         ranked = [(v[0], t, v[1]) for t, v in best.items() if v[0] is not None and not math.isnan(v[0])]
@@ -259,8 +260,10 @@ class TorchExecutor:
     workers = 1
 
     def __init__(self, store: Store, blobs: BlobStore, *, engine: str = "local", engine_workers: int = 1,
-                 publish: Callable[[int, dict], None] | None = None, seed: int = 0):
+                 publish: Callable[[int, dict], None] | None = None, seed: int = 0,
+                 partitions: int | None = None):
         self.store, self.blobs = store, blobs
+        self.partitions = partitions
         self.engine_spec, self.engine_workers = engine, int(engine_workers)
         self.publish, self.seed = publish, seed
         self._engine: Any = None
@@ -277,7 +280,8 @@ class TorchExecutor:
             return self._engine
 
     def _run(self, job_id: int) -> Job:
-        return run_torch_job(self.store, self.blobs, self.engine(), job_id, publish=self.publish, seed=self.seed)
+        return run_torch_job(self.store, self.blobs, self.engine(), job_id, publish=self.publish, seed=self.seed,
+                             partitions=self.partitions)
 
     def submit(self, job_id: int) -> "Future[Job]":
         return self._pool.submit(self._run, job_id)
@@ -297,12 +301,12 @@ _torch_worker: dict[str, Any] = {}
 
 
 def _init_torch_worker(db_url: str | None, data_dir: str, engine: str, engine_workers: int, seed: int,
-                       events: Any, parent_pid: int, nice: int) -> None:
+                       partitions: int | None, events: Any, parent_pid: int, nice: int) -> None:
     from ..store import open_store
     from .runner import init_worker_process
 
     _torch_worker.update(stores=open_store(db_url, data_dir), spec=engine, workers=engine_workers, seed=seed,
-                         events=events, engine=None)
+                         partitions=partitions, events=events, engine=None)
     init_worker_process(parent_pid, nice)
 
 
@@ -316,7 +320,7 @@ def _run_torch_in_worker(job_id: int) -> int:
     events = w["events"]
     store, blobs = w["stores"]
     return run_torch_job(store, blobs, w["engine"], job_id, publish=lambda owner, event: events.put((owner, event)),
-                         seed=w["seed"]).id
+                         seed=w["seed"], partitions=w["partitions"]).id
 
 
 class TorchProcessExecutor:
@@ -331,14 +335,15 @@ class TorchProcessExecutor:
     workers = 1
 
     def __init__(self, db_url: str | None, data_dir: Any, *, engine: str = "local", engine_workers: int = 1,
-                 publish: Callable[[int, dict], None] | None = None, seed: int = 0, nice: int = 0):
+                 publish: Callable[[int, dict], None] | None = None, seed: int = 0, nice: int = 0,
+                 partitions: int | None = None):
         import multiprocessing
         import os
 
         self._ctx = multiprocessing.get_context("spawn")
         self._events = self._ctx.Queue()
         self._publish = publish or (lambda owner, event: None)
-        self._args = (db_url, str(data_dir), engine, int(engine_workers), int(seed), self._events, os.getpid(),
+        self._args = (db_url, str(data_dir), engine, int(engine_workers), int(seed), partitions, self._events, os.getpid(),
                       int(nice))
         self._pool = self._new_pool()
         self._relay = threading.Thread(target=self._relay_events, name="easeml-mop-events", daemon=True)
