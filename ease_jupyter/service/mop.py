@@ -15,15 +15,37 @@ Metrics (per epoch, ``epoch`` = epochs completed, 1 after the first):
 config, plus ``val_accuracy`` and ``train_loss`` of the epoch's best config.
 Each is published as a ``{"type": "metrics", ...}`` event as it happens.
 
-Restart recovery. After every epoch each trial's checkpoint goes into the
-blob store and the job's tag ``easeml.mop.progress`` records the completed
-epoch, the checkpoint digests, the scores so far and each trial's best
-checkpoint. A job re-queued after a restart (or a lost worker) rebuilds the
-procedure, replays the stored scores (procedures are deterministic functions
-of their results, ``automl/base.py``), loads the checkpoints and continues
-with the next epoch; ``easeml.mop.resumed_from`` says from which epoch.
-Units are seeded by (trial, epoch, partition), so the resumed epochs train
-exactly as they would have without the interruption.
+Restart recovery (Cerebro §5.6: model states are checkpointed between
+training units, so only unfinished units run again). The job's tag
+``easeml.mop.progress`` is a JSON record rewritten after every finished
+train unit and after every epoch:
+
+* ``epoch``: the epochs every config has completed; ``ckpts``, ``scores``
+  and ``best`` (trial -> [score, checkpoint digest, epoch]) describe them as
+  before: checkpoints at the end of ``epoch``, per-epoch scores, best
+  checkpoints;
+* ``units``: trial -> its train units of epoch ``epoch + 1`` so far: the
+  partitions it ``visited`` in order, the train-loss sums (``loss_sum``,
+  ``examples``, ``seconds``) and the blob digest ``ckpt`` of its weights
+  after its last unit (empty at an epoch boundary);
+* ``partitions``: the job's partition count (it keeps it across restarts);
+  ``trained_units``: train units recorded over the job's life (a unit
+  recorded before a crash is never trained again, so a finished job has
+  exactly configs x partitions x epochs); ``seconds``: compute so far.
+
+A job re-queued after a restart (or a lost worker) gives the runner this
+record as a :class:`~ease_jupyter.execution.mop.runner.ResumeState`: the
+runner replays the procedure's decisions from the scores, loads the
+checkpoints, takes the recorded units of the unfinished epoch as done and
+trains only the rest (only validation, if every train unit had finished).
+``easeml.mop.resumed_from`` says after how many complete epochs it resumed
+(as before); ``easeml.mop.resumed_units`` is JSON ``{"epoch": E, "units": N,
+"visited": {trial: [partitions]}}``: the N train units of epoch E + 1 it did
+not train again. Units are seeded by (trial, epoch, partition), so a resumed
+unit trains exactly as it would have without the interruption. Per-epoch
+metrics are stored once (a metric already stored is not added again).
+Each unit's checkpoint is a new content-addressed blob; old ones are left
+in the blob store.
 """
 
 from __future__ import annotations
@@ -35,14 +57,13 @@ import threading
 import time
 import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from ..datasets import load, program_of
 from ..execution.automl import LearningRateGrid
-from ..execution.automl.base import TrialResult
-from ..execution.mop.runner import EpochMetrics, MOPRunner
+from ..execution.mop.runner import EpochMetrics, MOPRunner, ResumeState, TrialProgress, UnitRecord
 from ..execution.units import Hooks, UnitSpec, load_model
 from ..schema import check_data
 from ..store import BlobStore, Job, JobStatus, JobUpdate, Store, Task
@@ -52,6 +73,7 @@ log = logging.getLogger(__name__)
 
 PROGRESS_TAG = "easeml.mop.progress"
 RESUMED_TAG = "easeml.mop.resumed_from"
+RESUMED_UNITS_TAG = "easeml.mop.resumed_units"
 ARTIFACT_TAG = "easeml.artifact"
 BEST_TRIAL_TAG = "easeml.mop.best_trial"
 DEFAULT_EPOCHS = 3
@@ -82,63 +104,31 @@ def _lr_name(lr: float) -> str:
     return f"lr={lr:g}"
 
 
-class _Replayed:
-    """A procedure brought back to where an interrupted run left it: its
-    ``start`` replays the stored per-epoch scores and returns the live trials."""
-
-    def __init__(self, inner: Any, scores: Mapping[str, Sequence[float]], done: int):
-        self.inner, self.scores, self.done = inner, scores, done
-
-    def start(self) -> list:
-        specs = self.inner.start()
-        live = [s.id for s in specs]
-        for e in range(self.done):
-            decision = self.inner.epoch_end({t: TrialResult(t, e + 1, float(self.scores[t][e])) for t in live})
-            stopped = set(decision.stop)
-            live = [t for t in live if t not in stopped] + [s.id for s in decision.add]
-            if decision.finished:
-                break
-        return [s for s in specs if s.id in live]
-
-    def epoch_end(self, results):
-        return self.inner.epoch_end(results)
-
-    def best(self):
-        return self.inner.best()
-
-
-class _ResumableRunner(MOPRunner):
-    """A MOPRunner whose trials may start from stored checkpoints at a given epoch."""
-
-    def __init__(self, *args: Any, resume: Mapping[str, tuple[int, bytes]] | None = None, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self._resume = dict(resume or {})
-
-    def _admit(self, specs) -> None:  # noqa: D401 - see MOPRunner._admit
-        super()._admit(specs)
-        for spec in specs:
-            if spec.id in self._resume:
-                epoch, data = self._resume[spec.id]
-                old = self._latest[spec.id]
-                self._latest[spec.id] = self._store(data, spec.id)
-                self._discard(old)
-                self._epochs[spec.id] = int(epoch)
-
-    def latest_bytes(self, trial: str) -> bytes:
-        from ..execution.units import read_checkpoint
-
-        return read_checkpoint(self._latest[trial])
-
-
 def _existing_metrics(store: Store, job_id: int) -> set[tuple[int, str]]:
     return {(m.epoch, m.name) for m in store.list_metrics(job_id)}
+
+
+def _resume_state(progress: Mapping[str, Any], blobs: BlobStore, partitions: int | None) -> ResumeState:
+    """The runner's :class:`ResumeState` from a stored progress record: each
+    trial's scores, its train units of the unfinished epoch and its latest
+    checkpoint (its last unit's, else the one of the last finished epoch)."""
+    units = progress.get("units", {})
+    ckpts = dict(progress.get("ckpts", {}))
+    trials, checkpoints = {}, {}
+    for t in set(progress.get("scores", {})) | set(units):
+        u = units.get(t, {})
+        trials[t] = TrialProgress.from_dict({"scores": progress.get("scores", {}).get(t, ()), **u})
+    for t in set(ckpts) | set(units):
+        digest = units[t]["ckpt"] if t in units else ckpts[t]
+        checkpoints[t] = blobs.get_bytes(digest)
+    return ResumeState(int(progress.get("epoch", 0)), trials, checkpoints, partitions=partitions)
 
 
 def run_torch_job(store: Store, blobs: BlobStore, engine: Any, job_id: int, *,
                   publish: Callable[[int, dict], None] | None = None, seed: int = 0,
                   partitions: int | None = None) -> Job:
     """Train a queued torch job (a pick) as one MOP workload; resume from its
-    last checkpointed epoch if it ran before. queued -> running -> succeeded | failed."""
+    last finished MOP unit if it ran before. queued -> running -> succeeded | failed."""
     publish = publish or (lambda owner, event: None)
     job = store.get_job(job_id)
     if job.status is not JobStatus.QUEUED:
@@ -151,40 +141,65 @@ def run_torch_job(store: Store, blobs: BlobStore, engine: Any, job_id: int, *,
         config = dict(job.config)
         lrs = [float(x) for x in config.get("lrs", candidate_lrs(cand))]
         epochs = int(config.get("epochs", DEFAULT_EPOCHS))
-        procedure = LearningRateGrid(cand.name, lrs, epochs=epochs)
         trial_lr = {s.id: float(dict(s.params)["lr"]) for s in LearningRateGrid(cand.name, lrs, epochs=epochs).start()}
         tags = store.tags("job", job_id)
-        progress = json.loads(tags[PROGRESS_TAG]) if PROGRESS_TAG in tags else None
-        done = int(progress["epoch"]) if progress else 0
-        cost = float(progress.get("seconds", 0.0)) if progress else 0.0
-        scores: dict[str, list[float]] = {t: list(v) for t, v in (progress or {}).get("scores", {}).items()}
-        best: dict[str, list] = dict((progress or {}).get("best", {}))  # trial -> [score, digest, epoch]
-        ckpts: dict[str, str] = dict((progress or {}).get("ckpts", {}))
-        if done:
+        progress = json.loads(tags[PROGRESS_TAG]) if PROGRESS_TAG in tags else {}
+        done = int(progress.get("epoch", 0))
+        cost = float(progress.get("seconds", 0.0))
+        scores: dict[str, list[float]] = {t: list(v) for t, v in progress.get("scores", {}).items()}
+        best: dict[str, list] = dict(progress.get("best", {}))  # trial -> [score, digest, epoch]
+        ckpts: dict[str, str] = dict(progress.get("ckpts", {}))
+        units: dict[str, dict] = dict(progress.get("units", {}))  # trial -> its units of epoch done + 1
+        trained = int(progress.get("trained_units", 0))
+        # A job keeps the partitions it started with: its finished units refer to them.
+        parts = progress.get("partitions", partitions)
+        resume = None
+        if progress:
+            resume = _resume_state(progress, blobs, parts)
             store.set_tag("job", job_id, RESUMED_TAG, str(done))
-            log.info("job %d resumes from epoch %d", job_id, done)
+            store.set_tag("job", job_id, RESUMED_UNITS_TAG, json.dumps({
+                "epoch": done, "units": resume.units_done,
+                "visited": {t: list(p.visited) for t, p in sorted(resume.trials.items()) if p.visited}}))
+            log.info("job %d resumes after epoch %d and %d units of the next", job_id, done, resume.units_done)
         if done < epochs:
             data = load(store, blobs, store.get_dataset_version(job.dataset_version_id))
             X = np.array(data.X, dtype=np.float32)
             y = np.asarray(data.y)
-            resume = {t: (done, blobs.get_bytes(d)) for t, d in ckpts.items()} if done else None
-            proc = _Replayed(procedure, scores, done) if done else procedure
             seen = _existing_metrics(store, job_id)
             pending: dict[str, EpochMetrics] = {}
-            runner_box: list[_ResumableRunner] = []
+            runner_box: list[MOPRunner] = []
+
+            def save_progress() -> None:
+                store.set_tag("job", job_id, PROGRESS_TAG, json.dumps({
+                    "epoch": done, "ckpts": ckpts, "scores": scores, "best": best,
+                    "seconds": cost + time.monotonic() - started, "partitions": runner_box[0].partitions,
+                    "units": units, "trained_units": trained}))
 
             def add(epoch: int, name: str, value: float) -> None:
                 if (epoch, name) not in seen and value is not None and math.isfinite(value):
                     store.add_metric(job_id, epoch, name, float(value))
                     seen.add((epoch, name))
 
+            def on_unit(rec: UnitRecord) -> None:
+                # Cerebro §5.6: checkpoint between units, so that only unfinished units run again.
+                nonlocal trained
+                if rec.kind != "train":
+                    return
+                runner = runner_box[0]
+                now = runner.trial_progress(rec.trial)
+                units[rec.trial] = {"visited": list(now.visited), "loss_sum": now.loss_sum, "examples": now.examples,
+                                    "seconds": now.seconds, "ckpt": blobs.put_bytes(runner.checkpoint(rec.trial))}
+                trained += 1
+                save_progress()
+
             def on_metrics(m: EpochMetrics) -> None:
+                nonlocal done
                 runner = runner_box[0]
                 lr = trial_lr[m.trial]
                 add(m.epoch, f"val_accuracy[{_lr_name(lr)}]", m.score)
                 add(m.epoch, f"val_loss[{_lr_name(lr)}]", m.val_loss)
                 add(m.epoch, f"train_loss[{_lr_name(lr)}]", m.train_loss)
-                digest = blobs.put_bytes(runner.latest_bytes(m.trial))
+                digest = blobs.put_bytes(runner.checkpoint(m.trial))
                 ckpts[m.trial] = digest
                 scores.setdefault(m.trial, []).append(m.score)
                 if not math.isnan(m.score) and (m.trial not in best or m.score > best[m.trial][0]):
@@ -199,12 +214,13 @@ def run_torch_job(store: Store, blobs: BlobStore, engine: Any, job_id: int, *,
                     add(m.epoch, "val_accuracy", top.score)
                     add(m.epoch, "train_loss", top.train_loss)
                     pending.clear()
-                    store.set_tag("job", job_id, PROGRESS_TAG, json.dumps({
-                        "epoch": m.epoch, "ckpts": ckpts, "scores": scores, "best": best,
-                        "seconds": cost + time.monotonic() - started}))
+                    done = m.epoch
+                    units.clear()
+                    save_progress()
 
-            runner = _ResumableRunner(engine, proc, [cand], X, y, example_ids=data.example_ids, seed=seed,
-                                      n_partitions=partitions, on_metrics=on_metrics, resume=resume)
+            runner = MOPRunner(engine, LearningRateGrid(cand.name, lrs, epochs=epochs), [cand], X, y,
+                               example_ids=data.example_ids, seed=seed, n_partitions=parts,
+                               on_metrics=on_metrics, on_unit=on_unit, resume=resume)
             runner_box.append(runner)
             runner.run()
         ranked = [(v[0], t, v[1]) for t, v in best.items() if v[0] is not None and not math.isnan(v[0])]

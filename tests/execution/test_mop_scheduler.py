@@ -352,6 +352,90 @@ def test_replay_keys_absent_from_the_log_are_free():
     assert sorted(sched.visit_log[("b", 0)]) == [0, 1, 2]
 
 
+
+# -- restart recovery: first_epoch and mark_completed (§5.6) --------------------------
+def test_mark_completed_takes_a_unit_out_of_q_without_a_worker():
+    sched = MOPScheduler(["a", "b"], ring(3), seed=0, first_epoch=4)
+    assert sched.epoch == 4
+    sched.mark_completed(Unit("a", 2, 4))
+    sched.mark_completed(Unit("a", 0, 4))
+    assert Unit("a", 2, 4) in sched.completed and Unit("a", 2, 4) not in sched.pending
+    assert sched.visit_log[("a", 4)] == (2, 0)
+    assert set(sched.idle_workers) == {"w0", "w1", "w2"}  # no worker was used
+    assert_invariants(sched)
+    assert drive(sched, random.Random(0))
+    assert sched.visit_log[("a", 4)] == (2, 0, 1)  # only the unfinished unit ran
+    assert_complete_epoch(sched, 4, ["a", "b"])
+    sched.next_epoch()
+    assert sched.epoch == 5 and all(u.epoch == 5 for u in sched.pending)
+
+
+def test_a_fully_marked_epoch_is_done_without_scheduling():
+    sched = MOPScheduler(["a"], ring(2), seed=0)
+    for p in (1, 0):
+        sched.mark_completed(Unit("a", p, 0))
+    assert sched.epoch_done() and sched.schedule() == [] and not sched.stuck()
+
+
+def test_mark_completed_refuses_what_is_not_an_idle_unit_of_q():
+    sched = MOPScheduler(["a", "b"], {"w0": [0]}, seed=0, partitions=[0, 1])
+    [(running, _)] = sched.schedule()
+    other = "b" if running.config == "a" else "a"
+    with pytest.raises(InvalidStateError, match="in flight, expected a unit of Q"):
+        sched.mark_completed(running)
+    with pytest.raises(InvalidStateError, match="expected it idle"):
+        sched.mark_completed(Unit(running.config, 1, 0))  # model training isolation
+    sched.mark_completed(Unit(other, 1, 0))
+    with pytest.raises(InvalidStateError, match="already completed"):
+        sched.mark_completed(Unit(other, 1, 0))
+    with pytest.raises(InvalidStateError, match="current epoch 0"):
+        sched.mark_completed(Unit(other, 0, 1))
+    with pytest.raises(NotFoundError, match="'zz'"):
+        sched.mark_completed(Unit("zz", 0, 0))
+    with pytest.raises(NotFoundError, match="partition 7"):
+        sched.mark_completed(Unit(other, 7, 0))
+    with pytest.raises(ValueError, match="first_epoch"):
+        MOPScheduler(["a"], ring(2), first_epoch=-1)
+
+
+def test_mark_completed_under_replay_follows_the_log():
+    log = {("a", 2): [1, 2, 0], ("b", 2): [0, 2, 1]}
+    sched = MOPScheduler(["a", "b"], ring(3), seed=7, visit_order=log, first_epoch=2)
+    with pytest.raises(InvalidStateError, match="partition 1 next"):
+        sched.mark_completed(Unit("a", 2, 2))
+    sched.mark_completed(Unit("a", 1, 2))
+    sched.mark_completed(Unit("a", 2, 2))
+    assert drive(sched, random.Random(1))
+    assert {k: list(v) for k, v in sched.visit_log.items()} == log
+
+
+@settings(max_examples=60, deadline=None)
+@given(n_configs=st.integers(1, 5), n_workers=st.integers(1, 4), data=st.data())
+def test_resuming_from_any_prefix_completes_the_epoch_like_the_original(n_configs, n_workers, data):
+    """Replaying a finished epoch's log after marking any prefix of each
+    config's visits ends with the same log (§3.1 completeness, §5.6)."""
+    replication = data.draw(st.integers(1, n_workers))
+    configs = [f"c{i}" for i in range(n_configs)]
+    first = MOPScheduler(configs, ring(n_workers, replication), seed=data.draw(st.integers(0, 999)), first_epoch=3)
+    assert drive(first, random.Random(0))
+    log = {k: list(v) for k, v in first.visit_log.items()}
+    resumed = MOPScheduler(configs, ring(n_workers, replication), seed=1, visit_order=log, first_epoch=3)
+    marked = 0
+    for c in configs:
+        k = data.draw(st.integers(0, n_workers), label=f"prefix of {c}")
+        for p in log[(c, 3)][:k]:
+            resumed.mark_completed(Unit(c, p, 3))
+            marked += 1
+    assert_invariants(resumed)
+    ran = 0
+    while not resumed.epoch_done():
+        ran += len(resumed.schedule())
+        unit, worker = sorted(resumed.in_flight.items())[0]
+        resumed.complete(unit, worker)
+    assert ran == n_configs * n_workers - marked
+    assert {k: list(v) for k, v in resumed.visit_log.items()} == log
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     n_configs=st.integers(0, 6),
@@ -373,8 +457,9 @@ def test_replay_property(n_configs, n_workers, data):
 # -- random interleavings (hypothesis) ----------------------------------------
 class MOPMachine(RuleBasedStateMachine):
     """Random configs, partitions, availability and replication; random
-    interleavings of schedule / complete / requeue / remove_worker /
-    add_worker / next_epoch. Invariants are checked after every step."""
+    interleavings of schedule / complete / mark_completed / requeue /
+    remove_worker / add_worker / next_epoch. Invariants are checked after
+    every step."""
 
     @initialize(data=st.data())
     def setup(self, data):
@@ -419,6 +504,16 @@ class MOPMachine(RuleBasedStateMachine):
         unit, _ = data.draw(st.sampled_from(self._live_flight()))
         self.sched.requeue(unit)
         assert unit in self.sched.pending
+
+    @precondition(lambda self: any(u.config not in {f.config for f in self.sched.in_flight} for u in self.sched.pending))
+    @rule(data=st.data())
+    def mark_completed(self, data):
+        busy = {u.config for u in self.sched.in_flight}
+        unit = data.draw(st.sampled_from(sorted(u for u in self.sched.pending if u.config not in busy)))
+        idle = self.sched.idle_workers
+        self.sched.mark_completed(unit)
+        assert unit in self.sched.completed and self.sched.idle_workers == idle
+        assert self.sched.visit_log[(unit.config, unit.epoch)][-1] == unit.partition
 
     @precondition(lambda self: self.sched.workers)
     @rule(data=st.data())

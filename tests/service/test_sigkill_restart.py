@@ -1,7 +1,9 @@
 """Restart recovery (issue 5 item 3): SIGKILL ``easeml serve`` in the middle
 of a torch (MOP) job, start it again on the same data dir, and check that the
 tasks, data versions, finished jobs, metrics and selector (GP) state come
-back, and that the interrupted job resumes from its last checkpointed epoch."""
+back, and that the interrupted job resumes from its last checkpointed MOP
+unit: with 3 partitions an epoch is 3 units per config, the kill lands
+inside an epoch, and no unit recorded before it is trained again."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import signal
 import subprocess
 import sys
 import threading
+import json
 import time
 
 import pytest
@@ -18,10 +21,15 @@ from click.testing import CliRunner
 
 from ease_jupyter.cli import main
 from ease_jupyter.client import Client
+from ease_jupyter.service.mop import PROGRESS_TAG, RESUMED_TAG, RESUMED_UNITS_TAG
+from ease_jupyter.store import JobStatus, open_store
 
 from .conftest import http
 
 EPOCHS = 4
+PARTITIONS = 3  # units finer than epochs
+CONFIGS = 3  # learning rates per torch candidate
+UNITS_PER_EPOCH = CONFIGS * PARTITIONS
 
 
 class Serve:
@@ -30,7 +38,8 @@ class Serve:
     def __init__(self, data_dir):
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "ease_jupyter", "serve", "--data-dir", str(data_dir), "--port", "0",
-             "--executor", "thread", "--workers", "1", "--torch-epochs", str(EPOCHS)],
+             "--executor", "thread", "--workers", "1", "--torch-epochs", str(EPOCHS),
+             "--mop-partitions", str(PARTITIONS)],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines: list[str] = []
         self.url = None
@@ -64,8 +73,23 @@ def _selector_obs(url: str, token: str) -> dict[str, int]:
     return http(url, "GET", "/api/v1/admin/progress", token=token).body["loop"]["selector_observations"]
 
 
+def _progress(store, job_id: int) -> dict | None:
+    """The job's MOP progress record, as the service last wrote it."""
+    tag = store.tags("job", job_id).get(PROGRESS_TAG)
+    return json.loads(tag) if tag else None
+
+
+def _units_done(progress: dict) -> int:
+    return sum(len(u["visited"]) for u in progress["units"].values())
+
+
+def _inside_an_epoch(progress: dict | None) -> bool:
+    """Past a finished epoch and some, not all, train units into the next one."""
+    return bool(progress) and 1 <= progress["epoch"] < EPOCHS and 0 < _units_done(progress) < UNITS_PER_EPOCH
+
+
 @pytest.mark.slow
-def test_sigkill_mid_training_then_restart(tmp_path):
+def test_sigkill_mid_training_then_restart(tmp_path, request):
     from sklearn.datasets import load_digits, load_iris
 
     token = CliRunner().invoke(main, ["users", "add", "ada", "--admin", "--data-dir", str(tmp_path)]).output.strip()
@@ -75,6 +99,8 @@ def test_sigkill_mid_training_then_restart(tmp_path):
     yd = d.target[:600].astype("int64")
 
     first = Serve(tmp_path)
+    store, _ = open_store(None, tmp_path)  # reads the job tags the service writes (SQLite WAL: never blocks it)
+    request.addfinalizer(store.close)
     try:
         client = Client(first.url, token)
         iris = client.task("iris", input=[4], output=[3])
@@ -83,29 +109,40 @@ def test_sigkill_mid_training_then_restart(tmp_path):
         digits = client.task("digits", input=[8, 8, 1], output=[10])
         digits.feed(Xd, yd)
         assert iris.wait(timeout=120)
-        # wait for a finished torch job and another one part-way through its epochs
-        deadline, victim = time.monotonic() + 300, None
+        # Wait for a finished torch job and another one inside an epoch (its
+        # progress record shows units past its last full epoch). The service is
+        # stopped (SIGSTOP) before the record is read again, so the record read
+        # is the one the kill leaves behind; if the epoch ended meanwhile, go on.
+        deadline, victim, frozen = time.monotonic() + 300, None, None
         while time.monotonic() < deadline and victim is None:
             hist = _history(client, "digits")
-            if any(h["status"] == "succeeded" for h in hist.values()):
-                for h in hist.values():
-                    done = {m["epoch"] for m in h["metrics"] if "val_accuracy" in m}
-                    if h["status"] == "running" and done and max(done) < EPOCHS:
-                        victim = h
-            time.sleep(0.05)
-        assert victim is not None, "no torch job was caught mid-training"
-        before = {
-            "tasks": http(first.url, "GET", "/api/v1/tasks", token=token).body,
-            "history": {n: _history(client, n) for n in ("iris", "digits")},
-            "obs": _selector_obs(first.url, token),
-        }
-        before["versions"] = {n: http(first.url, "GET", f"/api/v1/tasks/{n}/versions", token=token).body
-                              for n in ("iris", "digits")}
+            running = [h for h in hist.values() if h["status"] == "running"]
+            if any(h["status"] == "succeeded" for h in hist.values()) and running:
+                job = running[0]
+                if _inside_an_epoch(_progress(store, job["id"])):
+                    before = {
+                        "tasks": http(first.url, "GET", "/api/v1/tasks", token=token).body,
+                        "history": {n: _history(client, n) for n in ("iris", "digits")},
+                        "obs": _selector_obs(first.url, token),
+                        "versions": {n: http(first.url, "GET", f"/api/v1/tasks/{n}/versions", token=token).body
+                                     for n in ("iris", "digits")},
+                    }
+                    first.proc.send_signal(signal.SIGSTOP)
+                    frozen = _progress(store, job["id"])
+                    if _inside_an_epoch(frozen) and store.get_job(job["id"]).status is JobStatus.RUNNING:
+                        victim = before["history"]["digits"][job["id"]]
+                        break
+                    first.proc.send_signal(signal.SIGCONT)
+            time.sleep(0.02)
+        assert victim is not None, "no torch job was caught inside an epoch"
         os.kill(first.proc.pid, signal.SIGKILL)
         assert first.proc.wait(30) == -signal.SIGKILL
     finally:
         if first.proc.poll() is None:
             first.stop(signal.SIGKILL)
+    # the record is consistent: every recorded unit is counted once
+    assert frozen["trained_units"] == frozen["epoch"] * UNITS_PER_EPOCH + _units_done(frozen)
+    assert frozen["partitions"] == PARTITIONS
 
     second = Serve(tmp_path)
     try:
@@ -146,12 +183,14 @@ def test_sigkill_mid_training_then_restart(tmp_path):
         assert _selector_obs(second.url, token)[tenant] == 4
     finally:
         assert second.stop() == 0
-    from ease_jupyter.service.mop import RESUMED_TAG
-    from ease_jupyter.store import open_store
-
-    store, _ = open_store(None, tmp_path)
-    try:
-        resumed_from = int(store.tags("job", victim["id"])[RESUMED_TAG])
-        assert max(stored) <= resumed_from < EPOCHS  # resumed from its checkpoint, not from epoch 0
-    finally:
-        store.close()
+    tags = store.tags("job", victim["id"])
+    # resumed after the epochs and units recorded at the kill, not from the start of the epoch
+    assert int(tags[RESUMED_TAG]) == frozen["epoch"] and max(stored, default=0) <= frozen["epoch"]
+    resumed_units = json.loads(tags[RESUMED_UNITS_TAG])
+    assert resumed_units == {"epoch": frozen["epoch"], "units": _units_done(frozen),
+                             "visited": {t: u["visited"] for t, u in frozen["units"].items()}}
+    assert 0 < resumed_units["units"] < UNITS_PER_EPOCH
+    # every unit trained exactly once over both runs: none recorded before the kill ran again
+    final_progress = _progress(store, victim["id"])
+    assert final_progress["epoch"] == EPOCHS and final_progress["units"] == {}
+    assert final_progress["trained_units"] == EPOCHS * UNITS_PER_EPOCH

@@ -4,6 +4,7 @@ metrics stored and published, and infer uses the best checkpoint."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
@@ -83,3 +84,74 @@ def test_image_task_trains_torch_jobs_over_http(tmp_path, digits_images, executo
             assert type(executor_used._engine).__name__ == ("DaskEngine" if engine == "dask" else "LocalEngine")
     finally:
         running.thread.stop()
+
+
+@pytest.fixture(scope="module")
+def recorded_job(digits_images):
+    """A torch job run in-process with 3 partitions, and every progress record
+    it wrote (``easeml.mop.progress`` after each train unit and each epoch)."""
+    from ease_jupyter import datasets
+    from ease_jupyter.execution.engine import LocalEngine
+    from ease_jupyter.local import program_from_shapes
+    from ease_jupyter.schema import format_program
+    from ease_jupyter.service.mop import PROGRESS_TAG, run_torch_job
+    from ease_jupyter.store import InMemoryStore, MemoryBlobStore
+
+    X, y = digits_images
+    store, blobs = InMemoryStore(), MemoryBlobStore()
+    user = store.create_user("ada", "h" * 64)
+    task = store.create_task(user.id, "digits", format_program(program_from_shapes([8, 8, 1], [10])))
+    datasets.feed(store, blobs, task, X[:240], y[:240])
+    version = store.latest_dataset_version(task.id)
+    records: list[dict] = []
+    set_tag = store.set_tag
+
+    def spy(entity, entity_id, key, value):
+        if key == PROGRESS_TAG:
+            records.append(json.loads(value))
+        set_tag(entity, entity_id, key, value)
+
+    store.set_tag = spy
+    engine = LocalEngine(1)
+    job = store.create_job(task.id, version.id, "lenet", {"lrs": [0.1, 0.03], "epochs": 2})
+    assert run_torch_job(store, blobs, engine, job.id, partitions=3).status.value == "succeeded"
+    store.set_tag = set_tag
+    yield store, blobs, engine, job, records
+    engine.close()
+
+
+@pytest.mark.parametrize("units_done", [2, 6, None])  # inside epoch 2; its train units all done; an old epoch record
+def test_a_torch_job_resumes_from_its_last_recorded_unit(recorded_job, units_done):
+    from ease_jupyter.service.mop import PROGRESS_TAG, RESUMED_TAG, RESUMED_UNITS_TAG, run_torch_job
+
+    store, blobs, engine, first, records = recorded_job
+    per_epoch = 2 * 3  # configs x partitions
+    assert [r["trained_units"] for r in records] == [1, 2, 3, 4, 5, 6, 6, 7, 8, 9, 10, 11, 12, 12]
+    if units_done is None:  # written before unit-level records existed: resume at the epoch boundary
+        record = {k: v for k, v in records[per_epoch].items() if k not in ("units", "partitions", "trained_units")}
+    else:
+        record = next(r for r in records if r["epoch"] == 1 and sum(len(u["visited"]) for u in r["units"].values())
+                      == units_done)
+    # the same pick, interrupted where the record was written, then re-queued
+    job = store.create_job(first.task_id, first.dataset_version_id, "lenet", dict(first.config))
+    store.set_tag("job", job.id, PROGRESS_TAG, json.dumps(record))
+    done = run_torch_job(store, blobs, engine, job.id, partitions=2)  # the job keeps its recorded 3 partitions
+    assert done.status.value == "succeeded", done.error
+    tags = store.tags("job", job.id)
+    assert tags[RESUMED_TAG] == "1"
+    resumed = json.loads(tags[RESUMED_UNITS_TAG])
+    assert resumed["epoch"] == 1 and resumed["units"] == (units_done or 0)
+    final = json.loads(tags[PROGRESS_TAG])
+    assert final["epoch"] == 2 and final["units"] == {}
+    assert final["partitions"] == (2 if units_done is None else 3)  # an old record has none: the configured count
+    # only the units not recorded before were trained: each unit once in all
+    assert final["trained_units"] - record.get("trained_units", 0) == 2 * final["partitions"] - (units_done or 0)
+    if units_done is not None:
+        assert final["trained_units"] == 2 * per_epoch
+    metrics = {(m.epoch, m.name) for m in store.list_metrics(job.id)}
+    assert {(2, "val_accuracy"), (2, "train_loss"), (2, "train_loss[lr=0.1]")} <= metrics
+    assert not any(epoch == 1 for epoch, _ in metrics)  # epoch 1 was done before: not trained, not re-stored
+    first_metrics = {(m.epoch, m.name): m.value for m in store.list_metrics(first.id)}
+    if units_done == 6:  # every train unit had finished: validation alone gives the same numbers
+        for m in store.list_metrics(job.id):
+            assert m.value == pytest.approx(first_metrics[(m.epoch, m.name)], rel=1e-9), m.name

@@ -34,6 +34,24 @@ worker that joins (a Dask nanny restarts a killed worker within a second),
 or, after ``repair_grace`` seconds, on an idle live worker. Units are
 deterministic, so a run replayed with ``visit_order=result.visit_log`` ends
 with the same weights with or without faults.
+
+Restart recovery (§5.6: "the trained model states are always checkpointed
+between training units"). A process that dies loses the run, not its work,
+if it kept :meth:`MOPRunner.resume_state` (or its parts,
+:meth:`MOPRunner.trial_progress` and :meth:`MOPRunner.checkpoint`) after
+every unit. ``MOPRunner(..., resume=state)`` then goes on from the last
+finished unit: it replays the procedure's decisions of the completed epochs
+from the stored scores (procedures are deterministic functions of their
+results, ``automl/base.py``), loads each trial's checkpoint, marks the
+units of the interrupted epoch that finished as completed
+(:meth:`MOPScheduler.mark_completed`), so they are never trained again, and
+restores the epoch's train-loss sums, so its ``train_loss`` is that of all
+its units. If every train unit had finished, only validation runs again (it
+changes no weights). The resumed units are seeded as before (unit seeds
+depend only on trial, epoch and partition); the order in which the rest of
+the epoch visits partitions is drawn afresh unless ``visit_order`` replays
+the interrupted run's log, in which case the weights equal those of an
+uninterrupted run.
 """
 
 from __future__ import annotations
@@ -50,7 +68,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ease_jupyter.errors import EaseMLError
+from ease_jupyter.errors import EaseMLError, InvalidStateError, NotFoundError
 from ease_jupyter.execution.automl.base import Procedure, TrialResult, TrialSpec
 from ease_jupyter.execution.engine.base import (
     Engine,
@@ -78,7 +96,9 @@ from ease_jupyter.execution.units import (
     train_unit,
 )
 
-__all__ = ["MOPRunner", "RunResult", "EpochMetrics", "UnitRecord", "RunnerError", "run_mop"]
+__all__ = [
+    "MOPRunner", "RunResult", "EpochMetrics", "UnitRecord", "TrialProgress", "ResumeState", "RunnerError", "run_mop",
+]
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +135,81 @@ class UnitRecord:
     partition: int
     worker: str
     metrics: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class TrialProgress:
+    """Where one trial stands in a run: what a restart needs besides its
+    checkpoint (Cerebro §5.6). :meth:`to_dict` / :meth:`from_dict` give a
+    JSON-ready form."""
+
+    scores: tuple[float, ...] = ()  # validation score of each epoch it completed, oldest first
+    visited: tuple[int, ...] = ()  # partitions of the current epoch it trained on, in that order
+    loss_sum: float = 0.0  # sum of train loss x examples over those units
+    examples: float = 0.0  # training examples in those units
+    seconds: float = 0.0  # compute spent in those units
+
+    @property
+    def epochs(self) -> int:
+        """Epochs the trial completed (under its own id, ``automl/base.py``)."""
+        return len(self.scores)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"scores": list(self.scores), "visited": list(self.visited), "loss_sum": self.loss_sum,
+                "examples": self.examples, "seconds": self.seconds}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "TrialProgress":
+        return cls(tuple(float(x) for x in data.get("scores", ())), tuple(int(p) for p in data.get("visited", ())),
+                   float(data.get("loss_sum", 0.0)), float(data.get("examples", 0.0)), float(data.get("seconds", 0.0)))
+
+
+@dataclass(frozen=True)
+class ResumeState:
+    """A run interrupted after some unit, for ``MOPRunner(..., resume=state)``.
+
+    ``MOPRunner.resume_state()`` makes one; a service may also assemble it
+    from what it stored after each unit.
+
+    Attributes:
+        epoch: the scheduler epoch that was running (0-based); epochs
+            ``0..epoch-1`` are complete (trained, validated, and handed to
+            ``procedure.epoch_end``).
+        trials: trial id -> its :class:`TrialProgress`. A trial that is
+            missing counts as one with no completed epoch and no unit (e.g.
+            one added at the last epoch boundary that had not trained yet).
+        checkpoints: trial id -> its weights after its last finished train
+            unit. A trial without one gets its weights as at admission: fresh
+            ones (deterministic under the run's seed) or, with ``init_from``,
+            its parent's, which is possible only when the parent trained no
+            unit since the trial was added.
+        best_checkpoints: trial id -> (score, checkpoint) of its best epoch so
+            far; it seeds ``RunResult.best_checkpoints`` (optional).
+        partitions: the interrupted run's partition count (p, §3.1). A
+            trial's ``visited`` partitions mean something only for the same
+            p and data; give the resumed runner ``n_partitions=partitions``.
+    """
+
+    epoch: int
+    trials: Mapping[str, TrialProgress]
+    checkpoints: Mapping[str, bytes] = field(default_factory=dict, repr=False)
+    best_checkpoints: Mapping[str, tuple[float, bytes]] = field(default_factory=dict, repr=False)
+    partitions: int | None = None
+
+    @property
+    def units_done(self) -> int:
+        """Train units of the interrupted epoch that finished (and are not run again)."""
+        return sum(len(p.visited) for p in self.trials.values())
+
+
+@dataclass
+class _EpochSoFar:
+    """One trial's train units in the current epoch (runner bookkeeping)."""
+
+    visited: list[int] = field(default_factory=list)
+    loss_sum: float = 0.0
+    examples: float = 0.0
+    seconds: float = 0.0
 
 
 @dataclass
@@ -193,8 +288,16 @@ class MOPRunner:
         max_unit_retries: re-runs of a unit whose function raised.
         visit_order: a previous run's ``visit_log`` to replay.
         on_metrics: called with each :class:`EpochMetrics` as it is known.
-        on_unit: called with each completed unit's :class:`UnitRecord`.
-        max_epochs: scheduler epochs after which an unfinished run fails.
+        on_unit: called with each completed unit's :class:`UnitRecord`, after
+            the runner took it into account (so :meth:`resume_state`,
+            :meth:`trial_progress` and :meth:`checkpoint` include it).
+        resume: a :class:`ResumeState` to go on from instead of starting
+            afresh (restart recovery, §5.6; see the module docstring). Give
+            the same procedure arguments, data, seed and ``n_partitions``
+            as the interrupted run. ``RunResult.history`` then holds the
+            epochs run after the resume point only.
+        max_epochs: scheduler epochs (counted from the first, resumed or
+            not) after which an unfinished run fails.
         repair_grace: seconds to wait for a new worker before re-placing a
             lost partition on a live one.
         worker_wait: seconds to wait for any worker when none is left.
@@ -223,6 +326,7 @@ class MOPRunner:
         visit_order: Mapping[tuple[str, int], Sequence[int]] | None = None,
         on_metrics: Callable[[EpochMetrics], None] | None = None,
         on_unit: Callable[[UnitRecord], None] | None = None,
+        resume: ResumeState | None = None,
         max_epochs: int = 1000,
         repair_grace: float = 5.0,
         worker_wait: float = 120.0,
@@ -264,6 +368,9 @@ class MOPRunner:
         self.visit_order = dict(visit_order) if visit_order is not None else None
         self.on_metrics = on_metrics
         self.on_unit = on_unit
+        if resume is not None and not isinstance(resume, ResumeState):
+            raise EaseMLError(f"resume: found {type(resume).__name__}, expected a ResumeState")
+        self.resume = resume
         self.max_epochs = int(max_epochs)
         self.repair_grace = float(repair_grace)
         self.worker_wait = float(worker_wait)
@@ -280,6 +387,38 @@ class MOPRunner:
         self._p = p
         self._checkpoint_dir = checkpoint_dir
         self._own_dir = False
+
+    @property
+    def partitions(self) -> int:
+        """p, the number of data partitions (and of units per trial and epoch)."""
+        return self._p
+
+    # -- progress, for restart recovery (§5.6) ------------------------------------------------
+    def checkpoint(self, trial: str) -> bytes:
+        """``trial``'s weights after its last finished train unit (or its
+        initial ones). Valid while :meth:`run` runs, e.g. from ``on_unit``."""
+        ref = self._latest.get(trial) if hasattr(self, "_latest") else None
+        if ref is None:
+            raise RunnerError(f"trial {trial!r}: no checkpoint, expected a trial admitted by the running run")
+        return read_checkpoint(ref)
+
+    def trial_progress(self, trial: str) -> TrialProgress:
+        """Where ``trial`` stands: its scores so far and its train units of
+        the current epoch, up to the last finished unit."""
+        if trial not in getattr(self, "_scores", {}):
+            raise RunnerError(f"trial {trial!r}: unknown, expected a trial admitted by the running run")
+        now = self._epoch_so_far.get(trial, _EpochSoFar())
+        return TrialProgress(tuple(self._scores[trial]), tuple(now.visited), now.loss_sum, now.examples, now.seconds)
+
+    def resume_state(self) -> ResumeState:
+        """A snapshot to resume from after the last finished unit: call it
+        from ``on_unit`` or ``on_metrics`` and store it (it reads every
+        trial's checkpoint; :meth:`trial_progress` and :meth:`checkpoint`
+        give one trial's share). Units in flight are not in it: a resumed
+        run trains them again."""
+        trials = {t: self.trial_progress(t) for t in self._trials}
+        return ResumeState(self._epochs_done, trials, {t: self.checkpoint(t) for t in self._trials},
+                           dict(self._best), self._p)
 
     # -- checkpoints -----------------------------------------------------------------------
     def _store(self, data: bytes, trial: str) -> bytes | str:
@@ -302,21 +441,36 @@ class MOPRunner:
                 pass
 
     # -- trials -----------------------------------------------------------------------------
-    def _admit(self, specs: Sequence[TrialSpec]) -> None:
+    def _admit(self, specs: Sequence[TrialSpec], *, replaying: int | None = None) -> None:
+        """Give new trials their first checkpoint: the resumed one if there
+        is one, else fresh weights or a copy of ``init_from``'s latest.
+        ``replaying`` is the completed epoch whose decision added them, when
+        the procedure is being replayed for a resume."""
+        restored = self.resume.checkpoints if self.resume is not None else {}
         for spec in specs:
             if spec.model not in self.builders:
                 raise RunnerError(f"trial {spec.id!r}: model {spec.model!r} has no builder, expected one of {sorted(self.builders)}")
             uspec = UnitSpec.of(spec.id, spec.model, spec.params, self.builders[spec.model], seed=self.seed)
-            if spec.init_from is None:
+            if spec.id in restored:
+                data = restored[spec.id]
+            elif spec.init_from is None:
                 data = initial_checkpoint(uspec, self._X, self._y, self.hooks)
             else:
                 parent = self._latest.get(spec.init_from)
                 if parent is None:
                     raise RunnerError(f"trial {spec.id!r}: init_from {spec.init_from!r} has no checkpoint")
+                if replaying is not None:
+                    # The parent's restored checkpoint is the one to copy only if it
+                    # has not moved since this trial was added (at the last boundary).
+                    parent_moved = self.resume.trials.get(spec.init_from, TrialProgress()).visited
+                    if replaying != self.resume.epoch - 1 or parent_moved:
+                        raise RunnerError(f"resume.checkpoints: found none for trial {spec.id!r}, expected one "
+                                          f"(its parent {spec.init_from!r} has trained since it was added)")
                 data = read_checkpoint(parent)
             self._trials[spec.id] = spec
             self._uspec[spec.id] = uspec
             self._epochs[spec.id] = 0
+            self._scores[spec.id] = []
             self._latest[spec.id] = self._store(data, spec.id)
 
     # -- placement and workers ------------------------------------------------------------------
@@ -329,7 +483,7 @@ class MOPRunner:
         return av
 
     def _scheds(self) -> list[tuple[str, MOPScheduler]]:
-        out = [(TRAIN, self._train)]
+        out = [(TRAIN, self._train)] if self._train is not None else []
         if self._val is not None:
             out.append((VAL, self._val))
         return out
@@ -469,7 +623,8 @@ class MOPRunner:
                                           worker=worker, timeout=timeout)
         self._inflight[h] = (sched, kind, unit, worker)
 
-    def _on_done(self, kind: str, unit: Unit, worker: str, result: Any) -> None:
+    def _on_done(self, kind: str, unit: Unit, worker: str, result: Any) -> Mapping[str, Any]:
+        """Take a finished unit's result into the run; returns its metrics."""
         t = unit.config
         if kind == TRAIN:
             assert isinstance(result, UnitOutput)
@@ -477,18 +632,16 @@ class MOPRunner:
             self._latest[t] = result.checkpoint
             self._discard(old)
             m = result.metrics
-            acc = self._train_acc.setdefault(t, [0.0, 0.0, 0.0])
+            now = self._epoch_so_far.setdefault(t, _EpochSoFar())
+            now.visited.append(unit.partition)
             n = float(m.get("examples", 0.0))
             if n > 0:
-                acc[0] += float(m.get("loss", float("nan"))) * n
-                acc[1] += n
-            acc[2] += float(m.get("seconds", 0.0))
-            metrics = m
-        else:
-            self._val_parts.setdefault(t, []).append(result)
-            metrics = result
-        if self.on_unit is not None:
-            self._emit(self.on_unit, UnitRecord(kind, t, self._train.epoch, unit.partition, worker, dict(metrics)))
+                now.loss_sum += float(m.get("loss", float("nan"))) * n
+                now.examples += n
+            now.seconds += float(m.get("seconds", 0.0))
+            return m
+        self._val_parts.setdefault(t, []).append(result)
+        return result
 
     def _emit(self, fn: Callable[[Any], None], value: Any) -> None:
         try:
@@ -515,8 +668,11 @@ class MOPRunner:
                         continue  # a late result of a unit already requeued
                     s, k, unit, worker = entry
                     self._warm.add(worker)
-                    self._on_done(k, unit, worker, ev.result)
+                    metrics = self._on_done(k, unit, worker, ev.result)
                     s.complete(unit, worker)
+                    if self.on_unit is not None:
+                        self._emit(self.on_unit, UnitRecord(k, unit.config, self._train.epoch, unit.partition, worker,
+                                                            dict(metrics)))
                 elif isinstance(ev, UnitFailed):
                     entry = self._inflight.pop(ev.handle, None)
                     if entry is None:
@@ -557,11 +713,15 @@ class MOPRunner:
         self._uspec: dict[str, UnitSpec] = {}
         self._epochs: dict[str, int] = {}
         self._latest: dict[str, bytes | str] = {}
+        self._scores: dict[str, list[float]] = {}
+        self._epoch_so_far: dict[str, _EpochSoFar] = {}
+        self._epochs_done = 0  # scheduler epochs completed (validated and scored)
         self._best: dict[str, tuple[float, bytes]] = {}
         self._inflight: dict[str, tuple[MOPScheduler, str, Unit, str]] = {}
         self._faults: list[str] = []
         self._requeued = 0
         self._orphaned_since: float | None = None
+        self._train: MOPScheduler | None = None
         self._val: MOPScheduler | None = None
         self._warm: set[str] = set()  # workers that completed a unit in this run
         history: list[EpochMetrics] = []
@@ -582,6 +742,59 @@ class MOPRunner:
             if self._own_dir:
                 shutil.rmtree(self._dir, ignore_errors=True)
 
+    def _replay_procedure(self, live: list[str]) -> tuple[list[str], bool]:
+        """Bring the procedure to the resume point: feed it the stored score of
+        every completed epoch (procedures are deterministic functions of their
+        results, ``automl/base.py``) and admit the trials it adds then.
+        Returns the live trials and whether the procedure had finished."""
+        state = self.resume
+        for epoch in range(state.epoch):
+            results: dict[str, TrialResult] = {}
+            for t in live:
+                scores = state.trials.get(t, TrialProgress()).scores
+                n = self._epochs[t]
+                if n >= len(scores):
+                    raise RunnerError(f"resume.trials[{t!r}].scores: found {len(scores)}, expected a score for "
+                                      f"its epoch {n + 1} (scheduler epoch {epoch})")
+                self._epochs[t] = n + 1
+                self._scores[t].append(scores[n])
+                results[t] = TrialResult(t, n + 1, scores[n])
+            decision = self.procedure.epoch_end(results)
+            stopped = set(decision.stop)
+            self._admit(decision.add, replaying=epoch)
+            live = [t for t in live if t not in stopped] + [s.id for s in decision.add]
+            if decision.finished or not live:
+                return live, True
+        for t, progress in state.trials.items():
+            if t not in self._trials:
+                raise RunnerError(f"resume.trials: found trial {t!r}, expected only trials of the replayed procedure "
+                                  f"({sorted(self._trials)})")
+            if progress.epochs != self._epochs[t]:
+                raise RunnerError(f"resume.trials[{t!r}].scores: found {progress.epochs}, expected "
+                                  f"{self._epochs[t]} (its completed epochs before scheduler epoch {state.epoch})")
+        return live, False
+
+    def _restore_epoch(self, live: list[str]) -> None:
+        """Take the interrupted epoch's finished train units as completed and
+        restore their train-loss sums (§5.6: only unfinished units run again)."""
+        state = self.resume
+        if state.units_done and state.partitions is not None and state.partitions != self._p:
+            raise RunnerError(f"resume.partitions: found {state.partitions}, expected this run's {self._p} "
+                              f"(give n_partitions={state.partitions})")
+        for t, progress in sorted(state.trials.items()):
+            if not progress.visited:
+                continue
+            if t not in live:
+                raise RunnerError(f"resume.trials[{t!r}].visited: found {list(progress.visited)}, expected none "
+                                  f"for a trial not live in scheduler epoch {state.epoch}")
+            for pid in progress.visited:
+                try:
+                    self._train.mark_completed(Unit(t, pid, state.epoch))
+                except (InvalidStateError, NotFoundError) as error:
+                    raise RunnerError(f"resume.trials[{t!r}].visited: {error}") from error
+            self._epoch_so_far[t] = _EpochSoFar(list(progress.visited), progress.loss_sum, progress.examples,
+                                                progress.seconds)
+
     def _run(self, history: list[EpochMetrics]) -> RunResult:
         workers = self.engine.workers()
         if not workers:
@@ -592,40 +805,52 @@ class MOPRunner:
         specs = self.procedure.start()
         self._admit(specs)
         live = [s.id for s in specs]
+        epochs_run = 0
+        if self.resume is not None:
+            self._best.update(self.resume.best_checkpoints)
+            live, finished = self._replay_procedure(live)
+            self._epochs_done = self.resume.epoch
+            if finished:
+                return self._result(history, epochs_run)
         self._holders: dict[str, dict[int, set[str]]] = {}
         for kind in (TRAIN, VAL):
             av = self.engine.place_partitions(self._parts[kind], replication=self.replication, prefix=kind, workers=workers)
             self._holders[kind] = {pid: {w for w, ps in av.items() if pid in ps} for pid in self._parts[kind]}
-        self._train = MOPScheduler(live, self._availability(TRAIN), seed=self.seed,
-                                   visit_order=self.visit_order, partitions=range(self._p))
-        mop_epochs = 0
+        self._train = MOPScheduler(live, self._availability(TRAIN), seed=self.seed, visit_order=self.visit_order,
+                                   partitions=range(self._p), first_epoch=self._epochs_done)
+        if self.resume is not None:
+            self._restore_epoch(live)
         while True:
-            if mop_epochs >= self.max_epochs:
-                raise RunnerError(f"the procedure did not finish within max_epochs={self.max_epochs} epochs")
             mop_epoch = self._train.epoch
-            self._train_acc: dict[str, list[float]] = {}
+            if mop_epoch >= self.max_epochs:
+                raise RunnerError(f"the procedure did not finish within max_epochs={self.max_epochs} epochs")
             self._drive(TRAIN, self._train)
             self._val_parts: dict[str, list[Mapping[str, Any]]] = {}
             self._val = MOPScheduler(live, self._availability(VAL), seed=self.seed + 1 + mop_epoch,
                                      partitions=range(self._p))
             self._drive(VAL, self._val)
             self._val = None
-            mop_epochs += 1
+            epochs_run += 1
             results: dict[str, TrialResult] = {}
             log_now = self._train.visit_log
             for t in live:
                 self._epochs[t] += 1
                 v = combine_eval(self._val_parts.get(t, []))
-                acc = self._train_acc.get(t, [0.0, 0.0, 0.0])
-                train_loss = acc[0] / acc[1] if acc[1] else float("nan")
+                now = self._epoch_so_far.get(t, _EpochSoFar())
+                train_loss = now.loss_sum / now.examples if now.examples else float("nan")
                 results[t] = TrialResult(t, self._epochs[t], v["score"], {"val_loss": v["val_loss"], "train_loss": train_loss})
                 m = EpochMetrics(t, self._epochs[t], mop_epoch, v["score"], train_loss, v["val_loss"],
-                                 int(acc[1]), acc[2], tuple(log_now.get((t, mop_epoch), ())))
+                                 int(now.examples), now.seconds, tuple(log_now.get((t, mop_epoch), ())))
                 history.append(m)
                 if not math.isnan(v["score"]) and (t not in self._best or v["score"] > self._best[t][0]):
                     self._best[t] = (v["score"], read_checkpoint(self._latest[t]))
                 if self.on_metrics is not None:
                     self._emit(self.on_metrics, m)
+            # The epoch counts as done (for resume_state) only once every trial has its score.
+            for t in live:
+                self._scores[t].append(results[t].score)
+            self._epoch_so_far = {}
+            self._epochs_done = mop_epoch + 1
             decision = self.procedure.epoch_end(results)
             stopped = set(decision.stop)
             self._admit(decision.add)  # init_from may name a trial stopped right now
@@ -634,16 +859,20 @@ class MOPRunner:
                 break
             self._rebalance()
             self._train.next_epoch(live)
+        return self._result(history, epochs_run)
+
+    def _result(self, history: list[EpochMetrics], epochs_run: int) -> RunResult:
+        train = self._train
         return RunResult(
             trials=dict(self._trials),
             history=history,
             best=self.procedure.best(),
-            visit_log=dict(self._train.visit_log),
+            visit_log=dict(train.visit_log) if train is not None else {},
             checkpoints={t: read_checkpoint(ref) for t, ref in self._latest.items()},
             best_checkpoints=dict(self._best),
             requeued=self._requeued,
             faults=list(self._faults),
-            epochs=mop_epochs,
+            epochs=epochs_run,
             seconds=time.monotonic() - self._t0,
             _builders=self.builders,
             _hooks=self.hooks,

@@ -16,6 +16,10 @@ The scheduler never runs anything. An engine drives it::
         if sched.stuck(): raise ...             # no live worker holds what is left
     sched.next_epoch(surviving_configs)         # AutoML hook (§4.2)
 
+Restart recovery (§5.6): a scheduler built with ``first_epoch=e`` starts at
+epoch ``e``, and :meth:`mark_completed` takes a unit whose checkpoint
+survived a crash out of Q without running it again.
+
 Data structures. Q (``pending``) is kept per config; Q' (``in_flight``) maps a
 unit to its worker. For each partition a "ready bag" holds the idle configs
 that may run on it now, so one decision on worker ``w`` costs
@@ -108,12 +112,17 @@ class MOPScheduler:
             ``availability``. A partition that no worker holds is allowed
             (a worker holding it may join later, §5.6); until then its units
             stay in Q and :meth:`stuck` reports it once nothing else can run.
+        first_epoch: the number of the first epoch (a run resumed after a
+            restart goes on with the epoch it was in, so that :class:`Unit`
+            epochs, ``visit_order`` keys and :attr:`visit_log` keys keep
+            their meaning).
 
     Raises:
         TypeError: a config, worker or partition of the wrong type.
         ValueError: duplicate configs, an empty partition set, a worker
-            holding a partition outside ``partitions``, or a ``visit_order``
-            entry that is not a permutation of the partition set.
+            holding a partition outside ``partitions``, a ``visit_order``
+            entry that is not a permutation of the partition set, or a
+            negative ``first_epoch``.
     """
 
     def __init__(
@@ -124,6 +133,7 @@ class MOPScheduler:
         seed: int = 0,
         visit_order: Mapping[tuple[str, int], list[int]] | None = None,
         partitions: Iterable[int] | None = None,
+        first_epoch: int = 0,
     ) -> None:
         """``availability`` maps each worker to the partitions it holds (§5.5).
         ``visit_order`` replays a previous run's ``visit_log``: each config
@@ -161,7 +171,9 @@ class MOPScheduler:
         for worker in sorted(workers):  # sorted: independent of the caller's order
             self.add_worker(worker, workers[worker])
 
-        self._epoch = -1
+        if isinstance(first_epoch, bool) or not isinstance(first_epoch, int) or first_epoch < 0:
+            raise ValueError(f"first_epoch: found {first_epoch!r}, expected an int >= 0")
+        self._epoch = first_epoch - 1  # _start_epoch counts it up
         self._log: dict[tuple[str, int], list[int]] = {}
         self._start_epoch(configs)
 
@@ -273,6 +285,53 @@ class MOPScheduler:
         if unit.config in self._replay:
             self._cursor[unit.config] += 1
         self._make_ready(unit.config)
+
+    def mark_completed(self, unit: Unit) -> None:
+        """Take a unit of Q as completed without running it (restart recovery).
+
+        Its result is already known: the model state it produced was
+        checkpointed before a crash, and Cerebro §5.6 restarts only the units
+        that had not finished. The effect is that of ``schedule`` followed by
+        :meth:`complete` of that unit, minus the worker: the unit leaves Q,
+        its partition is appended to the config's :attr:`visit_log` entry and
+        the config's next unit becomes eligible. Mark a config's units in the
+        order it trained on them.
+
+        Raises:
+            InvalidStateError: ``unit.epoch`` is not the current epoch; the
+                unit is not in Q (already completed, or in flight); its
+                config has another unit in flight (model training
+                isolation); or, under ``visit_order`` replay, its partition
+                is not the config's next logged one.
+            NotFoundError: ``unit.config`` is not live in this epoch, or
+                ``unit.partition`` is not in the partition set.
+        """
+        config, partition = unit.config, unit.partition
+        if unit.epoch != self._epoch:
+            raise InvalidStateError(f"unit {unit}: of epoch {unit.epoch}, expected a unit of the current epoch {self._epoch}")
+        if config not in self._pending:
+            raise NotFoundError(f"unit {unit}: config {config!r} is not live in epoch {self._epoch} (live: {list(self._configs)})")
+        if partition not in self._ready:
+            raise NotFoundError(f"unit {unit}: partition {partition!r} is not one of {list(self._partitions)}")
+        if partition not in self._pending[config]:
+            where = "in flight" if self._flight.get(unit) is not None else "already completed"
+            raise InvalidStateError(f"unit {unit}: {where}, expected a unit of Q")
+        if config in self._busy:
+            raise InvalidStateError(f"unit {unit}: config {config!r} has {self._busy[config]} in flight, expected it idle")
+        order = self._replay.get(config)
+        if order is not None and order[self._cursor[config]] != partition:
+            raise InvalidStateError(
+                f"unit {unit}: visit_order has partition {order[self._cursor[config]]} next for {config!r}, "
+                f"expected {partition}"
+            )
+        self._unready(config)
+        self._pending[config].discard(partition)
+        self._queued -= 1
+        self._done.add(unit)
+        self._log[(config, self._epoch)].append(partition)
+        if order is not None:
+            self._cursor[config] += 1
+        self._make_ready(config)
 
     def requeue(self, unit: Unit) -> None:
         """A unit timed out or its result was lost: Q' -> Q (§5.6).
