@@ -36,7 +36,7 @@ from typing import Any, Callable
 import numpy as np
 from sklearn import datasets as sk_datasets
 
-from .zoo import ModelConfig
+from . import job_config
 
 
 def _digits_images() -> tuple[np.ndarray, np.ndarray]:
@@ -99,27 +99,19 @@ class DemoRun:
         rows = []
         for r in self.users:
             rows.append({"user": r.user, "task": r.task, "kind": r.kind, "model": r.best["model"],
-                         "config": config_label(r.best["model"], r.best["config"], _best_lr(r)),
+                         "config": config_label(r.best["model"], r.best["config"], r.best.get("best_config")),
                          "validation": r.best["accuracy"], "test": r.test_accuracy,
                          "dataset_version": r.best["dataset_version"],
                          "jobs": sum(j["status"] == "succeeded" for j in r.jobs)})
         return sorted(rows, key=lambda row: -row["test"])
 
 
-def config_label(model: str, config: dict[str, Any], best_lr: str | None = None) -> str:
-    if "lrs" in config and "epochs" in config:  # a torch pick: the lr grid trained as one MOP workload
-        if best_lr is not None:
-            return f"{model}[{best_lr}] (best of {len(config['lrs'])} rates, {config['epochs']} epochs, MOP)"
-        return f"{model}[lr grid {','.join(f'{lr:g}' for lr in config['lrs'])}, {config['epochs']} epochs]"
-    return ModelConfig.of(model, config).key
-
-
-def _best_lr(r: "UserResult") -> str | None:
-    """The learning rate (``lr=X``) whose config scored best in the user's best torch job."""
-    job = next((j for j in r.jobs if j["id"] == r.best.get("job_id")), None)
-    scores = [(v, k[len("val_accuracy["):-1]) for m in (job or {}).get("metrics", []) for k, v in m.items()
-              if k.startswith("val_accuracy[")]
-    return max(scores)[1] if scores else None
+def config_label(model: str, config: dict[str, Any], best: str | None = None) -> str:
+    """``knn[n_neighbors=7] (best of grid n_neighbors=3|7|15)``, or the pick's configs before it finished."""
+    if best is not None:
+        engine = ", MOP" if "lrs" in config else ""
+        return f"{model}[{best}] (best of {job_config.describe(config)}{engine})"
+    return f"{model}[{job_config.describe(config)}]"
 
 
 def _time(value: str | None) -> float | None:
@@ -268,7 +260,7 @@ def _render_html(run: DemoRun) -> str:
         # it, or plotly would stack them onto the newer job's bar.
         newest = max((j["dataset_version"] for j in done), default=None)
         labels = [
-            config_label(j["model"], j["config"])
+            config_label(j["model"], j["config"], job_config.best_point(j.get("metrics", [])))
             + ("" if j["dataset_version"] == newest else f" (v{j['dataset_version']})")
             for j in done
         ]

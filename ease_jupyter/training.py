@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
+from . import job_config
 from .datasets import LoadedData, load, program_of
 from .errors import DataError, NotFoundError
 from .execution.holdout import validation_mask
@@ -119,9 +120,12 @@ def best(store: Store, task: Task) -> dict[str, Any]:
     if job is None:
         raise NotFoundError(f"task {task.name!r} has no trained model yet")
     version = store.get_dataset_version(job.dataset_version_id)
+    per_config = [{m.name: m.value} for m in store.list_metrics(job.id)]
     return {
         "model": job.model,
         "config": dict(job.config),
+        # the config of the pick's grid that scored best (``C=1``, ``lr=0.01``)
+        "best_config": job_config.best_point(per_config),
         "accuracy": job.accuracy,
         "dataset_version": version.number,
         "job_id": job.id,

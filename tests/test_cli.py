@@ -65,6 +65,14 @@ def test_demo_quick_writes_a_leaderboard_report(tmp_path):
         assert [m["epoch"] for m in job["metrics"]] == [1, 2, 3]
     board = report["leaderboard"]
     assert {row["user"] for row in board} == set(users)
+    for row in board:  # the winning config of the best pick's grid, named in the table too
+        best = users[row["user"]]["best"]
+        assert row["config"].startswith(f"{best['model']}[{best['best_config']}] (best of ")
+        assert f"{best['model']}[{best['best_config']}]" in result.output
+    sklearn_job = next(j for j in users["alice"]["jobs"] if j["status"] == "succeeded")
+    grid = sklearn_job["config"]["grid"]  # a scikit-learn pick: the candidate's grid, every point scored
+    assert len(sklearn_job["metrics"]) == 1 and sum(k.startswith("val_score[") for k in sklearn_job["metrics"][0]) == \
+        len(next(iter(grid.values())))
     curve = report["loss_curve"]
     assert len(curve["seconds"]) == len(curve["average_loss"]) >= 2
     assert curve["seconds"] == sorted(curve["seconds"])

@@ -36,6 +36,7 @@ def command(quick: bool, data_dir: Path | None, out: Path, seed: int, engine: st
     with the average accuracy loss over time."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
     from tqdm import tqdm
 
     from ..demo import run_demo, write_report
@@ -50,7 +51,8 @@ def command(quick: bool, data_dir: Path | None, out: Path, seed: int, engine: st
     for column in ("user", "task", "kind", "best model", "validation", "held-back test", "data version", "jobs"):
         table.add_column(column)
     for row in run.leaderboard():
-        table.add_row(row["user"], row["task"], row["kind"], row["config"], f"{row['validation']:.3f}",
+        # Text, not markup: "vgg_small[lr=0.01]" would read as a style tag
+        table.add_row(Text(row["user"]), Text(row["task"]), row["kind"], Text(row["config"]), f"{row['validation']:.3f}",
                       f"{row['test']:.3f}", str(row["dataset_version"]), str(row["jobs"]))
     Console(width=max(Console().width, 140)).print(table)
     curve = run.loss_curve

@@ -43,9 +43,6 @@ def command(db_url, data_dir, engine, host, port, workers, executor, max_running
     from ease_jupyter.service import ServiceConfig, serve
     from ease_jupyter.store import default_data_dir
 
-    if engine != "local":
-        click.echo(f"note: engine {engine!r} runs the torch (MOP) jobs; scikit-learn candidates train on the "
-                   "local pool", err=True)
     try:
         config = ServiceConfig(db_url=db_url, data_dir=data_dir or default_data_dir(), host=host, port=port,
                                engine=engine, workers=workers, executor=executor, max_running_per_user=max_running, torch_epochs=torch_epochs,

@@ -12,6 +12,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..client import Client, Task
+from ..job_config import describe
 from .display import Result
 
 
@@ -94,6 +95,13 @@ def refine(session: Session, args: Any, user_ns: dict) -> Result:
     return _version(t, t.refine(keep=_ids(args.keep, user_ns), drop=_ids(args.drop, user_ns)))
 
 
+def _best_config(best: dict | None) -> str | None:
+    """The best model's config: the grid point that won, else the pick's configs."""
+    if not best:
+        return None
+    return best.get("best_config") or describe(best.get("config") or {})
+
+
 def status(session: Session, args: Any, user_ns: dict) -> Result:
     client = session.get()
     if getattr(args, "all", False):
@@ -102,7 +110,7 @@ def status(session: Session, args: Any, user_ns: dict) -> Result:
         return _service(client)
     if not args.name:
         board = client.leaderboard()
-        rows = [{"task": r["task"], "model": (r["best"] or {}).get("model"), "config": (r["best"] or {}).get("config"),
+        rows = [{"task": r["task"], "model": (r["best"] or {}).get("model"), "config": _best_config(r["best"]),
                  "accuracy": (r["best"] or {}).get("accuracy")} for r in board]
         return Result(f"{len(rows)} task(s)", board, rows, ["task", "model", "config", "accuracy"])
     t = client.task(args.name)
@@ -114,7 +122,7 @@ def status(session: Session, args: Any, user_ns: dict) -> Result:
            **info.get("jobs", {}), "idle": info.get("idle"), "cancelled": info.get("cancelled")}
     try:
         best = t.best()
-        row.update(best=best["model"], config=best["config"], accuracy=best["accuracy"])
+        row.update(best=best["model"], config=_best_config(best), accuracy=best["accuracy"])
     except Exception:  # noqa: BLE001 - no model yet
         pass
 
@@ -162,7 +170,7 @@ def provenance(session: Session, args: Any, user_ns: dict) -> Result:
 
 def models(session: Session, args: Any, user_ns: dict) -> Result:
     jobs = session.get().task(_need(args)).jobs()
-    rows = sorted(({"model": j["model"], "config": j["config"], "status": j["status"], "accuracy": j["accuracy"],
+    rows = sorted(({"model": j["model"], "config": describe(j["config"]), "status": j["status"], "accuracy": j["accuracy"],
                     "seconds": j["cost_seconds"], "version": j["dataset_version"]} for j in jobs),
                   key=lambda r: -(r["accuracy"] if r["accuracy"] is not None else -1e9))
     return Result(f"{args.name}: {len(rows)} model(s) trained or queued", jobs, rows)

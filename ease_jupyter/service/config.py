@@ -17,10 +17,11 @@ class ServiceConfig:
         data_dir: blobs, SQLite file, uploads and ``service.json`` live here.
         host, port: where to listen (port 0 picks a free one).
         max_running_per_user: ACAI's cap on running jobs per user (k).
-        engine: where torch picks train as MOP workloads: ``"local"`` (the
-            in-process engine, ``workers`` threads), ``"dask"`` (a Dask
-            LocalCluster of ``workers`` processes) or ``tcp://...`` (a Dask
-            scheduler). scikit-learn jobs always run on the local pool.
+        engine: where picks train: ``"local"`` (each job slot's own
+            in-process engine), ``"dask"`` (a Dask LocalCluster of
+            ``workers`` processes, started by the service) or ``tcp://...``
+            (a Dask scheduler). Torch picks run as MOP workloads, and the
+            grid of a scikit-learn pick as concurrent Seneca tasks, there.
         torch: offer torch candidates (image tasks) to the selector.
         torch_epochs: epochs each learning rate of a torch pick trains.
         mop_partitions: data partitions of a torch pick's MOP workload

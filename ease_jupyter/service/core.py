@@ -94,13 +94,15 @@ class Service:
         self.suspicion_scorer = SuspicionScorer(self.store, self.blobs)
         self.started_at = time.time()
         processes = config.executor == "process" and config.db_url != "memory://"
+        engine = self._engine_address(config)
         if processes:
-            executor = SklearnProcessExecutor(config.db_url, data_dir, config.workers, nice=config.worker_nice)
+            executor = SklearnProcessExecutor(config.db_url, data_dir, config.workers, nice=config.worker_nice,
+                                              engine=engine)
         else:
-            executor = SklearnExecutor(self.store, self.blobs, config.workers)
+            executor = SklearnExecutor(self.store, self.blobs, config.workers, engine=engine)
         executors = {Engine.SKLEARN: executor}
         if config.torch:
-            torch_kwargs = dict(engine=config.engine, engine_workers=config.workers, publish=self.events.publish,
+            torch_kwargs = dict(engine=engine, engine_workers=config.workers, publish=self.events.publish,
                                 seed=config.seed or 0, partitions=config.mop_partitions)
             executors[Engine.TORCH] = (TorchProcessExecutor(config.db_url, data_dir, nice=config.worker_nice,
                                                             **torch_kwargs) if processes
@@ -109,6 +111,18 @@ class Service:
                                 max_running_per_user=config.max_running_per_user,
                                 publish=self.events.publish, tick_seconds=config.tick_seconds, seed=config.seed,
                                 save_every_seconds=config.state_save_seconds, on_decision=self._publish_decision)
+
+    def _engine_address(self, config: ServiceConfig) -> str:
+        """``local``, or the address of a Dask scheduler that every job slot
+        (scikit-learn and torch) is a client of. ``engine="dask"`` starts
+        that cluster here: ``workers`` processes, closed on stop."""
+        self._cluster = None
+        if config.engine != "dask":
+            return config.engine
+        from ..execution.engine.dask import local_cluster
+
+        self._cluster = local_cluster(config.workers)
+        return self._cluster.scheduler_address
 
     def start(self) -> "Service":
         self.loop.start()
@@ -120,6 +134,8 @@ class Service:
             return
         self._stopped = True
         self.loop.stop()
+        if self._cluster is not None:
+            self._cluster.close()
         self.store.close()
 
     # ------------------------------------------------------------ users

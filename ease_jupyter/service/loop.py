@@ -7,8 +7,10 @@ are free and their owner is under the cap of ``k`` running jobs, and (4) asks
 the selector for as many new picks as there are free workers.
 
 Selector tenants are (task, dataset version) pairs named ``"<task id>/<version
-id>"``; their arms are the task's scikit-learn config keys and, when a torch
-executor is registered, one arm per torch candidate (``mop.py``). A new feed or
+id>"``; their arms are the task's candidate models: one per scikit-learn
+candidate (a pick trains its hyperparameter grid, ``runner.py``) and, when a
+torch executor is registered, one per torch candidate (a pick trains its
+learning-rate grid as one MOP workload, ``mop.py``); ease.ml pvldb §3. A new feed or
 refine replaces the tenant, so results on the old version are stale and are
 no longer reported. The selector's state is saved (at most every
 ``save_every_seconds``, and on stop) as a blob, and the newest job carries a
@@ -38,7 +40,7 @@ from ..store import BlobStore, Job, JobStatus, JobUpdate, Store, Task
 from ..training import sklearn_candidates
 from ..zoo import Candidate, Engine, ModelConfig, candidates
 from .mop import DEFAULT_EPOCHS, torch_arms, torch_candidates
-from .runner import JobExecutor, one_blas_thread
+from .runner import JobExecutor, candidate_grid, one_blas_thread
 
 log = logging.getLogger(__name__)
 
@@ -50,9 +52,11 @@ NOMINAL_TORCH_PROGRAMS = (((8, 8, 1), (4,)), ((8, 8, 3), (4,)))  # images: the t
 
 
 def arm_key(model: str, config: dict) -> str:
-    """A job's selector arm: the config key for scikit-learn, the candidate
-    name for torch (a torch pick trains the candidate's whole lr grid)."""
-    if _engine_of(config) is Engine.TORCH:
+    """A job's selector arm: its candidate model (ease.ml pvldb §3: a pick is
+    a (user, model) pair; its configs are trained within the job). A job
+    from before picks trained grids (one scikit-learn config, no ``grid``)
+    keeps its config key, which is no arm: it is never reported."""
+    if _engine_of(config) is Engine.TORCH or "grid" in config:
         return model
     return ModelConfig.of(model, dict(config)).key
 
@@ -62,23 +66,15 @@ def _program(inp: tuple[int, ...], out: tuple[int, ...]) -> Program:
 
 
 def catalogue() -> tuple[list[str], np.ndarray]:
-    """Every scikit-learn config key the zoo can offer, with GP descriptors:
-    the candidate's descriptor plus the config's position within its candidate."""
+    """Every candidate model the zoo can offer, with its GP descriptor
+    (standardised): scikit-learn models for flat tasks, torch nets for images."""
     keys: list[str] = []
     rows: list[list[float]] = []
-    for inp, out in NOMINAL_PROGRAMS:
+    for inp, out in (*NOMINAL_PROGRAMS, *NOMINAL_TORCH_PROGRAMS):
         for cand in candidates(_program(inp, out)):
-            if cand.engine is not Engine.SKLEARN:
-                continue
-            for i, config in enumerate(cand.configs):
-                if config.key not in keys:
-                    keys.append(config.key)
-                    rows.append([*cand.descriptor, i / max(1, len(cand.configs) - 1)])
-    for inp, out in NOMINAL_TORCH_PROGRAMS:
-        for cand in candidates(_program(inp, out)):
-            if cand.engine is Engine.TORCH and cand.name not in keys:
+            if cand.name not in keys:
                 keys.append(cand.name)
-                rows.append([*cand.descriptor, 0.5])
+                rows.append(list(cand.descriptor))
     d = np.asarray(rows, dtype=float)
     spread = d.std(axis=0)
     d = (d - d.mean(axis=0)) / np.where(spread > 0, spread, 1.0)
@@ -203,6 +199,11 @@ class ControlLoop:
                     self.store.update_job(job.id, JobStatus.QUEUED)
                     log.info("re-queued job %d left running by a previous service", job.id)
             state = self._load_state()
+            if state is not None and state.get("models") != catalogue()[0]:
+                # Saved by a version with another catalogue: start afresh;
+                # _sync replays the jobs in the store into the new selector.
+                log.warning("the saved selector state has another model catalogue; rebuilding it from the jobs")
+                state = None
             if state is not None:
                 with one_blas_thread():
                     self.selector = Selector.from_dict(state)
@@ -220,7 +221,7 @@ class ControlLoop:
             else:
                 keys, descriptors = catalogue()
                 with one_blas_thread():
-                    # arms="untried": a scikit-learn config is deterministic on a given
+                    # arms="untried": a pick trains the model's whole grid on a given
                     # dataset version, so training it again would only repeat its result
                     # (and a task would never become idle). A new version is a new tenant.
                     self.selector = Selector(keys, descriptors=descriptors, arms="untried", random_state=self.seed)
@@ -540,24 +541,26 @@ class ControlLoop:
 
     # ------------------------------------------------------------ costs
     def _configs(self, task: Task) -> dict[str, tuple[str, dict]]:
+        """The task's arms: candidate name -> (candidate name, job config)."""
         out: dict[str, tuple[str, dict]] = {}
         try:
             cands: list[Candidate] = sklearn_candidates(task)
         except Exception:  # noqa: BLE001 - a program with no candidates has no arms
             return out
         for cand in cands:
-            for config in cand.configs:
-                out[config.key] = (cand.name, config.options)
+            out[cand.name] = (cand.name, {"grid": candidate_grid(cand)})
         if Engine.TORCH in self.executors:
             out.update(torch_arms(task, self.torch_epochs))
         return out
 
     def _candidate_flops(self, task: Task, name: str, n: int) -> float:
+        """A pick's estimated work: every config of the candidate (and for
+        torch, every epoch)."""
         for cand in [*sklearn_candidates(task), *torch_candidates(task)]:
             if cand.name == name:
-                flops = max(cand.cost(n), 1.0)
-                if cand.engine is Engine.TORCH:  # every lr config, for every epoch
-                    flops *= len(cand.configs) * self.torch_epochs
+                flops = max(cand.cost(n), 1.0) * len(cand.configs)
+                if cand.engine is Engine.TORCH:
+                    flops *= self.torch_epochs
                 return flops
         return 1e6
 

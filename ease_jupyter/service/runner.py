@@ -1,16 +1,25 @@
 """Executors: where a queued job's training runs.
 
 The control loop hands a job id to the executor registered for the job's
-candidate engine. scikit-learn candidates run on a pool of worker processes
-(``SklearnProcessExecutor``, the default: real parallelism, and a fit never
-holds the service's GIL), or a thread pool in the service process
-(``SklearnExecutor``, for ``memory://`` stores and quick tests). Torch
-candidates run as MOP workloads on ``mop.TorchExecutor``, passed as
+candidate engine. A scikit-learn pick is one candidate model with its
+hyperparameter grid (ease.ml pvldb §3: a picked model always trains with
+its hyperparameters tuned); ``run_sklearn_job`` evaluates the grid with
+Seneca's grid evaluation (``execution.grid.grid_search``, Seneca §II-III)
+on an execution engine: every combination is an independent task, fitted
+concurrently on a Dask cluster, or in turn on a one-worker local engine.
+
+Each job slot has its own engine (an engine's event stream has one
+reader): ``SklearnProcessExecutor`` (the default) runs ``workers`` spawned
+processes, so a fit never holds the service's GIL; ``SklearnExecutor`` runs
+``workers`` threads in the service (``memory://`` stores, quick tests).
+With a Dask scheduler address every slot is a client of the same cluster.
+Torch candidates run as MOP workloads on ``mop.TorchExecutor``, passed as
 ``ControlLoop(executors={Engine.TORCH: ...})``; any ``JobExecutor`` fits there.
 """
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import pickle
@@ -20,16 +29,20 @@ import traceback
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Mapping, Protocol
 
 from threadpoolctl import ThreadpoolController
 
 from ..datasets import load, program_of
+from ..errors import EaseMLError
+from ..execution.grid import GridResult, grid_search
 from ..execution.holdout import validation_mask
-from ..execution.sklearn_fit import fit_and_score
 from ..store import BlobStore, Job, JobStatus, JobUpdate, Store, open_store
 from ..training import sklearn_candidates
-from ..zoo import ModelConfig
+from ..zoo import Candidate
+
+GRID_BEST_TAG = "easeml.grid.best"
+GRID_COST_TAG = "easeml.grid.memory"
 
 
 _controller: ThreadpoolController | None = None
@@ -65,11 +78,45 @@ class JobExecutor(Protocol):
     def shutdown(self) -> None: ...
 
 
-def run_sklearn_job(store: Store, blobs: BlobStore, job_id: int) -> Job:
-    """Train a queued scikit-learn job: queued -> running -> succeeded | failed.
+def candidate_grid(candidate: Candidate) -> dict[str, list[Any]]:
+    """The candidate's configs as Seneca's option lists (their Cartesian
+    product is the configs again: the zoo tunes one option per model)."""
+    grid: dict[str, list[Any]] = {}
+    for config in candidate.configs:
+        for option, value in config.options.items():
+            values = grid.setdefault(option, [])
+            if value not in values:
+                values.append(value)
+    return grid
 
-    The same holdout split and scorer as ``training.train_config``; the job
-    already exists (created by the control loop, or re-queued after a restart).
+
+def grid_label(params: Mapping[str, Any]) -> str:
+    """``C=0.1`` or ``max_features=sqrt``: names a grid point in metric names."""
+    return ",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(params.items()))
+
+
+def evaluate_grid(candidate: Candidate, grid: Mapping[str, Any], data: Any, classification: bool, engine: Any) -> GridResult:
+    """Seneca's grid evaluation of one pick on ``engine``, on the task's
+    fixed train/held-out split (``holdout.validation_mask``)."""
+    held_out = validation_mask(data.example_ids)  # the split every job of the task uses
+    split = (data.X[~held_out], data.y[~held_out], data.X[held_out], data.y[held_out])
+    # Memory sizing (Seneca Alg. 1) pays off when tasks share a worker; a
+    # one-worker engine runs them in turn and would only pay for the probe.
+    memory = "auto" if len(engine.workers()) > 1 else None
+    with one_blas_thread():
+        return grid_search(candidate, grid, data.X, data.y, split=split, classification=classification,
+                           engine=engine, memory=memory)
+
+
+def run_sklearn_job(store: Store, blobs: BlobStore, job_id: int, engine: Any) -> Job:
+    """Train a queued scikit-learn pick: queued -> running -> succeeded | failed.
+
+    The job's config is ``{"grid": {option: [values]}}``; every combination is
+    fitted on the task's training examples and scored on its held-out ones
+    (the split ``training.train_config`` uses). The job's accuracy (the GP
+    observation) is the best combination's score, its artifact that fitted
+    model, its cost the grid's wall time; each combination's scores are
+    metrics named ``val_score[C=0.1]`` etc., the best's plain ``val_score``.
     """
     job = store.get_job(job_id)
     if job.status is not JobStatus.QUEUED:
@@ -77,52 +124,93 @@ def run_sklearn_job(store: Store, blobs: BlobStore, job_id: int) -> Job:
     job = store.update_job(job_id, JobStatus.RUNNING)
     try:
         task = store.get_task(job.task_id)
-        candidate = next(c for c in sklearn_candidates(task) if c.name == job.model)
-        wanted = dict(job.config)
-        config = next((c for c in candidate.configs if c.options == wanted), ModelConfig.of(job.model, wanted))
+        candidate = next((c for c in sklearn_candidates(task) if c.name == job.model), None)
+        if candidate is None:
+            raise EaseMLError(f"model: found {job.model!r}, expected a scikit-learn candidate of task {task.name!r}")
+        config = dict(job.config)
+        # a job stored before picks trained grids holds one config: a one-point grid
+        grid = config["grid"] if "grid" in config else {k: [v] for k, v in config.items()}
+        if not isinstance(grid, Mapping) or not grid:
+            raise EaseMLError(f"config: found {config!r}, expected {{'grid': {{option: [values]}}}}")
         data = load(store, blobs, store.get_dataset_version(job.dataset_version_id))
-        held_out = validation_mask(data.example_ids)
-        with one_blas_thread():
-            result = fit_and_score(
-                candidate.build(config),
-                data.X[~held_out], data.y[~held_out], data.X[held_out], data.y[held_out],
-                classification=program_of(task).num_classes is not None,
-            )
-    except Exception as error:  # noqa: BLE001 - recorded on the job; one bad config must not stop the rest
+        result = evaluate_grid(candidate, grid, data, program_of(task).num_classes is not None, engine)
+    except Exception as error:  # noqa: BLE001 - recorded on the job; one bad pick must not stop the rest
         message = "".join(traceback.format_exception_only(type(error), error)).strip()
         return store.update_job(job_id, JobStatus.FAILED, JobUpdate(error=message))
-    store.add_metric(job_id, 0, "val_score", result.score)
-    store.add_metric(job_id, 0, "train_score", result.train_score)
-    store.add_metric(job_id, 0, "fit_seconds", result.fit_seconds)
-    artifact = blobs.put_bytes(pickle.dumps(result.model, protocol=pickle.HIGHEST_PROTOCOL))
+    for point in result.points:
+        label = grid_label(point.params)
+        for name, value in (("val_score", point.score), ("train_score", point.train_score),
+                            ("fit_seconds", point.fit_seconds)):
+            if value == value:  # NaN: the combination failed (its error is in the tag below)
+                store.add_metric(job_id, 0, f"{name}[{label}]", float(value))
+    best = next(p for p in result.points if p.params == result.best_params and p.score == result.best_score)
+    store.add_metric(job_id, 0, "val_score", best.score)
+    store.add_metric(job_id, 0, "train_score", best.train_score)
+    store.add_metric(job_id, 0, "fit_seconds", best.fit_seconds)
+    errors = {grid_label(p.params): p.error for p in result.points if p.error}
+    store.set_tag("job", job_id, GRID_BEST_TAG, json.dumps({"params": result.best_params, "errors": errors}))
+    if result.cost is not None:
+        store.set_tag("job", job_id, GRID_COST_TAG, json.dumps({
+            "reserved_bytes": result.cost.reserved_bytes, "fixed_bytes": result.cost.fixed_bytes,
+            "gb_seconds": result.cost.gb_seconds, "fixed_gb_seconds": result.cost.fixed_gb_seconds}))
+    artifact = blobs.put_bytes(pickle.dumps(result.best_model, protocol=pickle.HIGHEST_PROTOCOL))
     return store.update_job(
         job_id, JobStatus.SUCCEEDED,
-        JobUpdate(accuracy=result.score, cost_seconds=result.fit_seconds, artifact_blob=artifact),
+        JobUpdate(accuracy=result.best_score, cost_seconds=result.seconds, artifact_blob=artifact),
     )
 
 
-class SklearnExecutor:
-    """A thread pool of ``workers`` threads running ``run_sklearn_job``."""
+def grid_engine(spec: str) -> Any:
+    """One job slot's engine: a one-worker local engine, or a client of the
+    Dask cluster at ``spec``."""
+    from ..execution.engine import make_engine
 
-    def __init__(self, store: Store, blobs: BlobStore, workers: int = 1):
+    if spec == "local":
+        return make_engine("local", n_workers=1, torch_threads=None)
+    return make_engine(spec)
+
+
+class SklearnExecutor:
+    """``workers`` threads in the service, each with its own engine
+    (``grid_engine(engine)``, made on the thread's first job)."""
+
+    def __init__(self, store: Store, blobs: BlobStore, workers: int = 1, *, engine: str = "local"):
         self.store, self.blobs, self.workers = store, blobs, int(workers)
+        self.engine_spec = engine
+        self._local = threading.local()
+        self._engines: list[Any] = []
+        self._engines_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="easeml-worker")
 
+    def _engine(self) -> Any:
+        engine = getattr(self._local, "engine", None)
+        if engine is None:
+            engine = self._local.engine = grid_engine(self.engine_spec)
+            with self._engines_lock:
+                self._engines.append(engine)
+        return engine
+
+    def _run(self, job_id: int) -> Job:
+        return run_sklearn_job(self.store, self.blobs, job_id, self._engine())
+
     def submit(self, job_id: int) -> "Future[Job]":
-        return self._pool.submit(run_sklearn_job, self.store, self.blobs, job_id)
+        return self._pool.submit(self._run, job_id)
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
+        with self._engines_lock:
+            engines, self._engines = self._engines, []
+        for engine in engines:
+            engine.close()
 
 
-_worker_stores: tuple[Store, BlobStore] | None = None
+_worker: dict[str, Any] = {}
 
 
 def exit_with_parent(parent_pid: int, every: float = 0.5) -> None:
     """In a worker process: exit as soon as the service that started it is
     gone (SIGKILLed). Otherwise an orphaned worker would finish its job and
     write to the store while the restarted service re-runs the same job."""
-    import os
 
     def watch() -> None:
         while True:
@@ -144,26 +232,29 @@ def init_worker_process(parent_pid: int, nice: int) -> None:
     exit_with_parent(parent_pid)
 
 
-def _init_worker(db_url: str | None, data_dir: str, parent_pid: int, nice: int = 0) -> None:
-    global _worker_stores
-    _worker_stores = open_store(db_url, data_dir)
+def _init_worker(db_url: str | None, data_dir: str, engine: str, parent_pid: int, nice: int = 0) -> None:
+    _worker.update(stores=open_store(db_url, data_dir), spec=engine, engine=None)
     init_worker_process(parent_pid, nice)
 
 
 def _run_in_worker(job_id: int) -> int:
-    assert _worker_stores is not None, "worker not initialised"
-    return run_sklearn_job(*_worker_stores, job_id).id
+    assert _worker, "worker not initialised"
+    if _worker["engine"] is None:
+        _worker["engine"] = grid_engine(_worker["spec"])
+    return run_sklearn_job(*_worker["stores"], job_id, _worker["engine"]).id
 
 
 class SklearnProcessExecutor:
     """``workers`` spawned processes, each with its own connection to the
-    store. A worker that dies (killed, out of memory) breaks the pool: its
-    jobs come back still RUNNING and the loop re-queues them, and the next
-    submit starts a fresh pool."""
+    store and its own engine (``grid_engine(engine)``). A worker that dies
+    (killed, out of memory) breaks the pool: its jobs come back still
+    RUNNING and the loop re-queues them, and the next submit starts a fresh
+    pool."""
 
-    def __init__(self, db_url: str | None, data_dir: str | Path, workers: int = 1, *, nice: int = 0):
+    def __init__(self, db_url: str | None, data_dir: str | Path, workers: int = 1, *, nice: int = 0,
+                 engine: str = "local"):
         self.workers = int(workers)
-        self._args = (db_url, str(data_dir), os.getpid(), int(nice))
+        self._args = (db_url, str(data_dir), engine, os.getpid(), int(nice))
         self._pool = self._new_pool()
 
     def _new_pool(self) -> ProcessPoolExecutor:

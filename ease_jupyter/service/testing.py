@@ -1,4 +1,5 @@
-"""``easeml serve`` as a subprocess, for tests and benchmarks.
+"""``easeml serve`` as a subprocess, for tests and benchmarks (and the job
+count of a fully explored flat task, ``flat_models``).
 
 ``ServeProcess`` starts the real service (``python -m ease_jupyter serve``)
 on a free loopback port and reads its URL from the announcement line;
@@ -88,3 +89,13 @@ class ServeProcess:
 
 
 __all__ = ["ServeProcess", "add_user"]
+
+
+def flat_models(n_features: int, n_classes: int) -> int:
+    """Jobs a flat task trains once every arm is tried: one per scikit-learn
+    candidate (its grid trains inside the job)."""
+    from ..schema import DataType, Program, TensorField
+    from ..zoo import Engine, candidates
+
+    program = Program(DataType((TensorField((n_features,)),)), DataType((TensorField((n_classes,)),)))
+    return sum(c.engine is Engine.SKLEARN for c in candidates(program))

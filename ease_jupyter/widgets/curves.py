@@ -7,6 +7,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
+from ..job_config import describe
 from ._hub import Event
 from ._live import Live
 
@@ -16,10 +17,6 @@ LOSS, ACC = 0, 1  # subplot columns
 
 def _lr(value: Any) -> str:
     return f"{float(value):g}"
-
-
-def _config_text(config: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in config.items())
 
 
 class Curves(Live, widgets.VBox):
@@ -125,7 +122,7 @@ class Curves(Live, widgets.VBox):
             self._set(acc_i, int(epoch), float(val_accuracy))
 
     def _marker(self, job_id: int, model: str, config: dict[str, Any], accuracy: float) -> None:
-        _, acc_i = self._pair((job_id, None), model, f"{model} #{job_id} {_config_text(config)}".strip(), loss=False)
+        _, acc_i = self._pair((job_id, None), model, f"{model} #{job_id} {describe(config)}".strip(), loss=False)
         self._set(acc_i, 1, float(accuracy))
 
     # ------------------------------------------------------------ views

@@ -14,6 +14,7 @@ import pytest
 from ease_jupyter.client import Client
 from ease_jupyter.service import ServiceConfig, ServiceThread
 from ease_jupyter.service.auth import create_user
+from ease_jupyter.service.testing import flat_models
 
 
 @dataclass
@@ -84,3 +85,6 @@ def iris():
 
     X, y = load_iris(return_X_y=True)
     return X.astype("float32"), y.astype("int64")
+
+
+IRIS_MODELS = flat_models(4, 3)

@@ -10,6 +10,8 @@ import pytest
 import tornado.httpclient
 import tornado.websocket
 
+from .conftest import IRIS_MODELS
+
 
 async def _connect(url: str, token: str | None, *, header: bool = True):
     ws_url = url.replace("http://", "ws://") + "/api/v1/events"
@@ -52,7 +54,7 @@ def test_events_reach_only_the_owner_and_admins(svc, iris):
         await loop.run_in_executor(None, task.feed, X, y)
 
         def finished(events):
-            return sum(e["type"] == "job" and e["status"] == "succeeded" for e in events) >= 15
+            return sum(e["type"] == "job" and e["status"] == "succeeded" for e in events) >= IRIS_MODELS
 
         got_alice, got_admin, got_bob = await asyncio.gather(
             _collect(alice, finished, 90), _collect(admin, finished, 90), _collect(bob, lambda e: False, 1.0))
@@ -64,13 +66,13 @@ def test_events_reach_only_the_owner_and_admins(svc, iris):
     kinds = [e["type"] for e in got_alice]
     assert "task" in kinds and "version" in kinds
     done = [e for e in got_alice if e["type"] == "job" and e["status"] == "succeeded"]
-    assert len(done) == 15 and all("val_score" in e["metrics"] for e in done)
+    assert len(done) == IRIS_MODELS and all("val_score" in e["metrics"] for e in done)
     running = {e["job_id"] for e in got_alice if e["type"] == "job" and e["status"] == "running"}
     assert {e["job_id"] for e in done} <= running  # each job's life cycle is visible
     # Bob never sees alice's task: only the scheduler's decisions, anonymised.
     assert got_bob and all(e["type"] == "decision" and e["task"] is None and e["user"] == "user 2" for e in got_bob)
     assert "alice" not in json.dumps(got_bob) and "iris" not in json.dumps(got_bob)
-    assert len([e for e in got_admin if e["type"] == "job" and e["status"] == "succeeded"]) == 15
+    assert len([e for e in got_admin if e["type"] == "job" and e["status"] == "succeeded"]) == IRIS_MODELS
     seqs = [e["seq"] for e in got_alice]
     assert seqs == sorted(seqs)
     # Publish -> received by a client in this same process (which shares the GIL
@@ -126,8 +128,8 @@ def test_client_event_stream(svc, iris):
         for event in stream.iter(timeout=30):
             if event["type"] == "job":
                 statuses.append(event["status"])
-            if statuses.count("succeeded") == 15:
+            if statuses.count("succeeded") == IRIS_MODELS:
                 break
-    assert statuses.count("succeeded") == 15 and "running" in statuses
+    assert statuses.count("succeeded") == IRIS_MODELS and "running" in statuses
     with pytest.raises(AuthError):
         Client(svc.url, "bad").events()

@@ -10,10 +10,13 @@ import numpy as np
 import pytest
 
 from ease_jupyter.errors import NotFoundError
+from ease_jupyter.execution.engine import LocalEngine
 from ease_jupyter.service.loop import STATE_TAG
+from ease_jupyter.service.runner import evaluate_grid
+from ease_jupyter.training import sklearn_candidates
 from ease_jupyter.store import JobStatus, open_store
 
-from .conftest import start
+from .conftest import IRIS_MODELS, start
 
 
 @pytest.fixture(params=["thread", "process"])
@@ -79,7 +82,9 @@ def test_cap_on_running_jobs_per_user(tmp_path, iris):
         stop.set()
         sampler.join()
         assert seen_max and max(seen_max.values()) == 1
-        assert len(ta.jobs()) == len(tb.jobs()) == len(tc.jobs()) == 15
+        n_models = len(sklearn_candidates(r.service.store.get_task(ta.refresh()["id"])))
+        assert n_models == 6  # one pick per candidate model (its grid trains within the job)
+        assert len(ta.jobs()) == len(tb.jobs()) == len(tc.jobs()) == n_models
     finally:
         r.thread.stop()
 
@@ -93,7 +98,7 @@ def test_new_version_restarts_selection_and_cancel_stops_it(svc, iris):
     assert task.wait(timeout=90)
     jobs = task.jobs()
     assert {j["dataset_version"] for j in jobs} == {1, 2}
-    assert sum(j["dataset_version"] == 2 for j in jobs) == 15
+    assert sum(j["dataset_version"] == 2 for j in jobs) == IRIS_MODELS
     assert task.best()["dataset_version"] == v2["number"]
     task.refine(drop=[0, 1, 2])
     task.cancel()
@@ -121,7 +126,7 @@ def test_restart_restores_state_and_requeues_running_jobs(tmp_path, iris):
     store, _ = open_store(None, tmp_path)
     t = store.task_by_name(store.user_by_name("alice").id, "iris")
     version = store.latest_dataset_version(t.id)
-    crashed = store.create_job(t.id, version.id, "knn", {"n_neighbors": 3})
+    crashed = store.create_job(t.id, version.id, "knn", {"grid": {"n_neighbors": [3, 7, 15]}})
     store.update_job(crashed.id, JobStatus.RUNNING)
     store.close()
 
@@ -177,14 +182,14 @@ def test_a_killed_worker_process_is_survived(tmp_path):
         job = store.get_job(victim)
         assert job.status is JobStatus.SUCCEEDED and job.attempts == 2
         jobs = task.jobs()
-        assert len(jobs) == 15 and all(j["status"] == "succeeded" for j in jobs)
+        assert len(jobs) == 6 and all(j["status"] == "succeeded" for j in jobs)
     finally:
         r.thread.stop()
     store, blobs = open_store(None, tmp_path)
     t = store.get_task(job.task_id)
     data = load(store, blobs, store.get_dataset_version(job.dataset_version_id))
     cand = next(c for c in training.sklearn_candidates(t) if c.name == job.model)
-    config = next(c for c in cand.configs if c.options == dict(job.config))
-    clean = training.train_config(store, blobs, t, data, cand, config)
-    assert clean.accuracy == job.accuracy
+    with LocalEngine(1, torch_threads=None) as engine:
+        clean = evaluate_grid(cand, dict(job.config)["grid"], data, True, engine)
+    assert clean.best_score == job.accuracy
     store.close()

@@ -8,6 +8,8 @@ from IPython.core.error import UsageError
 
 from ease_jupyter.errors import DataError, NotFoundError
 
+from .conftest import IRIS_MODELS
+
 
 @pytest.fixture
 def shell(svc):
@@ -36,7 +38,7 @@ def test_magics_end_to_end(shell, svc, iris):
     assert len(pred.data) == 7 and "prediction" in pred._repr_html_()
     models = shell.run_line_magic("easeml", "models iris")
     accs = [row["accuracy"] for row in models.rows]
-    assert len(accs) == 15 and accs == sorted(accs, reverse=True)
+    assert len(accs) == IRIS_MODELS and accs == sorted(accs, reverse=True)
     v2 = shell.run_line_magic("easeml", "refine iris --drop 0,1,2")
     assert v2.data["number"] == 2 and v2.data["n_examples"] == 147
     prov = shell.run_line_magic("easeml", "provenance iris")

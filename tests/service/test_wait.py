@@ -9,6 +9,8 @@ from datetime import datetime, timezone
 
 from ease_jupyter.client import EventStream
 
+from .conftest import IRIS_MODELS
+
 
 def _when(iso: str) -> float:
     stamp = datetime.fromisoformat(iso)
@@ -39,7 +41,7 @@ def test_wait_returns_promptly_on_events_without_polling(svc, iris):
     fetched = len(calls)
     jobs = task.jobs()
     finished = [_when(j["finished_at"]) for j in jobs if j["finished_at"]]
-    assert len(finished) == len(jobs) == 15 and task.refresh()["idle"]
+    assert len(finished) == len(jobs) == IRIS_MODELS and task.refresh()["idle"]
     lag = returned - max(finished)
     assert 0 <= lag < 2.0, f"wait returned {lag:.2f} s after the last job finished"
     # One fetch at the start, at most one per finished job (each job's final
@@ -51,7 +53,7 @@ def test_wait_times_out(svc, iris):
     task = svc.client("alice").task("slow", input=[4], output=[3])
     task.feed(*iris)
     started = time.monotonic()
-    assert task.wait(timeout=0.05) is False  # 15 configs cannot all train this fast
+    assert task.wait(timeout=0.05) is False  # six grids cannot all train this fast
     assert time.monotonic() - started < 2.0
 
 
@@ -86,7 +88,7 @@ def test_wait_falls_back_to_polling_when_the_stream_drops(svc, iris, monkeypatch
     assert task.wait(timeout=120, poll=0.05)
     assert opened and not opened[0].alive
     assert time.monotonic() - started < 120
-    assert task.refresh()["idle"] and len(task.jobs()) == 15
+    assert task.refresh()["idle"] and len(task.jobs()) == IRIS_MODELS
 
 
 def test_event_stream_close_is_prompt(svc):

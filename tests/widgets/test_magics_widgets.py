@@ -7,6 +7,7 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
 from ease_jupyter.magics.display import Result
+from ease_jupyter.service.testing import flat_models
 from ease_jupyter.widgets import ProvenanceGraph, RefinePanel, ServiceView, TaskStatus
 
 from .conftest import widget_threads
@@ -37,10 +38,11 @@ def test_magics_show_widgets(shell, service, iris_data):
     assert isinstance(status.widget, TaskStatus) and bundle[VIEW]["model_id"] == status.widget.model_id
     assert "<table>" in bundle["text/html"] and bundle["text/plain"] == repr(status)
     board = status.widget.leaderboard
-    assert len(board.rows) == 15 and board.best_job_id == service.client("alice").task("iris_magic").best()["job_id"]
+    n = flat_models(4, 3)  # one job per scikit-learn candidate
+    assert len(board.rows) == n and board.best_job_id == service.client("alice").task("iris_magic").best()["job_id"]
     assert widget_threads() == ["easeml-events", "easeml-widgets"]
-    assert repr(status.widget).startswith("Leaderboard of task 'iris_magic': 15 done")
-    assert "Curves of task 'iris_magic' (live): 15 config(s)" in repr(status.widget)
+    assert repr(status.widget).startswith(f"Leaderboard of task 'iris_magic': {n} done")
+    assert f"Curves of task 'iris_magic' (live): {n} config(s)" in repr(status.widget)
     curves = status.widget.curves  # scikit-learn configs: one validation-accuracy marker each
     jobs = service.client("alice").task("iris_magic").jobs()
     assert set(curves.traces) == {(j["id"], None) for j in jobs}

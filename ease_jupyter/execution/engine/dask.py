@@ -56,7 +56,7 @@ from ease_jupyter.execution.engine.base import (
     new_handle,
 )
 
-__all__ = ["DaskEngine", "WorkerSetup", "DASK_CONFIG"]
+__all__ = ["DaskEngine", "WorkerSetup", "DASK_CONFIG", "local_cluster"]
 
 #: Dask settings for our workers (key names checked in distributed 2026.8.0).
 DASK_CONFIG: dict[str, Any] = {
@@ -108,6 +108,27 @@ def _total_memory() -> int:
         return int(psutil.virtual_memory().total)
     except ImportError:  # pragma: no cover - psutil comes with distributed
         return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def local_cluster(n_workers: int, *, memory_per_worker: int | None = None,
+                  resources: Mapping[str, float] | None = None) -> LocalCluster:
+    """A ``LocalCluster`` of ``n_workers`` processes with one thread each,
+    each declaring its memory as the ``MEMORY`` resource, no dashboard.
+    Several engines (one per job slot of the service) can be clients of it
+    through its ``scheduler_address``; close it with ``.close()``."""
+    mem = int(memory_per_worker or _total_memory() // n_workers)
+    with dask.config.set(DASK_CONFIG):
+        return LocalCluster(
+            n_workers=n_workers,
+            threads_per_worker=1,
+            processes=True,
+            memory_limit=mem,
+            resources={MEMORY: mem, **dict(resources or {})},
+            dashboard_address=None,
+            # no dashboard; its bare HTTP routes on a free port, not 8787
+            scheduler_kwargs={"dashboard_address": ":0"},
+            silence_logs=logging.ERROR,
+        )
 
 
 #: ``bytes`` arguments of a pinned unit larger than this are scattered
@@ -166,19 +187,7 @@ class DaskEngine(Engine):
                 n = cores if n_workers is None else n_workers
                 if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= cores:
                     raise EngineError(f"n_workers: found {n_workers!r}, expected an integer in [1, {cores}] (one worker per core)")
-                mem = int(memory_per_worker or _total_memory() // n)
-                declared = {MEMORY: mem, **dict(resources or {})}
-                self._cluster = LocalCluster(
-                    n_workers=n,
-                    threads_per_worker=1,
-                    processes=True,
-                    memory_limit=mem,
-                    resources=declared,
-                    dashboard_address=None,
-                    # no dashboard; its bare HTTP routes on a free port, not 8787
-                    scheduler_kwargs={"dashboard_address": ":0"},
-                    silence_logs=logging.ERROR,
-                )
+                self._cluster = local_cluster(n, memory_per_worker=memory_per_worker, resources=resources)
                 self._client = Client(self._cluster, set_as_default=False)
             else:
                 self._client = Client(address, set_as_default=False)
