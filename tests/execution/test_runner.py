@@ -5,14 +5,13 @@ from __future__ import annotations
 import io
 import os
 from dataclasses import dataclass
-from typing import Mapping
 
 import numpy as np
 import pytest
 import torch
 
 from ease_jupyter.errors import EaseMLError
-from ease_jupyter.execution.automl import PBT, EpochDecision, GridSearch, Procedure, TrialResult, TrialSpec
+from ease_jupyter.execution.automl import PBT, GridSearch
 from ease_jupyter.execution.engine import LocalEngine
 from ease_jupyter.execution.holdout import validation_mask
 from ease_jupyter.execution.mop.runner import EpochMetrics, MOPRunner, RunnerError, UnitRecord, run_mop
@@ -190,31 +189,9 @@ def test_a_replacement_worker_that_vanishes_while_placing_is_treated_as_lost(dig
     assert_same_weights(ref, res)
 
 
-class ExploitOnce(Procedure):
-    """Epoch 1: train A. Then stop A and start B from A's weights with a
-    learning rate too small to move them. Epoch 2: finish."""
-
-    def __init__(self):
-        self._best = None
-
-    def start(self):
-        return [TrialSpec("A", "lenet", {"lr": 0.1})]
-
-    def epoch_end(self, results: Mapping[str, TrialResult]) -> EpochDecision:
-        for r in results.values():
-            if self._best is None or r.score > self._best[1]:
-                self._best = (r.id, r.score)
-        if "A" in results:
-            return EpochDecision(stop=frozenset({"A"}), add=(TrialSpec("B", "lenet", {"lr": 1e-12}, init_from="A"),))
-        return EpochDecision(stop=frozenset(results), finished=True)
-
-    def best(self):
-        return self._best
-
-
-def test_init_from_starts_from_the_parents_latest_checkpoint(engine, digits):
+def test_init_from_starts_from_the_parents_latest_checkpoint(engine, digits, exploit_once):
     X, y = digits
-    res = run_mop(engine, ExploitOnce(), MODELS, X, y)
+    res = run_mop(engine, exploit_once(1e-12), MODELS, X, y)
     a, b = weights(res.checkpoints["A"]), weights(res.checkpoints["B"])
     assert all(torch.allclose(a[k].float(), b[k].float(), atol=1e-6) for k in a)
     sa = next(m.score for m in res.history if m.trial == "A")

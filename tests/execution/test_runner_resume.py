@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from ease_jupyter.execution.automl import PBT, EpochDecision, GridSearch, Procedure, TrialResult, TrialSpec
+from ease_jupyter.execution.automl import PBT, GridSearch
 from ease_jupyter.execution.engine import LocalEngine
 from ease_jupyter.execution.mop.runner import (
     MOPRunner,
@@ -188,40 +188,19 @@ def test_resume_replays_a_procedure_that_adds_trials_from_checkpoints(engine, di
     assert_same_weights(ref.result.checkpoints, res.checkpoints)
 
 
-class ExploitOnce(Procedure):
-    """Epoch 1 trains A; then B starts from A's weights; epoch 2 trains B."""
-
-    def __init__(self):
-        self._best = None
-
-    def start(self):
-        return [TrialSpec("A", "lenet", {"lr": 0.1})]
-
-    def epoch_end(self, results: Mapping[str, TrialResult]) -> EpochDecision:
-        for r in results.values():
-            if self._best is None or r.score > self._best[1]:
-                self._best = (r.id, r.score)
-        if "A" in results:
-            return EpochDecision(stop=frozenset({"A"}), add=(TrialSpec("B", "lenet", {"lr": 0.05}, init_from="A"),))
-        return EpochDecision(stop=frozenset(results), finished=True)
-
-    def best(self):
-        return self._best
-
-
-def test_a_trial_added_at_the_last_boundary_starts_from_its_parent(engine, digits):
-    ref = Snapshots(engine, ExploitOnce(), *digits)
+def test_a_trial_added_at_the_last_boundary_starts_from_its_parent(engine, digits, exploit_once):
+    ref = Snapshots(engine, exploit_once(0.05), *digits)
     state, _ = ref.at("val", P)  # A's epoch is validated; B does not exist yet
     boundary = ResumeState(1, {"A": replace(state.trials["A"], scores=(ref.result.history[0].score,), visited=(),
                                             loss_sum=0.0, examples=0.0, seconds=0.0)},
                            {"A": state.checkpoints["A"]}, partitions=P)
-    res, units = resume(engine, ExploitOnce(), digits, boundary, visit_order=ref.result.visit_log)
+    res, units = resume(engine, exploit_once(0.05), digits, boundary, visit_order=ref.result.visit_log)
     assert [u.trial for u in units if u.kind == "train"] == ["B"] * P
     assert_same_weights(ref.result.checkpoints, res.checkpoints)
     # B missing although A (its parent) trained on after B was added: refuse
     moved = replace(boundary, trials={"A": replace(boundary.trials["A"], visited=(0,))})
     with pytest.raises(RunnerError, match="has trained since"):
-        resume(engine, ExploitOnce(), digits, moved)
+        resume(engine, exploit_once(0.05), digits, moved)
 
 
 def test_a_resumed_finished_run_trains_nothing(engine, digits, reference):

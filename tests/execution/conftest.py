@@ -1,0 +1,37 @@
+"""Shared fixtures of the execution tests."""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+import pytest
+
+from ease_jupyter.execution.automl import EpochDecision, Procedure, TrialResult, TrialSpec
+
+
+class ExploitOnce(Procedure):
+    """Epoch 1 trains A; then A stops and B starts from A's weights with
+    learning rate ``b_lr``; B's first epoch finishes the run (PBT's exploit, once)."""
+
+    def __init__(self, b_lr: float):
+        self.b_lr = b_lr
+        self._best = None
+
+    def start(self):
+        return [TrialSpec("A", "lenet", {"lr": 0.1})]
+
+    def epoch_end(self, results: Mapping[str, TrialResult]) -> EpochDecision:
+        for r in results.values():
+            if self._best is None or r.score > self._best[1]:
+                self._best = (r.id, r.score)
+        if "A" in results:
+            return EpochDecision(stop=frozenset({"A"}), add=(TrialSpec("B", "lenet", {"lr": self.b_lr}, init_from="A"),))
+        return EpochDecision(stop=frozenset(results), finished=True)
+
+    def best(self):
+        return self._best
+
+
+@pytest.fixture
+def exploit_once() -> Callable[[float], ExploitOnce]:
+    return ExploitOnce
