@@ -200,8 +200,11 @@ def summary(per_path: dict[str, list[float]]) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer requests, iris only (< 1 minute)")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "service.json")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="default: benchmarks/results/service.json (service_quick.json with --quick)")
     args = parser.parse_args()
+    if args.out is None:  # a quick run never replaces the full run's figures
+        args.out = ROOT / "benchmarks" / "results" / ("service_quick.json" if args.quick else "service.json")
     n_reads = 40 if args.quick else 400
     n_writes = 20 if args.quick else 100
     t_start = time.monotonic()

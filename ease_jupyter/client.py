@@ -101,8 +101,28 @@ def _decode(value: dict[str, str]) -> np.ndarray:
     return np.load(io.BytesIO(base64.b64decode(value["npy_b64"])), allow_pickle=False)
 
 
+def _hub_token_for(url: str) -> str | None:
+    """Inside a JupyterHub single-user server: ``$JUPYTERHUB_API_TOKEN``
+    when ``url`` is one of the hub's services (its path starts with
+    ``$JUPYTERHUB_BASE_URL`` + ``services/``), so that the hub token goes to
+    no other address. The ease.ml service run with ``--jupyterhub`` takes it
+    (docs/service.md)."""
+    token = os.environ.get("JUPYTERHUB_API_TOKEN")
+    if not token:
+        return None
+    base = "/" + (os.environ.get("JUPYTERHUB_BASE_URL") or "/").strip("/")
+    services = base.rstrip("/") + "/services/"
+    path = urllib.parse.urlparse(url).path or "/"
+    return token if (path.rstrip("/") + "/").startswith(services) else None
+
+
 class Client:
-    """A connection to the scheduler service as one user."""
+    """A connection to the scheduler service as one user.
+
+    The token is ``token``, else ``$EASEML_TOKEN``, else (in a JupyterHub
+    single-user server, for a URL under the hub's ``/services/``)
+    ``$JUPYTERHUB_API_TOKEN``; with no URL anywhere it is the embedded
+    service's own."""
 
     def __init__(self, url: str | None = None, token: str | None = None, *, data_dir: str | os.PathLike[str] | None = None,
                  timeout: float = 120.0):
@@ -116,7 +136,10 @@ class Client:
             self._embedded = (data_dir, token is None)
             token = token or embedded_token
         if token is None:
-            raise AuthError(f"no token for {url}: pass token=... or set {TOKEN_ENV}")
+            token = _hub_token_for(url)
+        if token is None:
+            raise AuthError(f"no token for {url}: pass token=... or set {TOKEN_ENV} (in a JupyterHub server, "
+                            f"$JUPYTERHUB_API_TOKEN serves for URLs under the hub's /services/)")
         self.url = url.rstrip("/")
         self.token = token
         self.timeout = timeout

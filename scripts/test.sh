@@ -7,7 +7,8 @@
 #     (--nbval-lax: every cell must run without an error).
 # Starts a loopback PostgreSQL through scripts/postgres.sh so the PostgreSQL
 # contract tests run; if that fails they skip and say why (and likewise the
-# browser tests when chromium cannot be installed).
+# browser tests when chromium cannot be installed, and the JupyterHub tests
+# when scripts/jupyterhub.sh cannot install jupyterhub and its proxy).
 # Extra arguments go to pytest. When none of them is a path, the suite is
 # tests/ and notebooks/; `bash scripts/test.sh tests/store` runs just that.
 # pytest's exit code 5 ("no tests collected") is turned into a failure.
@@ -23,6 +24,9 @@ if [ -z "${EASEML_TEST_POSTGRES_URL:-}" ]; then
 fi
 if ! bash scripts/chromium.sh; then
   echo "scripts/test.sh: could not install chromium; the browser tests will be skipped" >&2
+fi
+if ! bash scripts/jupyterhub.sh; then
+  echo "scripts/test.sh: could not install jupyterhub or configurable-http-proxy; the hub tests will be skipped" >&2
 fi
 paths=(tests notebooks)
 for arg in "$@"; do

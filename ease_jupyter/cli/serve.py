@@ -2,6 +2,7 @@
 
     easeml serve --data-dir /srv/easeml --port 8585
     easeml serve --db postgresql+psycopg2://easeml@db/easeml --data-dir /srv/easeml --engine local
+    easeml serve --jupyterhub --data-dir /srv/easeml    # as c.JupyterHub.services' "command" (docs/service.md)
 """
 
 from __future__ import annotations
@@ -37,18 +38,40 @@ import click
               help="Niceness added to training worker processes, so the API stays responsive.")
 @click.option("--upload-ttl", default=24 * 3600.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               metavar="SECONDS", help="Discard a chunked upload not fed or appended to for this long.")
+@click.option("--jupyterhub", is_flag=True, default=False,
+              help="Run as a JupyterHub service: users authenticate with hub API tokens (or the hub's OAuth "
+                   "login); the API lives under $JUPYTERHUB_SERVICE_PREFIX, and --host/--port default to "
+                   "$JUPYTERHUB_SERVICE_URL.")
 def command(db_url, data_dir, engine, host, port, workers, executor, max_running, torch_epochs, mop_partitions, max_json_mb, max_chunk_mb,
-            idle_shutdown, worker_nice, upload_ttl) -> None:
+            idle_shutdown, worker_nice, upload_ttl, jupyterhub) -> None:
     """Run the scheduler service until interrupted."""
     from ease_jupyter.service import ServiceConfig, serve
     from ease_jupyter.store import default_data_dir
+
+    base_url = "/"
+    if jupyterhub:
+        from ease_jupyter.service import hub
+
+        try:
+            hub.check_environment()
+            bind = hub.service_bind()
+        except hub.HubConfigError as error:
+            raise click.UsageError(str(error)) from None
+        context = click.get_current_context()
+        if bind is not None:
+            if context.get_parameter_source("host") == click.core.ParameterSource.DEFAULT:
+                host = bind[0]
+            if context.get_parameter_source("port") == click.core.ParameterSource.DEFAULT:
+                port = bind[1]
+        base_url = hub.service_prefix()
 
     try:
         config = ServiceConfig(db_url=db_url, data_dir=data_dir or default_data_dir(), host=host, port=port,
                                engine=engine, workers=workers, executor=executor, max_running_per_user=max_running, torch_epochs=torch_epochs,
                                mop_partitions=mop_partitions,
                                max_json_bytes=int(max_json_mb * 1024 * 1024), max_chunk_bytes=int(max_chunk_mb * 1024 * 1024),
-                               idle_shutdown_seconds=idle_shutdown, worker_nice=worker_nice, upload_ttl_seconds=upload_ttl)
+                               idle_shutdown_seconds=idle_shutdown, worker_nice=worker_nice, upload_ttl_seconds=upload_ttl,
+                               jupyterhub=jupyterhub, base_url=base_url)
     except ValueError as error:
         raise click.BadParameter(str(error)) from None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")

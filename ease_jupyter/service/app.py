@@ -44,12 +44,27 @@ def _log_request(handler: tornado.web.RequestHandler) -> None:
 
 
 def make_app(service: Service) -> tornado.web.Application:
+    """The routes under ``config.base_url``. In JupyterHub mode
+    (``config.jupyterhub``) this also puts ``hub.HubTokens`` in place of
+    ``service.tokens`` and adds the browser's OAuth login routes."""
+    config = service.config
+    base = re.escape(config.base_url.rstrip("/"))
+    routes = [(base + path, cls, kwargs) for path, cls, kwargs in handlers(service)]
+    settings: dict[str, Any] = {}
+    if config.jupyterhub:
+        from .hub import HubTokens, cookie_secret, hub_routes, make_hub_auth
+
+        if not isinstance(service.tokens, HubTokens):
+            service.tokens = HubTokens(service.store, service.tokens, make_hub_auth())
+        routes = hub_routes(config.base_url, service.tokens.hub_auth) + routes
+        settings["cookie_secret"] = cookie_secret()
     return tornado.web.Application(
-        handlers(service),
+        routes,
         default_handler_class=NotFoundHandler,
         default_handler_args={"service": service},
         websocket_ping_interval=20,
         log_function=_log_request,
+        **settings,
     )
 
 
@@ -110,7 +125,7 @@ class ServiceThread:
 
     @property
     def url(self) -> str:
-        return f"http://{self.config.host}:{self.port}"
+        return f"http://{self.config.host}:{self.port}{self.config.base_url.rstrip('/')}"
 
     def start(self) -> "ServiceThread":
         self._thread.start()
@@ -188,7 +203,8 @@ def serve(config: ServiceConfig, *, admin_token: str | None = None, announce=pri
         url = f"http://{config.host}:{port}"
         if admin_token is not None:
             write_service_file(service.data_dir, url, admin_token)
-        announce(f"easeml service listening on {url}/api/v1 (data dir {service.data_dir})")
+        announce(f"easeml service listening on {url}{config.base_url}api/v1 (data dir {service.data_dir})"
+                 + (" as a JupyterHub service" if config.jupyterhub else ""))
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

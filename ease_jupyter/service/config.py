@@ -50,6 +50,14 @@ class ServiceConfig:
             after every change). Each save is a new blob, so a busy service
             may want a few seconds; a restart reconciles an older state with
             the jobs in the store either way.
+        jupyterhub: run as a JupyterHub service (``easeml serve --jupyterhub``,
+            ``hub.py``): a request's token may be a hub API token (or the
+            browser's hub OAuth cookie), resolved with the hub named by
+            ``$JUPYTERHUB_API_URL``/``$JUPYTERHUB_API_TOKEN``; the hub user
+            becomes the ease.ml user of the same name. ease.ml tokens stay valid.
+        base_url: URL path the API lives under (``<base_url>api/v1/...``);
+            ``$JUPYTERHUB_SERVICE_PREFIX`` (``/services/easeml/``) in hub mode,
+            because the hub's proxy forwards the prefix unchanged.
     """
 
     db_url: str | None = None
@@ -72,6 +80,8 @@ class ServiceConfig:
     idle_shutdown_seconds: float | None = None
     upload_ttl_seconds: float = 24 * 3600.0
     housekeeping_seconds: float = 60.0
+    jupyterhub: bool = False
+    base_url: str = "/"
 
     def __post_init__(self) -> None:
         if self.max_running_per_user < 1:
@@ -88,6 +98,8 @@ class ServiceConfig:
             raise ValueError(f"idle_shutdown_seconds: found {self.idle_shutdown_seconds}, expected > 0 or None")
         if not (self.upload_ttl_seconds > 0 and self.housekeeping_seconds > 0):
             raise ValueError("upload_ttl_seconds and housekeeping_seconds: expected > 0")
+        if not (self.base_url.startswith("/") and self.base_url.endswith("/")) or "//" in self.base_url:
+            raise ValueError(f"base_url: found {self.base_url!r}, expected a path such as / or /services/easeml/")
         if self.executor not in ("process", "thread"):
             raise ValueError(f"executor: found {self.executor!r}, expected 'process' or 'thread'")
         if not (self.engine in ("local", "dask") or self.engine.startswith("tcp://")):

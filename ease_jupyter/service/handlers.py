@@ -81,7 +81,7 @@ class BaseHandler(tornado.web.RequestHandler):
         self.set_header("Content-Type", "application/json; charset=utf-8")
         self.set_header("Cache-Control", "no-store")
 
-    def prepare(self) -> None:
+    async def prepare(self) -> None:
         self.service.touch()
         limit = getattr(self.service.config, self.limit_attr)
         length = int(self.request.headers.get("Content-Length") or len(self.request.body or b""))
@@ -91,10 +91,14 @@ class BaseHandler(tornado.web.RequestHandler):
                            field="body", found=f"{length} bytes", expected=f"at most {limit} bytes")
         if self.public:
             return
-        token = parse_authorization(self.request.headers.get("Authorization"))
-        self.user = self.service.tokens.user(token)
+        authenticate = getattr(self.service.tokens, "authenticate", None)
+        if authenticate is not None:  # JupyterHub mode (hub.py): the hub decides, a 403 is a PermissionError
+            self.user = await authenticate(self)
+        else:
+            self.user = self.service.tokens.user(parse_authorization(self.request.headers.get("Authorization")))
         if self.user is None:
-            raise ApiError(401, "unauthorized", "missing or invalid token: send 'Authorization: token <token>'",
+            raise ApiError(401, "unauthorized", "missing or invalid token: send 'Authorization: token <token>'"
+                           + (" (an ease.ml token or a JupyterHub API token)" if authenticate is not None else ""),
                            field="Authorization", expected="token <token> or Bearer <token>")
 
     def json_body(self) -> dict[str, Any]:

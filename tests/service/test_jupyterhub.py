@@ -1,0 +1,367 @@
+"""`easeml serve --jupyterhub` as a managed service of a real JupyterHub.
+
+One JupyterHub (DummyAuthenticator, no single-user servers) and its
+configurable-http-proxy run on loopback ports for the whole module; the hub
+starts the ease.ml service itself, from ``c.JupyterHub.services``. Users and
+their hub API tokens are made through the hub's REST API with the token of a
+second (unmanaged) service that has the ``admin:users`` and ``tokens`` scopes.
+Every ease.ml request goes through the hub's proxy, at
+``/services/easeml/api/v1/...``.
+
+The hub tests skip, saying why, only when jupyterhub or configurable-http-proxy
+is missing (``scripts/jupyterhub.sh`` installs both; ``scripts/test.sh`` calls
+it). The first few tests need neither.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from http.cookiejar import CookieJar
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+from click.testing import CliRunner
+
+from ease_jupyter.client import AuthError, Client
+from ease_jupyter.service.hub import ease_name
+
+from .conftest import http
+
+SERVICE = "easeml"
+
+
+# -------------------------------------------------------------- no hub needed
+def test_client_uses_the_hub_token_only_for_hub_services(monkeypatch):
+    monkeypatch.delenv("EASEML_TOKEN", raising=False)
+    monkeypatch.delenv("EASEML_URL", raising=False)
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "hub-secret")
+    monkeypatch.delenv("JUPYTERHUB_BASE_URL", raising=False)
+    assert Client("http://hub.example:8000/services/easeml/").token == "hub-secret"
+    monkeypatch.setenv("EASEML_URL", "http://127.0.0.1:8000/services/easeml")
+    assert Client().token == "hub-secret"
+    assert Client(token="mine").token == "mine"
+    monkeypatch.setenv("EASEML_TOKEN", "from-env")
+    assert Client().token == "from-env"
+    monkeypatch.delenv("EASEML_TOKEN")
+    with pytest.raises(AuthError, match="JUPYTERHUB_API_TOKEN"):  # not a hub service: the hub token stays home
+        Client("http://elsewhere.example:8585")
+    monkeypatch.setenv("JUPYTERHUB_BASE_URL", "/jhub/")
+    assert Client("http://h/jhub/services/easeml").token == "hub-secret"
+    with pytest.raises(AuthError):
+        Client("http://h/services/easeml")
+
+
+def test_hub_names_map_to_the_same_ease_ml_name():
+    assert ease_name("alice") == "alice" and ease_name("a.b-c_d") == "a.b-c_d"
+    for bad in ("alice@example.org", "a..b", "x" * 65, "é"):
+        with pytest.raises(PermissionError, match="username_map"):
+            ease_name(bad)
+
+
+def test_serve_jupyterhub_needs_the_hub_environment(monkeypatch, tmp_path):
+    from ease_jupyter.cli import main
+
+    for name in ("JUPYTERHUB_API_TOKEN", "JUPYTERHUB_API_URL"):
+        monkeypatch.delenv(name, raising=False)
+    result = CliRunner().invoke(main, ["serve", "--jupyterhub", "--data-dir", str(tmp_path)])
+    assert result.exit_code == 2 and "JUPYTERHUB_API_TOKEN" in result.output
+
+
+# -------------------------------------------------------------- the real hub
+
+def _free_ports(n: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+CONFIG = """\
+c = get_config()  # noqa: F821
+c.JupyterHub.ip = "127.0.0.1"
+c.JupyterHub.port = {proxy_port}
+c.JupyterHub.hub_ip = "127.0.0.1"
+c.JupyterHub.hub_port = {hub_port}
+c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{proxy_api_port}"
+c.JupyterHub.db_url = "sqlite:///{tmp}/jupyterhub.sqlite"
+c.JupyterHub.cookie_secret_file = "{tmp}/jupyterhub_cookie_secret"
+c.JupyterHub.authenticator_class = "dummy"
+c.Authenticator.allow_all = True
+c.Authenticator.admin_users = {{"root"}}
+c.JupyterHub.log_level = "INFO"
+c.JupyterHub.services = [
+    {{
+        "name": "{service}",
+        "url": "http://127.0.0.1:{service_port}",
+        "command": {command!r},
+        "oauth_no_confirm": True,
+        "display": False,
+    }},
+    {{"name": "test-admin", "api_token": "{admin_token}"}},
+]
+c.JupyterHub.load_roles = [
+    {{"name": "user", "scopes": ["self", "access:services!service={service}"]}},
+    {{"name": "server", "scopes": ["users:activity!user", "access:servers!server", "access:services!service={service}"]}},
+    {{"name": "test-admin", "scopes": ["admin:users", "tokens"], "services": ["test-admin"]}},
+]
+"""
+
+
+def _kill_leftovers(tmp: Path) -> None:
+    """The hub stops its service and proxy on SIGTERM; should it not have
+    (it was killed), end them here: the service by its data dir (in its
+    command line), the proxy by the pid file the hub wrote in its cwd."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if int(proc.name) != os.getpid() and f"{tmp}/".encode() in (proc / "cmdline").read_bytes():
+                    pids.append(int(proc.name))
+            except OSError:
+                pass
+    pid_file = tmp / "jupyterhub-proxy.pid"
+    if pid_file.exists():
+        try:
+            pid = int(pid_file.read_text().strip())
+            if b"configurable-http-proxy" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                pids.append(pid)
+        except (OSError, ValueError):
+            pass
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+class Hub:
+    def __init__(self, tmp: Path, proxy_port: int, admin_token: str, proc: subprocess.Popen, log: Path):
+        self.tmp, self.url, self.admin_token, self.proc, self.log = tmp, f"http://127.0.0.1:{proxy_port}", admin_token, proc, log
+        self.service_url = f"{self.url}/services/{SERVICE}"
+        self.tokens: dict[str, str] = {}
+
+    def log_tail(self, n: int = 4000) -> str:
+        return self.log.read_text(errors="replace")[-n:]
+
+    def api(self, method: str, path: str, body: Any = None) -> Any:
+        r = http(self.url, method, "/hub/api" + path, token=self.admin_token, body=body)
+        assert r.status < 300, (method, path, r.status, r.body)
+        return r.body
+
+    def user(self, name: str, *, scopes: list[str] | None = None) -> str:
+        """A hub user (made once) and a new hub API token of theirs."""
+        if http(self.url, "GET", f"/hub/api/users/{name}", token=self.admin_token).status == 404:
+            self.api("POST", f"/users/{name}")
+        body: dict[str, Any] = {"note": "easeml test"}
+        if scopes is not None:
+            body["scopes"] = scopes
+        return self.api("POST", f"/users/{name}/tokens", body)["token"]
+
+    def call(self, method: str, path: str, token: str | None = None, **kw: Any):
+        return http(self.service_url, method, "/api/v1" + path, token=token, **kw)
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory) -> Iterator[Hub]:
+    if importlib.util.find_spec("jupyterhub") is None:
+        pytest.skip("jupyterhub is not installed: run scripts/jupyterhub.sh (scripts/test.sh does)")
+    if shutil.which("configurable-http-proxy") is None:
+        pytest.skip("configurable-http-proxy is not on PATH: run scripts/jupyterhub.sh (scripts/test.sh does)")
+    tmp = tmp_path_factory.mktemp("hub")
+    proxy_port, proxy_api_port, hub_port, service_port = _free_ports(4)
+    admin_token = secrets.token_hex(32)
+    command = [sys.executable, "-m", "ease_jupyter", "serve", "--jupyterhub", "--data-dir", str(tmp / "easeml"),
+               "--executor", "thread", "--workers", "1"]
+    (tmp / "jupyterhub_config.py").write_text(CONFIG.format(
+        proxy_port=proxy_port, proxy_api_port=proxy_api_port, hub_port=hub_port, service_port=service_port,
+        tmp=tmp, service=SERVICE, command=command, admin_token=admin_token))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("EASEML_", "JUPYTERHUB_", "CONFIGPROXY_"))}
+    log = tmp / "hub.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(tmp / "jupyterhub_config.py")],
+                                cwd=tmp, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+    running = Hub(tmp, proxy_port, admin_token, proc, log)
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            assert proc.poll() is None, f"jupyterhub exited with {proc.returncode}:\n{running.log_tail()}"
+            try:  # before the proxy has the route, the hub answers (404, 503: not our JSON)
+                if running.call("GET", "/health").status == 200:
+                    break
+            except (OSError, ValueError):
+                pass
+            assert time.monotonic() < deadline, f"the service never answered through the hub:\n{running.log_tail()}"
+            time.sleep(0.5)
+        yield running
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+        except ProcessLookupError:
+            pass
+        _kill_leftovers(tmp)
+
+
+@pytest.fixture(scope="module")
+def tokens(hub: Hub) -> dict[str, str]:
+    return {"alice": hub.user("alice"), "bob": hub.user("bob"), "root": hub.user("root")}  # root: admin_users
+
+
+@pytest.mark.jupyterhub
+def test_a_hub_token_is_served_as_that_hub_user(hub, tokens):
+    me = hub.call("GET", "/whoami", tokens["alice"])
+    assert me.status == 200 and me.body["name"] == "alice" and me.body["admin"] is False
+    bearer = http(hub.service_url, "GET", "/api/v1/whoami", headers={"Authorization": f"Bearer {tokens['bob']}"})
+    assert bearer.status == 200 and bearer.body["name"] == "bob"
+    assert hub.call("GET", "/users", tokens["alice"]).status == 403  # admin only
+
+
+@pytest.mark.jupyterhub
+def test_a_hub_admin_is_an_ease_ml_admin(hub, tokens):
+    me = hub.call("GET", "/whoami", tokens["root"])
+    assert me.status == 200 and me.body == {**me.body, "name": "root", "admin": True}
+    users = hub.call("GET", "/users", tokens["root"])
+    assert users.status == 200 and {"alice", "root"} <= {u["name"] for u in users.body}
+    assert hub.call("GET", "/admin/progress", tokens["root"]).status == 200
+
+
+@pytest.mark.jupyterhub
+def test_no_token_or_a_bad_one_is_401(hub, tokens):
+    assert hub.call("GET", "/health").status == 200  # public
+    for token in (None, "not-a-token", tokens["alice"][:-2] + "xx"):
+        r = hub.call("GET", "/whoami", token)
+        assert r.status == 401, token
+        assert r.body["error"]["code"] == "unauthorized" and r.body["error"]["field"] == "Authorization"
+
+
+@pytest.mark.jupyterhub
+def test_a_hub_token_without_access_to_the_service_is_403(hub, tokens):
+    narrow = hub.user("alice", scopes=["read:users:activity!user=alice"])
+    r = hub.call("GET", "/whoami", narrow)
+    assert r.status == 403 and f"access:services!service={SERVICE}" in r.body["error"]["message"]
+    # what a single-user server's $JUPYTERHUB_API_TOKEN holds with the server role of the config above
+    server_like = hub.user("alice", scopes=["users:activity!user=alice", f"access:services!service={SERVICE}"])
+    assert hub.call("GET", "/whoami", server_like).body["name"] == "alice"
+
+
+@pytest.mark.jupyterhub
+def test_hub_users_are_isolated(hub, tokens):
+    made = hub.call("POST", "/tasks", tokens["alice"], body={"name": "secret", "input": [4], "output": [3]})
+    assert made.status in (200, 201)
+    for who in ("bob", "root"):  # not even an admin opens another user's task by name
+        r = hub.call("GET", "/tasks/secret", tokens[who])
+        assert r.status == 404 and r.body["error"]["code"] == "not_found"
+    assert hub.call("POST", "/tasks/secret/feed", tokens["bob"], body={"X": [[1, 2, 3, 4]], "y": [0]}).status == 404
+    assert "secret" not in {t["name"] for t in hub.call("GET", "/tasks", tokens["bob"]).body}
+
+
+@pytest.mark.jupyterhub
+def test_client_with_a_hub_token_end_to_end(hub, tokens, monkeypatch):
+    from sklearn.datasets import load_iris
+
+    X, y = load_iris(return_X_y=True)
+    client = Client(hub.service_url, token=tokens["alice"])
+    assert client.whoami()["name"] == "alice"
+    task = client.task("iris", input=[4], output=[3])
+    version = task.feed(X[::3], y[::3])
+    assert version["number"] == 1 and version["n_examples"] == 50
+    assert "iris" in {t.name for t in client.tasks()}
+    # inside a single-user server: EASEML_URL names the hub service, JUPYTERHUB_API_TOKEN is the token
+    monkeypatch.delenv("EASEML_TOKEN", raising=False)
+    monkeypatch.setenv("EASEML_URL", hub.service_url + "/")
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", tokens["bob"])
+    bobs = Client()
+    assert bobs.whoami()["name"] == "bob" and "iris" not in {t.name for t in bobs.tasks()}
+
+
+@pytest.mark.jupyterhub
+def test_events_websocket_with_a_hub_token(hub, tokens):
+    import asyncio
+
+    import tornado.httpclient
+    import tornado.websocket
+
+    async def hello() -> dict[str, Any]:
+        url = hub.service_url.replace("http://", "ws://") + "/api/v1/events"
+        request = tornado.httpclient.HTTPRequest(url, headers={"Authorization": f"token {tokens['alice']}"})
+        ws = await tornado.websocket.websocket_connect(request)
+        try:
+            return json.loads(await asyncio.wait_for(ws.read_message(), 30))
+        finally:
+            ws.close()
+
+    first = asyncio.run(hello())
+    assert first["type"] == "hello" and first["user"] == "alice" and first["admin"] is False
+
+
+@pytest.mark.jupyterhub
+def test_ease_ml_tokens_still_work_in_hub_mode(hub):
+    out = subprocess.run([sys.executable, "-m", "ease_jupyter", "users", "add", "robot", "--data-dir",
+                          str(hub.tmp / "easeml")], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    token = out.stdout.strip().split()[-1]
+    me = hub.call("GET", "/whoami", token)
+    assert me.status == 200 and me.body["name"] == "robot"
+
+
+@pytest.mark.jupyterhub
+def test_browser_login_through_hub_oauth(hub, tokens):
+    """A browser: the hub's login form, then the service's OAuth redirect,
+    then the service's cookie authenticates GETs."""
+    jar = CookieJar()
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    # not logged in: the service sends the browser to the hub's OAuth page
+    no_redirect = urllib.request.build_opener(_NoRedirect, urllib.request.HTTPCookieProcessor(CookieJar()))
+    with pytest.raises(urllib.error.HTTPError) as first:
+        no_redirect.open(hub.service_url + "/", timeout=30)
+    assert first.value.code == 302 and "/hub/api/oauth2/authorize" in first.value.headers["Location"]
+    # log in to the hub (DummyAuthenticator: any password), then follow the OAuth dance
+    opener.open(hub.url + "/hub/login", timeout=30).read()
+    xsrf = next(c.value for c in jar if c.name == "_xsrf")
+    form = urllib.parse.urlencode({"username": "alice", "password": "x", "_xsrf": xsrf}).encode()
+    opener.open(hub.url + "/hub/login?next=" + urllib.parse.quote(f"/services/{SERVICE}/"), data=form, timeout=30)
+    with opener.open(hub.service_url + "/", timeout=30) as r:  # -> authorize -> callback -> whoami
+        assert r.status == 200 and json.loads(r.read())["name"] == "alice"
+    with opener.open(hub.service_url + "/api/v1/whoami", timeout=30) as r:  # the cookie alone
+        assert json.loads(r.read())["name"] == "alice"
+    # a cookie-authenticated POST without the _xsrf token is not authenticated (cross-site request forgery)
+    with pytest.raises(urllib.error.HTTPError) as post:
+        opener.open(urllib.request.Request(hub.service_url + "/api/v1/tasks", method="POST",
+                                           data=json.dumps({"name": "csrf", "input": [4], "output": [3]}).encode()),
+                    timeout=30)
+    assert post.value.code == 401
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+@pytest.mark.jupyterhub
+def test_the_proxy_keeps_the_service_prefix(hub, tokens):
+    """The hub's proxy forwards /services/easeml/... unchanged, which is why
+    the service serves its API under $JUPYTERHUB_SERVICE_PREFIX."""
+    assert hub.call("GET", "/openapi.json").status == 200
+    r = http(hub.url, "GET", "/services/" + SERVICE + "/nothing-here")
+    assert r.status == 404 and r.body["error"]["message"] == f"no route /services/{SERVICE}/nothing-here"
