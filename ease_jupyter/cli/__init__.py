@@ -10,6 +10,7 @@ import click
 # name -> (module, one-line help shown by `easeml --help`)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("ease_jupyter.cli.demo", "Run the headless end-to-end demo and write a report."),
+    "gc": ("ease_jupyter.cli.gc", "Delete blobs nothing references (old checkpoints and states)."),
     "lab": ("ease_jupyter.cli.lab", "JupyterLab with the ease.ml service attached."),
     "models": ("ease_jupyter.cli.models", "List the candidate models and configs for a task's shapes."),
     "serve": ("ease_jupyter.cli.serve", "Run the scheduler service (HTTP API, events, control loop)."),

@@ -38,12 +38,15 @@ import click
               help="Niceness added to training worker processes, so the API stays responsive.")
 @click.option("--upload-ttl", default=24 * 3600.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               metavar="SECONDS", help="Discard a chunked upload not fed or appended to for this long.")
+@click.option("--blob-gc", default=6 * 3600.0, show_default=True, type=click.FloatRange(min=0), metavar="SECONDS",
+              help="Delete unreferenced blobs (superseded checkpoints, old selector states) older than an hour, "
+                   "a minute after start-up and then this often; 0 turns it off (see `easeml gc`).")
 @click.option("--jupyterhub", is_flag=True, default=False,
               help="Run as a JupyterHub service: users authenticate with hub API tokens (or the hub's OAuth "
                    "login); the API lives under $JUPYTERHUB_SERVICE_PREFIX, and --host/--port default to "
                    "$JUPYTERHUB_SERVICE_URL.")
 def command(db_url, data_dir, engine, host, port, workers, executor, max_running, torch_epochs, mop_partitions, max_json_mb, max_chunk_mb,
-            idle_shutdown, worker_nice, upload_ttl, jupyterhub) -> None:
+            idle_shutdown, worker_nice, upload_ttl, blob_gc, jupyterhub) -> None:
     """Run the scheduler service until interrupted."""
     from ease_jupyter.service import ServiceConfig, serve
     from ease_jupyter.store import default_data_dir
@@ -71,6 +74,7 @@ def command(db_url, data_dir, engine, host, port, workers, executor, max_running
                                mop_partitions=mop_partitions,
                                max_json_bytes=int(max_json_mb * 1024 * 1024), max_chunk_bytes=int(max_chunk_mb * 1024 * 1024),
                                idle_shutdown_seconds=idle_shutdown, worker_nice=worker_nice, upload_ttl_seconds=upload_ttl,
+                               blob_gc_seconds=blob_gc or None,
                                jupyterhub=jupyterhub, base_url=base_url)
     except ValueError as error:
         raise click.BadParameter(str(error)) from None

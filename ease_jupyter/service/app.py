@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -21,6 +22,7 @@ from tornado.ioloop import IOLoop
 
 from .config import MIB, ServiceConfig
 from .core import Service
+from .gc import collect_garbage, describe
 from .handlers import NotFoundHandler, handlers
 
 log = logging.getLogger(__name__)
@@ -81,12 +83,16 @@ def _server(app: tornado.web.Application, config: ServiceConfig) -> tuple[tornad
 async def housekeeping(service: Service, stop: asyncio.Event) -> None:
     """Every ``housekeeping_seconds``: delete stale uploads, and set ``stop``
     once the service has been idle (no request, no WebSocket client, no
-    running job) for ``idle_shutdown_seconds``."""
+    running job) for ``idle_shutdown_seconds``. At the first run and then
+    every ``blob_gc_seconds``: collect blob garbage (``gc.py``). The sweeps
+    run on the default executor, so the IOLoop keeps serving; the blob
+    collection takes no lock of the control loop, and a stop ends it early."""
     config = service.config
     every = config.housekeeping_seconds
     if config.idle_shutdown_seconds is not None:
         every = min(every, max(0.05, config.idle_shutdown_seconds / 4))
     next_sweep = 0.0
+    next_gc = 0.0 if config.blob_gc_seconds else float("inf")
     while not stop.is_set():
         try:
             await asyncio.wait_for(stop.wait(), every)
@@ -102,6 +108,14 @@ async def housekeeping(service: Service, stop: asyncio.Event) -> None:
                     log.info("deleted %d upload(s) not fed for %.0f s", removed, config.upload_ttl_seconds)
             except Exception:  # noqa: BLE001 - housekeeping must not stop the service
                 log.exception("sweeping uploads failed")
+        if loop.time() >= next_gc:
+            try:
+                report = await loop.run_in_executor(
+                    None, functools.partial(collect_garbage, service.store, service.blobs, should_stop=stop.is_set))
+                log.info("%s", describe(report))
+            except Exception:  # noqa: BLE001 - housekeeping must not stop the service
+                log.exception("collecting blob garbage failed")
+            next_gc = loop.time() + float(config.blob_gc_seconds or 0)
         idle = config.idle_shutdown_seconds
         if idle is not None and service.idle_seconds() >= idle:
             log.info("no request, client or running job for %.0f s: stopping", idle)

@@ -45,6 +45,10 @@ class ServiceConfig:
         upload_ttl_seconds: a chunked upload not fed (or appended to) for
             this long is deleted.
         housekeeping_seconds: how often the idle check and the upload sweep run.
+        blob_gc_seconds: collect blob garbage (``service/gc.py``: superseded
+            MOP checkpoints, old selector states) at the first housekeeping
+            run and then this often; None or 0 disables it. Blobs written in
+            the last hour are always kept (``gc.DEFAULT_GRACE_SECONDS``).
         seed: random state of the selector.
         state_save_seconds: save the selector state at most this often (0:
             after every change). Each save is a new blob, so a busy service
@@ -80,6 +84,7 @@ class ServiceConfig:
     idle_shutdown_seconds: float | None = None
     upload_ttl_seconds: float = 24 * 3600.0
     housekeeping_seconds: float = 60.0
+    blob_gc_seconds: float | None = 6 * 3600.0
     jupyterhub: bool = False
     base_url: str = "/"
 
@@ -96,6 +101,8 @@ class ServiceConfig:
             raise ValueError(f"worker_nice: found {self.worker_nice}, expected 0 to 19")
         if self.idle_shutdown_seconds is not None and not self.idle_shutdown_seconds > 0:
             raise ValueError(f"idle_shutdown_seconds: found {self.idle_shutdown_seconds}, expected > 0 or None")
+        if self.blob_gc_seconds is not None and self.blob_gc_seconds < 0:
+            raise ValueError(f"blob_gc_seconds: found {self.blob_gc_seconds}, expected >= 0 (0 or None: off)")
         if not (self.upload_ttl_seconds > 0 and self.housekeeping_seconds > 0):
             raise ValueError("upload_ttl_seconds and housekeeping_seconds: expected > 0")
         if not (self.base_url.startswith("/") and self.base_url.endswith("/")) or "//" in self.base_url:

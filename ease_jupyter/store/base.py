@@ -32,7 +32,7 @@ import enum
 from collections import deque
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 
 class JobStatus(str, enum.Enum):
@@ -350,19 +350,48 @@ class Store(abc.ABC):
         self.close()
 
 
+@dataclass(frozen=True)
+class BlobInfo:
+    """One stored blob, as ``BlobStore.iter_blobs`` lists it."""
+
+    digest: str
+    size: int  # bytes
+    written_at: float  # POSIX time of its last put (a put of existing content counts)
+
+
 class BlobStore(abc.ABC):
     """Content-addressed bytes: the key of a blob is the sha256 of its content,
     so writing the same content twice stores it once and a key never changes
-    meaning. Writes are atomic: a reader sees a whole blob or none."""
+    meaning. Writes are atomic: a reader sees a whole blob or none.
+
+    Deletion is for garbage collection (``ease_jupyter.service.gc``), which
+    relies on one rule: every ``put_bytes`` (also of content already stored)
+    sets the blob's ``written_at`` to now, and ``delete(digest,
+    if_older_than=t)`` deletes only a blob last written before ``t``. So a
+    blob that someone has just put, and is about to reference, survives a
+    collection that started before the put."""
 
     @abc.abstractmethod
-    def put_bytes(self, data: bytes) -> str: ...
+    def put_bytes(self, data: bytes) -> str:
+        """Store ``data`` (or refresh the ``written_at`` of equal content); its digest."""
 
     @abc.abstractmethod
     def get_bytes(self, digest: str) -> bytes: ...
 
     @abc.abstractmethod
     def exists(self, digest: str) -> bool: ...
+
+    @abc.abstractmethod
+    def delete(self, digest: str, *, if_older_than: float | None = None) -> bool:
+        """Delete a blob; True if this call deleted it. A missing blob is a
+        no-op (False). With ``if_older_than`` (POSIX time), a blob written (or
+        put again) at or after that moment is kept (False), also when the put
+        races with this call."""
+
+    @abc.abstractmethod
+    def iter_blobs(self) -> Iterator[BlobInfo]:
+        """Every stored blob, in no particular order. Blobs put or deleted
+        while the iteration runs may or may not be listed."""
 
     def put_array(self, array: Any) -> str:
         import io

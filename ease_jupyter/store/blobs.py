@@ -6,6 +6,16 @@ directory, is flushed and fsynced, then renamed over the final name with
 ``os.replace``, which is atomic on POSIX and Windows. A reader therefore sees
 the whole blob or nothing, and a crash leaves at worst a ``.tmp-*`` file, never
 a truncated blob under a real name.
+
+A blob file's mtime is its ``written_at``: a put of content that is already
+stored touches the file instead of writing it again. ``delete`` first renames
+the file to a ``.tmp-del-*`` name (atomic), then looks at the mtime of what it
+took: if a put touched it after ``if_older_than`` (a put that raced with the
+delete), it is renamed back; otherwise it is unlinked. A put that finds the
+name already gone writes the blob afresh. Either way a put that returned a
+digest leaves that blob in place. (A reader of that very digest may miss it
+for the instant between the two renames; garbage collection deletes only
+blobs nothing references, which nobody should be reading.)
 """
 
 from __future__ import annotations
@@ -13,15 +23,20 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import tempfile
+import uuid
 from pathlib import Path
+from typing import Iterator
 
 from ease_jupyter.errors import EaseMLError, NotFoundError
 
 from ._validate import check_digest
-from .base import BlobStore
+from .base import BlobInfo, BlobStore
 
 TEMP_PREFIX = ".tmp-"
+_FAN_OUT = re.compile(r"[0-9a-f]{2}")
+_REST = re.compile(r"[0-9a-f]{62}")
 
 
 class BlobCorruptedError(EaseMLError, OSError):
@@ -56,8 +71,8 @@ class DirectoryBlobStore(BlobStore):
         data = bytes(data)
         digest = hashlib.sha256(data).hexdigest()
         final = self.path(digest)
-        if final.exists():
-            return digest  # same name, same content: nothing to do
+        if _touch(final):
+            return digest  # same name, same content: only its written_at moves (see delete)
         final.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=final.parent)
         try:
@@ -85,6 +100,75 @@ class DirectoryBlobStore(BlobStore):
 
     def exists(self, digest: str) -> bool:
         return self.path(digest).is_file()
+
+    def delete(self, digest: str, *, if_older_than: float | None = None) -> bool:
+        final = self.path(digest)
+        try:
+            if if_older_than is not None and os.stat(final).st_mtime >= if_older_than:
+                return False
+            grave = final.with_name(f"{TEMP_PREFIX}del-{uuid.uuid4().hex}")
+            os.rename(final, grave)  # from here on a put writes the blob afresh
+        except FileNotFoundError:
+            return False
+        if if_older_than is not None and os.stat(grave).st_mtime >= if_older_than:
+            # A put touched it between the check and the rename: it stays.
+            # Replacing a fresh copy of the same content is harmless.
+            os.replace(grave, final)
+            return False
+        os.unlink(grave)
+        _fsync_directory(final.parent)
+        return True
+
+    def iter_blobs(self) -> Iterator[BlobInfo]:
+        try:
+            fan_out = [e for e in os.scandir(self.root) if _FAN_OUT.fullmatch(e.name) and e.is_dir()]
+        except FileNotFoundError:
+            return
+        for directory in fan_out:
+            try:
+                entries = list(os.scandir(directory.path))
+            except FileNotFoundError:
+                continue
+            for entry in entries:
+                if _REST.fullmatch(entry.name) is None:
+                    continue  # temporaries and anything else that is no blob
+                try:
+                    info = entry.stat()
+                except FileNotFoundError:
+                    continue  # deleted meanwhile
+                yield BlobInfo(directory.name + entry.name, info.st_size, info.st_mtime)
+
+    def remove_temporaries(self, older_than: float, *, dry_run: bool = False) -> tuple[int, int]:
+        """Delete ``.tmp-*`` files (left by a crash in the middle of a put or
+        a delete) last modified before ``older_than`` (POSIX time); (count,
+        bytes). Not part of the ``BlobStore`` API: only files have leftovers.
+        A put in progress has a fresh temporary, so pass a cut-off well in
+        the past."""
+        count = size = 0
+        for path in self.root.glob(f"??/{TEMP_PREFIX}*"):
+            try:
+                info = path.stat()
+                if info.st_mtime >= older_than:
+                    continue
+                if not dry_run:
+                    path.unlink()
+            except FileNotFoundError:
+                continue
+            count, size = count + 1, size + info.st_size
+        return count, size
+
+
+def _touch(path: Path) -> bool:
+    """Set ``path``'s mtime to now; False if there is no such file. A file we
+    may not touch (another user's file, a read-only file system) counts as
+    present, as before deletion existed."""
+    try:
+        os.utime(path)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return path.is_file()
+    return True
 
 
 def _fsync_directory(directory: Path) -> None:

@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import time
 from dataclasses import replace
 from datetime import datetime
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from ease_jupyter.errors import AlreadyExistsError, DataError, NotFoundError
 
 from . import _validate as v
 from ._frozen import FrozenDict, freeze
 from .base import (
+    BlobInfo,
     BlobStore,
     DatasetVersion,
     Edge,
@@ -385,12 +387,14 @@ class MemoryBlobStore(BlobStore):
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._blobs: dict[str, bytes] = {}
+        self._written: dict[str, float] = {}  # digest -> time of its last put
 
     def put_bytes(self, data: bytes) -> str:
         data = bytes(data)
         digest = hashlib.sha256(data).hexdigest()
         with self._lock:
             self._blobs.setdefault(digest, data)
+            self._written[digest] = time.time()
         return digest
 
     def get_bytes(self, digest: str) -> bytes:
@@ -405,3 +409,18 @@ class MemoryBlobStore(BlobStore):
         v.check_digest("digest", digest)
         with self._lock:
             return digest in self._blobs
+
+    def delete(self, digest: str, *, if_older_than: float | None = None) -> bool:
+        v.check_digest("digest", digest)
+        with self._lock:
+            if digest not in self._blobs:
+                return False
+            if if_older_than is not None and self._written[digest] >= if_older_than:
+                return False
+            del self._blobs[digest], self._written[digest]
+            return True
+
+    def iter_blobs(self) -> Iterator[BlobInfo]:
+        with self._lock:
+            listing = [BlobInfo(d, len(b), self._written[d]) for d, b in self._blobs.items()]
+        return iter(listing)

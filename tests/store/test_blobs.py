@@ -6,12 +6,14 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+import time
 
 import numpy as np
 import pytest
 
 from ease_jupyter.errors import DataError, NotFoundError
 from ease_jupyter.store import BlobCorruptedError, BlobStore, DirectoryBlobStore, MemoryBlobStore
+from ease_jupyter.store.base import BlobInfo
 from ease_jupyter.store.blobs import TEMP_PREFIX
 
 
@@ -166,3 +168,121 @@ def test_two_directory_stores_share_one_root(tmp_path) -> None:
     writer, reader = DirectoryBlobStore(tmp_path), DirectoryBlobStore(tmp_path)
     key = writer.put_bytes(b"shared")
     assert reader.get_bytes(key) == b"shared"
+
+
+# -- delete and listing (garbage collection) -------------------------------------------
+
+
+def backdate(blobs: BlobStore, digest: str, seconds: float) -> float:
+    """Make a blob look written ``seconds`` ago; its new written_at."""
+    when = time.time() - seconds
+    if isinstance(blobs, DirectoryBlobStore):
+        os.utime(blobs.path(digest), (when, when))
+    else:
+        blobs._written[digest] = when
+    return when
+
+
+def test_delete_removes_a_blob_and_a_missing_blob_is_a_no_op(blobs: BlobStore) -> None:
+    key = blobs.put_bytes(b"doomed")
+    other = blobs.put_bytes(b"survivor")
+    assert blobs.delete(key) is True
+    assert not blobs.exists(key)
+    with pytest.raises(NotFoundError):
+        blobs.get_bytes(key)
+    assert blobs.delete(key) is False  # already gone
+    assert blobs.delete(hashlib.sha256(b"never stored").hexdigest()) is False
+    assert blobs.get_bytes(other) == b"survivor"
+    assert blobs.put_bytes(b"doomed") == key and blobs.get_bytes(key) == b"doomed"  # can come back
+
+
+def test_delete_refuses_malformed_digests(blobs: BlobStore) -> None:
+    for bad in ("../x", "A" * 64, None):
+        with pytest.raises(DataError):
+            blobs.delete(bad)
+
+
+def test_iter_blobs_lists_every_blob_with_its_size_and_write_time(blobs: BlobStore) -> None:
+    assert list(blobs.iter_blobs()) == []
+    before = time.time() - 5  # slack for coarse file-system clocks
+    data = {blobs.put_bytes(d): d for d in (b"", b"a", bytes(1000))}
+    listed = {info.digest: info for info in blobs.iter_blobs()}
+    assert set(listed) == set(data)
+    for key, info in listed.items():
+        assert isinstance(info, BlobInfo) and info.size == len(data[key])
+        assert before <= info.written_at <= time.time() + 5
+    blobs.delete(next(iter(data)))
+    assert len(list(blobs.iter_blobs())) == 2
+
+
+def test_delete_if_older_than_keeps_recent_blobs(blobs: BlobStore) -> None:
+    key = blobs.put_bytes(b"recent")
+    assert blobs.delete(key, if_older_than=time.time() - 3600) is False  # written after the cut-off
+    assert blobs.exists(key)
+    written = backdate(blobs, key, 7200)
+    assert blobs.delete(key, if_older_than=written + 1) is True
+    assert not blobs.exists(key)
+
+
+def test_putting_existing_content_again_refreshes_its_write_time(blobs: BlobStore) -> None:
+    key = blobs.put_bytes(b"reused")
+    old = backdate(blobs, key, 7200)
+    assert blobs.put_bytes(b"reused") == key  # e.g. a feed of data that is already stored
+    (info,) = [i for i in blobs.iter_blobs() if i.digest == key]
+    assert info.written_at > old + 3600
+    assert blobs.delete(key, if_older_than=old + 1) is False
+    assert blobs.get_bytes(key) == b"reused"
+
+
+def test_a_put_racing_with_delete_keeps_the_blob(tmp_path, monkeypatch) -> None:
+    """The put touches the file after delete checked its age, before the
+    rename: delete sees the fresh mtime on what it took and puts it back."""
+    store = DirectoryBlobStore(tmp_path)
+    key = store.put_bytes(b"contested")
+    cutoff = backdate(store, key, 7200) + 1
+    real_rename = os.rename
+
+    def put_then_rename(src, dst):
+        assert store.put_bytes(b"contested") == key
+        real_rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", put_then_rename)
+    assert store.delete(key, if_older_than=cutoff) is False
+    monkeypatch.undo()
+    assert store.get_bytes(key) == b"contested"
+    assert files_under(tmp_path) == [f"{key[:2]}/{key[2:]}"]  # no tombstone left
+
+
+def test_a_put_just_after_the_delete_writes_the_blob_afresh(tmp_path, monkeypatch) -> None:
+    store = DirectoryBlobStore(tmp_path)
+    key = store.put_bytes(b"contested")
+    cutoff = backdate(store, key, 7200) + 1
+    real_rename = os.rename
+
+    def rename_then_put(src, dst):
+        real_rename(src, dst)
+        assert store.put_bytes(b"contested") == key  # finds no file: writes a new one
+
+    monkeypatch.setattr(os, "rename", rename_then_put)
+    assert store.delete(key, if_older_than=cutoff) is True  # the old copy went
+    monkeypatch.undo()
+    assert store.get_bytes(key) == b"contested"  # the put's copy stays
+    assert files_under(tmp_path) == [f"{key[:2]}/{key[2:]}"]
+
+
+def test_listing_skips_temporaries_and_old_ones_can_be_removed(tmp_path) -> None:
+    store = DirectoryBlobStore(tmp_path)
+    key = store.put_bytes(b"real")
+    fan_out = store.path(key).parent
+    old_tmp, new_tmp = fan_out / f"{TEMP_PREFIX}crashed", fan_out / f"{TEMP_PREFIX}in-flight"
+    old_tmp.write_bytes(b"12345")
+    new_tmp.write_bytes(b"1")
+    two_hours_ago = time.time() - 7200
+    os.utime(old_tmp, (two_hours_ago, two_hours_ago))
+    (tmp_path / "README").write_text("not a blob")
+    assert [i.digest for i in store.iter_blobs()] == [key]
+    cutoff = time.time() - 3600
+    assert store.remove_temporaries(cutoff, dry_run=True) == (1, 5)
+    assert old_tmp.exists()
+    assert store.remove_temporaries(cutoff) == (1, 5)
+    assert not old_tmp.exists() and new_tmp.exists() and store.exists(key)
