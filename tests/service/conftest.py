@@ -4,6 +4,7 @@ users with tokens, and a tiny stdlib HTTP helper."""
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -88,3 +89,13 @@ def iris():
 
 
 IRIS_MODELS = flat_models(4, 3)
+
+
+def until(predicate, timeout: float, every: float = 0.05) -> bool:
+    """Poll ``predicate`` until it is true or ``timeout`` seconds pass; its last value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(every)
+    return predicate()

@@ -27,18 +27,9 @@ from ease_jupyter.service.loop import STATE_TAG, ControlLoop
 from ease_jupyter.service.mop import PROGRESS_TAG
 from ease_jupyter.store import DirectoryBlobStore, JobStatus, JobUpdate, open_store
 
-from .conftest import start
+from .conftest import start, until
 
 EPOCHS, PARTITIONS, LRS = 2, 3, 3
-
-
-def _until(predicate, timeout: float, every: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(every)
-    return predicate()
 
 
 _state_writes = threading.Lock()
@@ -354,7 +345,7 @@ def test_housekeeping_collects_old_garbage(tmp_path):
     _backdate(blobs, orphan)
     running = start(tmp_path, housekeeping_seconds=0.1, blob_gc_seconds=3600, torch=False)
     try:
-        assert _until(lambda: not blobs.exists(orphan), 30), "housekeeping did not collect the blob"
+        assert until(lambda: not blobs.exists(orphan), 30), "housekeeping did not collect the blob"
         assert blobs.exists(fresh)  # within the default grace of an hour
     finally:
         running.thread.stop()

@@ -16,16 +16,7 @@ from ease_jupyter.service.config import ServiceConfig
 from ease_jupyter.client import Client
 from ease_jupyter.service.embedded import IDLE_ENV, ensure_embedded, is_alive, read_service_file
 
-from .conftest import start
-
-
-def _until(predicate, timeout: float, every: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(every)
-    return predicate()
+from .conftest import start, until
 
 
 def test_idle_service_stops_itself_but_not_while_used(tmp_path):
@@ -43,7 +34,7 @@ def test_idle_service_stops_itself_but_not_while_used(tmp_path):
         time.sleep(2.0)
         assert running.thread.alive and stream.alive
         stream.close()
-        assert _until(lambda: not running.thread.alive, 20), "the idle service did not stop"
+        assert until(lambda: not running.thread.alive, 20), "the idle service did not stop"
         assert running.service.loop._stop.is_set()  # the control loop stopped with it
         with pytest.raises(OSError):
             client.whoami()
@@ -67,7 +58,7 @@ def test_embedded_service_stops_after_idle_timeout(tmp_path, monkeypatch):
     url, token = ensure_embedded(data, timeout=120)
     client = Client(data_dir=data)  # attaches to it
     assert client.url == url and is_alive(url, token)
-    assert _until(lambda: not _listening(url), 60, every=0.5), "the embedded service is still up"
+    assert until(lambda: not _listening(url), 60, every=0.5), "the embedded service is still up"
     log = (data / "service.log").read_text()
     assert "no request, client or running job for 2 s: stopping" in log
     # The Client starts it again on its next request (the same token, a new port).
@@ -76,7 +67,7 @@ def test_embedded_service_stops_after_idle_timeout(tmp_path, monkeypatch):
     assert client.url != url and client.token == token and _listening(client.url)
     pid = read_service_file(data)["pid"]
     os.kill(pid, signal.SIGTERM)  # started by this test (through the Client)
-    assert _until(lambda: not _listening(client.url), 60, every=0.2)
+    assert until(lambda: not _listening(client.url), 60, every=0.2)
 
 
 def test_uploads_not_fed_are_swept(tmp_path):
@@ -96,7 +87,7 @@ def test_the_service_sweeps_stale_uploads(tmp_path):
         running.user("alice")
         upload = running.call("POST", "/uploads", "alice").body["id"]
         assert running.call("PUT", f"/uploads/{upload}?offset=0", "alice", raw=b"x" * 10).body["size"] == 10
-        assert _until(lambda: running.call("GET", f"/uploads/{upload}", "alice").status == 404, 20)
+        assert until(lambda: running.call("GET", f"/uploads/{upload}", "alice").status == 404, 20)
     finally:
         running.thread.stop()
 
