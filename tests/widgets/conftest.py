@@ -12,7 +12,7 @@ import comm
 import numpy as np
 import pytest
 
-from service.conftest import Running, start  # tests/ is on sys.path (rootdir packages)
+from service.conftest import Running, iris, start  # noqa: F401 - iris: the shared fixture; tests/ is on sys.path
 
 
 class RecordingComm(comm.DummyComm):
@@ -56,14 +56,6 @@ def service(tmp_path_factory) -> Iterator[Running]:
         yield running
     finally:
         running.thread.stop()
-
-
-@pytest.fixture(scope="session")
-def iris_data():
-    from sklearn.datasets import load_iris
-
-    X, y = load_iris(return_X_y=True)
-    return X.astype("float32"), y.astype("int64")
 
 
 @pytest.fixture(scope="session")

@@ -71,8 +71,8 @@ def test_curves_grow_as_metrics_events_arrive(service, digit_images, recorder):
     curves.close()
 
 
-def test_leaderboard_follows_job_states_and_cancel_button_cancels(service, iris_data):
-    X, y = iris_data
+def test_leaderboard_follows_job_states_and_cancel_button_cancels(service, iris):
+    X, y = iris
     task = service.client("bob").task("iris_board", input=[4], output=[3])
     board = Leaderboard(task)
     seen: dict[int, list[str]] = {}
@@ -118,8 +118,8 @@ def test_leaderboard_follows_job_states_and_cancel_button_cancels(service, iris_
     board.close()
 
 
-def test_service_view_follows_decisions(service, iris_data):
-    X, y = iris_data
+def test_service_view_follows_decisions(service, iris):
+    X, y = iris
     alice, bob, root = service.client("alice"), service.client("bob"), service.client("root")
     mine, admin = ServiceView(alice, min_refresh=0.0), ServiceView(root, min_refresh=0.0)
     before = mine.decisions

@@ -26,8 +26,8 @@ def shell(service):
         InteractiveShell.clear_instance()
 
 
-def test_magics_show_widgets(shell, service, iris_data):
-    X, y = iris_data
+def test_magics_show_widgets(shell, service, iris):
+    X, y = iris
     shell.user_ns.update(X=X, y=y)
     shell.run_line_magic("easeml", "task iris_magic --input 4 --output 3")
     shell.run_line_magic("easeml", "feed iris_magic X y")

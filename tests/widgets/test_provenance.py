@@ -13,9 +13,9 @@ from ease_jupyter.widgets._hub import wait_until
 
 
 @pytest.fixture(scope="module")
-def refined(service, iris_data):
+def refined(service, iris):
     """iris fed, a few models trained, refined (drop 0-9), a few more trained, then cancelled."""
-    X, y = iris_data
+    X, y = iris
     task = service.client("alice").task("iris_prov", input=[4], output=[3])
     done = lambda version: sum(j["status"] == "succeeded" and j["dataset_version"] == version  # noqa: E731
                                for j in task.jobs())

@@ -27,8 +27,8 @@ def service(tmp_path_factory) -> Iterator[Running]:
         running.thread.stop()
 
 
-def test_pages_filter_toggle_and_save(service, iris_data, recorder):
-    X, y = iris_data
+def test_pages_filter_toggle_and_save(service, iris, recorder):
+    X, y = iris
     task = service.client("alice").task("iris_refine", input=[4], output=[3])
     task.feed(X, y)
     panel = RefinePanel(task, page_size=20)
@@ -77,8 +77,8 @@ def test_pages_filter_toggle_and_save(service, iris_data, recorder):
     old.close()
 
 
-def test_suspicious_sort_puts_flipped_labels_first(service, iris_data):
-    X, y = iris_data
+def test_suspicious_sort_puts_flipped_labels_first(service, iris):
+    X, y = iris
     rng = np.random.default_rng(0)
     flipped_rows = rng.choice(len(y), 10, replace=False)
     noisy = y.copy()

@@ -68,8 +68,8 @@ def sent(page: Any) -> list:
 
 
 @pytest.fixture(scope="module")
-def trained(service, iris_data) -> Any:
-    X, y = iris_data
+def trained(service, iris) -> Any:
+    X, y = iris
     task = service.client("alice").task("iris_browser", input=[4], output=[3])
     task.feed(X, y)
     assert task.wait(timeout=90)
