@@ -343,9 +343,8 @@ class TorchProcessExecutor:
     """Torch picks in one spawned worker process (its own store connection
     and MOP engine), so that training never holds the service's GIL. The
     per-epoch ``metrics`` events come back over a queue and are published by
-    a relay thread. A worker that dies breaks the pool: its job comes back
-    still RUNNING and the loop re-queues it (it resumes from its checkpoint),
-    and the next submit starts a fresh pool. With ``engine="dask"`` or
+    a relay thread. A worker that dies is replaced (``runner.RespawningPool``);
+    its job is re-queued and resumes from its last finished unit. With ``engine="dask"`` or
     ``tcp://...`` the worker process drives the Dask engine."""
 
     workers = 1
@@ -359,17 +358,12 @@ class TorchProcessExecutor:
         self._ctx = multiprocessing.get_context("spawn")
         self._events = self._ctx.Queue()
         self._publish = publish or (lambda owner, event: None)
-        self._args = (db_url, str(data_dir), engine, int(engine_workers), int(seed), partitions, self._events, os.getpid(),
-                      int(nice))
-        self._pool = self._new_pool()
+        from .runner import RespawningPool
+
+        self._pool = RespawningPool(1, _init_torch_worker, (db_url, str(data_dir), engine, int(engine_workers), int(seed),
+                                                            partitions, self._events, os.getpid(), int(nice)), self._ctx)
         self._relay = threading.Thread(target=self._relay_events, name="easeml-mop-events", daemon=True)
         self._relay.start()
-
-    def _new_pool(self) -> Any:
-        from concurrent.futures import ProcessPoolExecutor
-
-        return ProcessPoolExecutor(max_workers=1, mp_context=self._ctx, initializer=_init_torch_worker,
-                                   initargs=self._args)
 
     def _relay_events(self) -> None:
         while True:
@@ -382,20 +376,13 @@ class TorchProcessExecutor:
                 log.exception("relaying a MOP event failed")
 
     def submit(self, job_id: int) -> "Future[int]":
-        from concurrent.futures.process import BrokenProcessPool
-
-        try:
-            return self._pool.submit(_run_torch_in_worker, job_id)
-        except (BrokenProcessPool, RuntimeError):
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = self._new_pool()
-            return self._pool.submit(_run_torch_in_worker, job_id)
+        return self._pool.submit(_run_torch_in_worker, job_id)
 
     def worker_pids(self) -> list[int]:
-        return list(getattr(self._pool, "_processes", None) or {})
+        return self._pool.worker_pids()
 
     def shutdown(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._pool.shutdown()
         self._events.put(None)
         self._relay.join(10)
 

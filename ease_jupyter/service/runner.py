@@ -244,33 +244,47 @@ def _run_in_worker(job_id: int) -> int:
     return run_sklearn_job(*_worker["stores"], job_id, _worker["engine"]).id
 
 
-class SklearnProcessExecutor:
-    """``workers`` spawned processes, each with its own connection to the
-    store and its own engine (``grid_engine(engine)``). A worker that dies
-    (killed, out of memory) breaks the pool: its jobs come back still
-    RUNNING and the loop re-queues them, and the next submit starts a fresh
-    pool."""
+class RespawningPool:
+    """A pool of ``workers`` spawned processes that starts afresh when a
+    worker died (killed, out of memory). The dead worker's jobs come back
+    still RUNNING and the control loop re-queues them; the next ``submit``
+    finds the pool broken and replaces it."""
 
-    def __init__(self, db_url: str | None, data_dir: str | Path, workers: int = 1, *, nice: int = 0,
-                 engine: str = "local"):
-        self.workers = int(workers)
-        self._args = (db_url, str(data_dir), engine, os.getpid(), int(nice))
-        self._pool = self._new_pool()
+    def __init__(self, workers: int, initializer: Any, initargs: tuple, context: Any = None):
+        self._make = lambda: ProcessPoolExecutor(
+            max_workers=workers, mp_context=context or multiprocessing.get_context("spawn"),
+            initializer=initializer, initargs=initargs)
+        self._pool = self._make()
 
-    def _new_pool(self) -> ProcessPoolExecutor:
-        return ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=_init_worker, initargs=self._args)
-
-    def submit(self, job_id: int) -> "Future[int]":
+    def submit(self, fn: Any, *args: Any) -> Future:
         try:
-            return self._pool.submit(_run_in_worker, job_id)
+            return self._pool.submit(fn, *args)
         except (BrokenProcessPool, RuntimeError):
             self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = self._new_pool()
-            return self._pool.submit(_run_in_worker, job_id)
+            self._pool = self._make()
+            return self._pool.submit(fn, *args)
 
     def worker_pids(self) -> list[int]:
         return list(getattr(self._pool, "_processes", None) or {})
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+class SklearnProcessExecutor:
+    """``workers`` spawned processes (a ``RespawningPool``), each with its own
+    connection to the store and its own engine (``grid_engine(engine)``)."""
+
+    def __init__(self, db_url: str | None, data_dir: str | Path, workers: int = 1, *, nice: int = 0,
+                 engine: str = "local"):
+        self.workers = int(workers)
+        self._pool = RespawningPool(self.workers, _init_worker, (db_url, str(data_dir), engine, os.getpid(), int(nice)))
+
+    def submit(self, job_id: int) -> "Future[int]":
+        return self._pool.submit(_run_in_worker, job_id)
+
+    def worker_pids(self) -> list[int]:
+        return self._pool.worker_pids()
+
+    def shutdown(self) -> None:
+        self._pool.shutdown()
