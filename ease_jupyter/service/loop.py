@@ -199,7 +199,8 @@ class ControlLoop:
                     self.store.update_job(job.id, JobStatus.QUEUED)
                     log.info("re-queued job %d left running by a previous service", job.id)
             state = self._load_state()
-            if state is not None and state.get("models") != catalogue()[0]:
+            keys, descriptors = catalogue()
+            if state is not None and state.get("models") != keys:
                 # Saved by a version with another catalogue: start afresh;
                 # _sync replays the jobs in the store into the new selector.
                 log.warning("the saved selector state has another model catalogue; rebuilding it from the jobs")
@@ -219,7 +220,6 @@ class ControlLoop:
                     self._learn_rate(job)
                 self._reconcile()
             else:
-                keys, descriptors = catalogue()
                 with one_blas_thread():
                     # arms="untried": a pick trains the model's whole grid on a given
                     # dataset version, so training it again would only repeat its result
