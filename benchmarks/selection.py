@@ -6,7 +6,8 @@ the decision latency per pick.
     python benchmarks/selection.py --quick    # < 1 minute: few repetitions, a subset
 
 Writes benchmarks/results/selection.json, selection.png, selection.html and
-selection.md (the tables quoted in docs/selection.md). Matrices built here are
+selection.md (the tables quoted in docs/selection.md); --quick writes
+selection_quick.* instead. Matrices built here are
 cached as CSV under benchmarks/data/.
 
 Matrices
@@ -812,10 +813,11 @@ def main(argv=None) -> int:
         results["latency_targets"] = {"100x200_under_5ms": lat["100x200"]["p99"] < 5.0,
                                       "1000x200_under_50ms": lat["1000x200"]["p99"] < 50.0}
     results["meta"]["elapsed_seconds"] = round(time.time() - t_all, 1)
-    (args.out / "selection.json").write_text(json.dumps(results, indent=1, allow_nan=False) + "\n")
-    (args.out / "selection.md").write_text(markdown(results))
-    plot(results, args.out / "selection.png", args.out / "selection.html")
-    log(f"wrote {args.out / 'selection.json'} (+ .md, .png, .html)")
+    name = "selection_quick" if quick else "selection"  # a quick run never replaces the full run's figures
+    (args.out / f"{name}.json").write_text(json.dumps(results, indent=1, allow_nan=False) + "\n")
+    (args.out / f"{name}.md").write_text(markdown(results))
+    plot(results, args.out / f"{name}.png", args.out / f"{name}.html")
+    log(f"wrote {args.out / f'{name}.json'} (+ .md, .png, .html)")
     return 0
 
 
