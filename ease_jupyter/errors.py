@@ -47,3 +47,29 @@ class AlreadyExistsError(EaseMLError, ValueError):
 
 class InvalidStateError(EaseMLError, ValueError):
     """An operation that the current state forbids, e.g. a finished job started again."""
+
+
+class StorageError(EaseMLError, OSError):
+    """The store cannot take or give what was asked; ``limit`` names the bound where there is one."""
+
+    def __init__(self, message: str, *, field: str | None = None, found: str | None = None,
+                 expected: str | None = None):
+        self.field, self.found, self.expected = field, found, expected
+        super().__init__(message)
+
+
+class QuotaExceededError(StorageError):
+    """A user's write would take her over her storage quota (HTTP 413 ``quota_exceeded``)."""
+
+
+class StorageFullError(StorageError):
+    """The data dir's filesystem has no room left (HTTP 507 ``storage_full``)."""
+
+
+class StoreUnavailableError(StorageError):
+    """The database cannot be written (read-only, locked, gone; HTTP 503 ``store_unavailable``)."""
+
+
+class StoreCorruptError(StorageError):
+    """A stored object (blob) that rows refer to cannot be read (HTTP 500 ``store_corrupt``).
+    The message names the object (task, version, job), never a path."""
