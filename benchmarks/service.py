@@ -1,10 +1,12 @@
 """Benchmark of the scheduler service (issue 5, item 8): API latency and the
 delay of events, measured from a separate client process on loopback.
 
-    python benchmarks/service.py            # full: ~2 min on 2 cores
-    python benchmarks/service.py --quick    # < 1 minute
+    python benchmarks/service.py            # full: ~3 min on 2 cores
+    python benchmarks/service.py --quick    # ~1 minute
+    python benchmarks/service.py --clients-only [--db postgresql://...]
 
-Target: p99 under 100 ms for reads, with events under 1 s.
+Target: p99 under 100 ms for reads, with events under 1 s (steps 1-4); at
+200 clients (step 5), p99 under 500 ms for reads and 1 s for feeds.
 
 What runs
 ---------
@@ -29,6 +31,20 @@ requests.
 4. Writes: ``POST /tasks/w/feed`` of 10 rows, N times, and ``PUT .../tags``.
    Each feed is also timed from the request to the arrival of its
    ``version`` event.
+5. Many clients (``--clients``, 200 by default): that many users, each on its
+   own thread, start together; each creates a task, then feeds it 12 rows
+   ``FEEDS`` times, and after every feed reads the task (which must show the
+   new version at once), the leaderboard and the task's jobs. Latency is
+   taken on the server (tornado's request time, from the service's access
+   log: the client process's 200 threads share one GIL and would measure
+   themselves) and in the client. Afterwards every task must hold exactly
+   what was sent, once. Target: server-side p99 under 500 ms for reads and
+   under 1 s for feeds.
+
+``--clients-only`` runs only step 5 (profiling, comparing stores); ``--db
+URL`` runs on PostgreSQL: a fresh database is made on the server at URL for
+the run and dropped afterwards (``scripts/postgres.sh start`` prints one).
+Results go to ``service[_quick][_clients][_postgres].json``.
 
 Event delays
 ------------
@@ -49,14 +65,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import http.client
 import json
 import os
 import platform
+import re
 import sys
 import tempfile
 import threading
 import time
+import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -72,6 +91,10 @@ from ease_jupyter.service.testing import ServeProcess, add_user  # noqa: E402
 
 READ_TARGET_P99_MS = 100.0
 EVENT_TARGET_MS = 1000.0
+# Step 5 (many clients): server-side p99 targets.
+MANY_READ_TARGET_P99_MS = 500.0
+MANY_FEED_TARGET_P99_MS = 1000.0
+MANY_ROWS = 12
 
 
 def pct(values: list[float]) -> dict[str, float]:
@@ -85,11 +108,12 @@ def pct(values: list[float]) -> dict[str, float]:
 class Service:
     """``easeml serve`` on a free loopback port, in a subprocess, with an admin."""
 
-    def __init__(self, data_dir: Path, *args: str):
-        self.admin = add_user(data_dir, "admin", admin=True, cwd=ROOT)
-        self._server = ServeProcess(data_dir, *args, cwd=ROOT)
+    def __init__(self, data_dir: Path, *args: str, db_url: str | None = None):
+        self.admin = add_user(data_dir, "admin", admin=True, db_url=db_url, cwd=ROOT)
+        self._server = ServeProcess(data_dir, *args, db_url=db_url, cwd=ROOT)
         self.url = self._server.url
         self.pid = self._server.pid
+        self.log = self._server.log
 
     def stop(self) -> None:
         self._server.stop()
@@ -197,18 +221,177 @@ def summary(per_path: dict[str, list[float]]) -> dict[str, Any]:
     return {**pct(every), "by_endpoint": {p: pct(v) for p, v in per_path.items()}}
 
 
+@contextlib.contextmanager
+def fresh_database(server_url: str | None):
+    """A new, empty database on the PostgreSQL server at ``server_url`` for
+    one run, dropped afterwards; None (SQLite in the data dir) passes through."""
+    if not server_url:
+        yield None
+        return
+    from sqlalchemy import create_engine
+    from sqlalchemy.engine import make_url
+
+    name = f"easeml_bench_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(server_url, isolation_level="AUTOCOMMIT")  # CREATE DATABASE needs no transaction
+    try:
+        with admin.connect() as connection:
+            connection.exec_driver_sql(f'CREATE DATABASE "{name}"')
+        yield make_url(server_url).set(database=name).render_as_string(hide_password=False)
+        with admin.connect() as connection:
+            connection.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        admin.dispose()
+
+
+_ACCESS = re.compile(r"tornado\.access \w+ (\d{3}) (GET|POST|PUT|DELETE) (\S+) \([^)]*\) ([\d.]+)ms")
+
+
+def server_times(log_text: str) -> dict[str, list[float]]:
+    """Server-side request times (tornado's, from the access log) by kind:
+    ``create`` (POST /tasks), ``feed``, ``task`` (GET /tasks/{name}) and
+    ``other_reads`` (every other GET); ``errors`` counts 5xx answers."""
+    out: dict[str, list[float]] = {"create": [], "feed": [], "task": [], "other_reads": [], "errors": []}
+    for status, method, path, ms in _ACCESS.findall(log_text):
+        path = path.split("?")[0].removeprefix("/api/v1")
+        if status.startswith("5"):
+            out["errors"].append(float(ms))
+        if method == "POST" and path == "/tasks":
+            out["create"].append(float(ms))
+        elif method == "POST" and path.endswith("/feed"):
+            out["feed"].append(float(ms))
+        elif method == "GET" and re.fullmatch(r"/tasks/[^/]+", path):
+            out["task"].append(float(ms))
+        elif method == "GET":
+            out["other_reads"].append(float(ms))
+    return out
+
+
+def many_clients(service: Service, admin: Client, n_clients: int, n_feeds: int) -> dict[str, Any]:
+    """Step 5: ``n_clients`` users at once, each creating, feeding and polling
+    its own task; latencies on both sides, errors, and an exactly-once check."""
+    tokens = {f"c{i:03d}": admin.add_user(f"c{i:03d}")["token"] for i in range(n_clients)}
+    log_start = service.log.stat().st_size
+    client_ms: dict[str, list[float]] = {"create": [], "feed": [], "task": [], "other_reads": []}
+    errors: list[str] = []
+    sent: dict[str, np.ndarray] = {}
+    lock = threading.Lock()
+    start_line = threading.Barrier(n_clients)
+
+    def timed(kind: str, call, *args, **kwargs):
+        t0 = time.perf_counter()
+        out = call(*args, **kwargs)
+        with lock:
+            client_ms[kind].append(1000 * (time.perf_counter() - t0))
+        return out
+
+    def one_client(i: int, name: str, token: str) -> None:
+        client = Client(service.url, token, timeout=300)
+        rng = np.random.default_rng(i)
+        try:
+            start_line.wait(60)
+            task = timed("create", client.task, "load", input=[4], output=[3])
+            ys = []
+            for k in range(1, n_feeds + 1):
+                y = (np.arange(MANY_ROWS) + k) % 3
+                X = (rng.normal(size=(MANY_ROWS, 4)) + y[:, None]).astype("float32")
+                timed("feed", task.feed, X, y)
+                ys.append(y)
+                info = timed("task", task.refresh)
+                if info["latest_version"]["number"] != k:
+                    raise AssertionError(f"feed {k} not shown: {info['latest_version']}")
+                timed("other_reads", client.leaderboard)
+                timed("other_reads", task.jobs)
+            sent[name] = np.concatenate(ys)
+        except BaseException as error:  # noqa: BLE001 - counted and reported
+            with lock:
+                errors.append(f"{name}: {type(error).__name__}: {error}")
+
+    threads = [threading.Thread(target=one_client, args=(i, n, t), daemon=True)
+               for i, (n, t) in enumerate(tokens.items())]
+    t0 = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(600)
+    wall = time.monotonic() - t0
+    with open(service.log) as handle:
+        handle.seek(log_start)
+        server_ms = server_times(handle.read())
+    # Exactly once: each task has one version per feed and holds what was sent, in order.
+    mismatched = []
+    for name, y in sent.items():
+        task = Client(service.url, tokens[name]).task("load")
+        versions = [(v["number"], v["n_examples"]) for v in task.versions()]
+        ids, _, y_stored = task.data()
+        if (versions != [(k, MANY_ROWS * k) for k in range(1, n_feeds + 1)]
+                or len(set(ids.tolist())) != len(ids) or not np.array_equal(y_stored, y)):
+            mismatched.append(name)
+    reads = server_ms["task"] + server_ms["other_reads"]
+    return {
+        "clients": n_clients, "feeds_per_client": n_feeds, "rows_per_feed": MANY_ROWS,
+        "wall_seconds": round(wall, 2), "errors": len(errors), "error_examples": errors[:5],
+        "server_5xx": len(server_ms["errors"]),
+        "exactly_once": not mismatched and len(sent) == n_clients, "tasks_mismatched": mismatched[:5],
+        "server_ms": {"reads": pct(reads), **{k: pct(v) for k, v in server_ms.items() if k != "errors"}},
+        "client_ms": {k: pct(v) for k, v in client_ms.items()},
+        "targets": {"read_p99_ms": MANY_READ_TARGET_P99_MS, "feed_p99_ms": MANY_FEED_TARGET_P99_MS},
+        "targets_met": {
+            "reads_p99": bool(reads) and pct(reads)["p99"] < MANY_READ_TARGET_P99_MS,
+            "feeds_p99": bool(server_ms["feed"]) and pct(server_ms["feed"])["p99"] < MANY_FEED_TARGET_P99_MS,
+        },
+    }
+
+
+def print_many(result: dict[str, Any]) -> None:
+    server = result["server_ms"]
+    print(f"{result['clients']} clients: {result['wall_seconds']} s, errors {result['errors']}, "
+          f"5xx {result['server_5xx']}, exactly once: {result['exactly_once']}")
+    for kind in ("reads", "task", "other_reads", "feed", "create"):
+        s = server[kind]
+        if s["n"]:
+            print(f"  server {kind:<11} n {s['n']:>5}  p50 {s['p50']:>8}  p99 {s['p99']:>8}  max {s['max']:>8} ms")
+    print("  targets_met:", result["targets_met"])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer requests, iris only (< 1 minute)")
     parser.add_argument("--out", type=Path, default=None,
                         help="default: benchmarks/results/service.json (service_quick.json with --quick)")
+    parser.add_argument("--clients", type=int, default=200, help="step 5: concurrent clients (0: skip it)")
+    parser.add_argument("--clients-only", action="store_true", help="run only step 5")
+    parser.add_argument("--db", default=os.environ.get("EASEML_BENCH_DB") or None, metavar="URL",
+                        help="PostgreSQL server URL: run on a fresh database there (default: SQLite)")
     args = parser.parse_args()
     if args.out is None:  # a quick run never replaces the full run's figures
-        args.out = ROOT / "benchmarks" / "results" / ("service_quick.json" if args.quick else "service.json")
+        name = "service" + ("_quick" if args.quick else "") + ("_clients" if args.clients_only else "") \
+            + ("_postgres" if args.db else "")
+        args.out = ROOT / "benchmarks" / "results" / f"{name}.json"
     n_reads = 40 if args.quick else 400
     n_writes = 20 if args.quick else 100
+    n_feeds = 2 if args.quick else 3
     t_start = time.monotonic()
-    load_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    load_start = os.getloadavg() if hasattr(os, "getloadavg") else None
+    if args.clients_only:
+        with tempfile.TemporaryDirectory(prefix="easeml-bench-") as tmp, fresh_database(args.db) as db_url:
+            service = Service(Path(tmp), db_url=db_url)
+            try:
+                many = many_clients(service, Client(service.url, service.admin), args.clients, n_feeds)
+            finally:
+                service.stop()
+        result = {"benchmark": "service", "mode": ("quick" if args.quick else "full") + ", step 5 only",
+                  "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                  "machine": {"python": platform.python_version(), "platform": platform.platform(),
+                              "cpus": os.cpu_count(), "load_average_at_start": load_start},
+                  "setup": {"service": "easeml serve (subprocess; process executor, 1 worker, "
+                                       + ("PostgreSQL" if args.db else "SQLite") + ")"},
+                  "many_clients": many, "wall_seconds": round(time.monotonic() - t_start, 1),
+                  "load_average_at_end": os.getloadavg() if hasattr(os, "getloadavg") else None}
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+        print_many(many)
+        print(f"load average {load_start} -> {result['load_average_at_end']} ({result['wall_seconds']} s) -> {args.out}")
+        return
 
     from sklearn.datasets import load_iris, load_wine
 
@@ -216,8 +399,8 @@ def main() -> None:
     X_wine, y_wine = load_wine(return_X_y=True)
     X_iris, X_wine = X_iris.astype("float32"), X_wine.astype("float32")
 
-    with tempfile.TemporaryDirectory(prefix="easeml-bench-") as tmp:
-        service = Service(Path(tmp))
+    with tempfile.TemporaryDirectory(prefix="easeml-bench-") as tmp, fresh_database(args.db) as db_url:
+        service = Service(Path(tmp), db_url=db_url)
         try:
             admin = Client(service.url, service.admin)
             token = admin.add_user("bench")["token"]
@@ -292,6 +475,9 @@ def main() -> None:
             for user in admin.progress()["users"]:
                 for status, count in user["jobs"].items():
                     jobs_by_status[status] = jobs_by_status.get(status, 0) + count
+
+            # 5. many clients at once
+            many = many_clients(service, admin, args.clients, n_feeds) if args.clients else None
         finally:
             service.stop()
 
@@ -305,7 +491,8 @@ def main() -> None:
         "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
                     "load_average_at_start": load_start},
-        "setup": {"service": "easeml serve (subprocess; process executor, 1 worker, SQLite)",
+        "setup": {"service": "easeml serve (subprocess; process executor, 1 worker, "
+                              + ("PostgreSQL" if args.db else "SQLite") + ")",
                   "client": "this process, loopback", "reads_per_endpoint": n_reads, "writes": n_writes,
                   "endpoints": READS, "train_seconds": round(train_seconds, 2),
                   "jobs_by_status": jobs_by_status},
@@ -326,10 +513,14 @@ def main() -> None:
         "targets_met": {"reads_p99_under_100ms": bool(worst_read_p99 < READ_TARGET_P99_MS),
                         "events_under_1s": bool(worst_event_p99 < EVENT_TARGET_MS),
                         "events_max_under_1s": bool(max(event["max"], metric.get("max", 0.0)) < EVENT_TARGET_MS)},
+        "many_clients": many,
         "wall_seconds": round(time.monotonic() - t_start, 1),
-        "load_average_at_end": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+        "load_average_at_end": os.getloadavg() if hasattr(os, "getloadavg") else None,
     }
     result["targets_met"]["all"] = result["targets_met"]["reads_p99_under_100ms"] and result["targets_met"]["events_under_1s"]
+    if many is not None:
+        result["targets_met"]["many_clients_reads_p99_under_500ms"] = many["targets_met"]["reads_p99"]
+        result["targets_met"]["many_clients_feeds_p99_under_1s"] = many["targets_met"]["feeds_p99"]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     brief = {k: result[k] for k in ("read_latency_ms", "read_latency_client_ms", "read_latency_under_training_ms")}
@@ -339,6 +530,8 @@ def main() -> None:
     print("event_delay_ms:", {k: event[k] for k in ("n", "p50", "p99", "max")})
     print("metric_to_client_ms:", metric)
     print("feed_to_version_event_ms:", result["feed_to_version_event_ms"])
+    if many is not None:
+        print_many(many)
     print("targets_met:", result["targets_met"], f"({result['wall_seconds']} s) -> {args.out}")
 
 

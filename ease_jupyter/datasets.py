@@ -5,20 +5,30 @@ to the blob store and records a new, immutable dataset version holding the
 parent's examples plus the new ones. A refine records a child version with
 some examples turned on or off. Nothing here rewrites an old version, and every
 check runs before anything is written, so bad input leaves the store as it was.
+
+A blob that a version needs and that cannot be read (deleted, damaged) is a
+``StoreCorruptError`` naming the task and the version, never a path: ``load``
+raises it, and ``feed`` checks the parent's blobs before it writes, since a
+version over missing data could never be trained on.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import io
 import json
+import time
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
 from .errors import DataError
 from .schema import Program, check_data, check_inputs, parse
 from .store import BlobStore, DatasetVersion, NewChunk, Store, Task, VersionKind
+from .store.base import unreadable_blob
+from .store.space import storage_full
 
 _NPY_MAGIC = b"\x93NUMPY"
 _NPZ_MAGIC = b"PK"  # np.savez writes a zip archive
@@ -38,22 +48,83 @@ def program_of(task: Task) -> Program:
     return parse(task.program)
 
 
-def feed(store: Store, blobs: BlobStore, task: Task, X: Any, y: Any) -> DatasetVersion:
-    """Check (X, y) against the task's schema and store them as a new version."""
+def feed(store: Store, blobs: BlobStore, task: Task, X: Any, y: Any, *,
+         reserve: Callable[[int], None] | None = None) -> DatasetVersion:
+    """Check (X, y) against the task's schema and store them as a new version.
+
+    Before anything is written: the parent version's blobs must be readable
+    (``StoreCorruptError`` otherwise), and ``reserve(n_bytes)``, when given,
+    is called with the size of the blobs about to be written and may refuse
+    by raising (the service's quota). The blobs are written before the
+    version's row; if the row cannot be stored, the blobs this feed added are
+    deleted again, so a failed feed leaves nothing behind.
+    """
     checked = check_data(program_of(task), X, y)
     parent = store.latest_dataset_version(task.id)
     first_id = store.next_example_id(task.id)
     new_ids = np.arange(first_id, first_id + checked.n, dtype=np.int64)
-    members = new_ids if parent is None else np.concatenate([_members(blobs, parent), new_ids])
-    chunk = NewChunk(x_blob=_put_inputs(blobs, checked.X), y_blob=blobs.put_array(checked.y), count=checked.n)
-    return store.create_dataset_version(
-        task.id,
-        kind=VersionKind.FEED,
-        parent_id=None if parent is None else parent.id,
-        members_blob=blobs.put_array(members),
-        n_examples=len(members),
-        chunk=chunk,
-    )
+    members = new_ids if parent is None else np.concatenate([_readable_members(store, blobs, task, parent), new_ids])
+    x_bytes, y_bytes, members_bytes = _input_bytes(checked.X), npy_bytes(checked.y), npy_bytes(members)
+    if reserve is not None:
+        reserve(len(x_bytes) + len(y_bytes) + len(members_bytes))
+    with _undo_on_failure(blobs) as put:
+        chunk = NewChunk(x_blob=put(x_bytes), y_blob=put(y_bytes), count=checked.n)
+        return store.create_dataset_version(
+            task.id,
+            kind=VersionKind.FEED,
+            parent_id=None if parent is None else parent.id,
+            members_blob=put(members_bytes),
+            n_examples=len(members),
+            chunk=chunk,
+        )
+
+
+def version_name(task: Task, version: DatasetVersion) -> str:
+    """How errors and reports name a version: ``task 'iris', dataset version 3``."""
+    return f"task {task.name!r}, dataset version {version.number}"
+
+
+def _readable_members(store: Store, blobs: BlobStore, task: Task, version: DatasetVersion) -> np.ndarray:
+    """``version``'s members, after checking that every blob it needs (its
+    members and the arrays of each chunk it uses) is there. Chunks are only
+    checked for presence: reading them would cost a feed a pass over all data."""
+    members = _members(blobs, version, task)
+    for chunk in store.list_chunks(task.id, up_to_version=version.id):
+        start, stop = np.searchsorted(members, [chunk.first_example_id, chunk.first_example_id + chunk.count])
+        missing = [d for d in (chunk.x_blob, chunk.y_blob) if not blobs.exists(d)] if stop > start else []
+        if missing:
+            raise unreadable_blob(f"{version_name(task, version)}: the examples {chunk.first_example_id} to "
+                           f"{chunk.first_example_id + chunk.count - 1}", missing[0])
+    return members
+
+
+@contextlib.contextmanager
+def _undo_on_failure(blobs: BlobStore) -> Iterator[Callable[[bytes], str]]:
+    """A ``put`` for blobs that the block's row will reference. If the block
+    fails, the blobs that were not stored before it are deleted again (unless
+    someone put the same content while it failed), and a full disk in the row's write
+    is a ``StorageFullError``."""
+    added: list[str] = []
+
+    def put(data: bytes) -> str:
+        # Content-addressed: a blob stored before this feed (the same array fed
+        # twice, or by another task) is someone else's and must stay.
+        stored_before = blobs.exists(hashlib.sha256(data).hexdigest())
+        digest = blobs.put_bytes(data)
+        if not stored_before:
+            added.append(digest)
+        return digest
+
+    try:
+        yield put
+    except BaseException as error:
+        written_by_us = time.time()
+        for digest in added:
+            blobs.delete(digest, if_older_than=written_by_us)
+        full = storage_full(error, getattr(blobs, "root", None)) if isinstance(error, Exception) else None
+        if full is not None and full is not error:
+            raise full from None
+        raise
 
 
 def refine(
@@ -65,7 +136,24 @@ def refine(
     drop: Iterable[int] | None = None,
 ) -> DatasetVersion:
     """Turn examples off (``drop``) or back on (``keep``) in a child of the
-    latest version. Ids are the task's example ids, as ``load`` returns them."""
+    latest version. Ids are the task's example ids, as ``load`` returns them.
+    A refine that changes nothing returns the latest version (see ``refine_or_reuse``)."""
+    return refine_or_reuse(store, blobs, task, keep=keep, drop=drop)[0]
+
+
+def refine_or_reuse(
+    store: Store,
+    blobs: BlobStore,
+    task: Task,
+    *,
+    keep: Iterable[int] | None = None,
+    drop: Iterable[int] | None = None,
+) -> tuple[DatasetVersion, bool]:
+    """``refine``, also saying whether a version was created: (version, created).
+
+    When every id to keep is already on and every id to drop already off, the
+    active set would equal the latest version's, so that version is returned
+    and nothing is written (an identical version would retrain every model)."""
     parent = store.latest_dataset_version(task.id)
     if parent is None:
         raise DataError("task", f"task {task.name!r} with no data", "a feed before refine")
@@ -83,7 +171,9 @@ def refine(
         raise DataError("drop", "every example dropped", "at least one example left on")
     toggles = {int(i): True for i in np.setdiff1d(keep_ids, before)}
     toggles.update({int(i): False for i in np.intersect1d(drop_ids, before)})
-    return store.create_dataset_version(
+    if not toggles:
+        return parent, False
+    version = store.create_dataset_version(
         task.id,
         kind=VersionKind.REFINE,
         parent_id=parent.id,
@@ -91,11 +181,14 @@ def refine(
         n_examples=int(after.size),
         toggles=toggles,
     )
+    return version, True
 
 
 def load(store: Store, blobs: BlobStore, version: DatasetVersion) -> LoadedData:
-    """Assemble the active examples of ``version`` from the feed chunks."""
-    members = _members(blobs, version)
+    """Assemble the active examples of ``version`` from the feed chunks
+    (``StoreCorruptError`` naming the task and version if a blob is missing)."""
+    task = store.get_task(version.task_id)
+    members = _members(blobs, version, task)
     xs: list[Any] = []
     ys: list[np.ndarray] = []
     for chunk in store.list_chunks(version.task_id, up_to_version=version.id):
@@ -103,13 +196,14 @@ def load(store: Store, blobs: BlobStore, version: DatasetVersion) -> LoadedData:
         rows = np.flatnonzero(np.isin(ids, members))
         if rows.size == 0:
             continue
-        xs.append(_take(_get_inputs(blobs, chunk.x_blob), rows))
-        ys.append(blobs.get_array(chunk.y_blob)[rows])
+        what = f"{version_name(task, version)}: the examples {chunk.first_example_id} to {ids[-1]}"
+        xs.append(_take(_get_inputs(blobs, chunk.x_blob, what), rows))
+        ys.append(_array(blobs, chunk.y_blob, what)[rows])
     X = _concat(xs)
     if isinstance(X, list):
         # JSON gave back plain lists and string keys; the checker restores the
         # canonical records (float32 leaves) that feed originally checked.
-        X = check_inputs(program_of(store.get_task(version.task_id)), X).X
+        X = check_inputs(program_of(task), X).X
     return LoadedData(version=version, example_ids=members, X=X, y=np.concatenate(ys))
 
 
@@ -130,8 +224,14 @@ def _concat(parts: list[Any]) -> Any:
     return [record for part in parts for record in part]
 
 
-def _members(blobs: BlobStore, version: DatasetVersion) -> np.ndarray:
-    return blobs.get_array(version.members_blob)
+def _members(blobs: BlobStore, version: DatasetVersion, task: Task | None = None) -> np.ndarray:
+    what = (version_name(task, version) if task is not None
+            else f"dataset version {version.number} (id {version.id})") + ": its list of active examples"
+    return _array(blobs, version.members_blob, what)
+
+
+def _array(blobs: BlobStore, digest: str, what: str) -> np.ndarray:
+    return np.load(io.BytesIO(blobs.get_referenced(digest, what)), allow_pickle=False)
 
 
 def _example_ids(field: str, ids: Iterable[int] | None, known: int) -> np.ndarray:
@@ -148,21 +248,29 @@ def _example_ids(field: str, ids: Iterable[int] | None, known: int) -> np.ndarra
     return np.unique(array.astype(np.int64))
 
 
-def _put_inputs(blobs: BlobStore, X: Any) -> str:
+def npy_bytes(array: np.ndarray) -> bytes:
+    """What ``BlobStore.put_array`` stores, as bytes (so that their size, or
+    digest, is known before the write)."""
+    buffer = io.BytesIO()
+    np.save(buffer, np.ascontiguousarray(array), allow_pickle=False)
+    return buffer.getvalue()
+
+
+def _input_bytes(X: Any) -> bytes:
     if isinstance(X, np.ndarray):
-        return blobs.put_array(X)
+        return npy_bytes(X)
     if isinstance(X, tuple):  # several tensor fields, in program order
         buffer = io.BytesIO()
         np.savez(buffer, *X)
-        return blobs.put_bytes(buffer.getvalue())
+        return buffer.getvalue()
     # Recursive records (and ragged chains) have no array layout: store JSON.
-    return blobs.put_bytes(json.dumps(_to_jsonable(X)).encode())
+    return json.dumps(_to_jsonable(X)).encode()
 
 
-def _get_inputs(blobs: BlobStore, digest: str) -> Any:
-    data = blobs.get_bytes(digest)
+def _get_inputs(blobs: BlobStore, digest: str, what: str) -> Any:
+    data = blobs.get_referenced(digest, what)
     if data.startswith(_NPY_MAGIC):
-        return blobs.get_array(digest)
+        return np.load(io.BytesIO(data), allow_pickle=False)
     if data.startswith(_NPZ_MAGIC):
         with np.load(io.BytesIO(data), allow_pickle=False) as archive:
             return tuple(archive[f"arr_{i}"] for i in range(len(archive.files)))

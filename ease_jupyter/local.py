@@ -18,14 +18,18 @@ import numpy as np
 from . import datasets, training
 from .errors import AlreadyExistsError, DataError, NotFoundError
 from .schema import DataType, Program, TensorField, format_program, parse
+from .schema.limits import check_program_size
 from .store import DatasetVersion, Edge, Job, Node, NodeKind, Store, BlobStore, open_store
 
 
 def program_from_shapes(input: Sequence[int], output: Sequence[int]) -> Program:
-    return Program(
+    """The program of one input tensor and one output tensor; DataError naming
+    ``input`` or ``output`` when a shape is over the limits (``schema.limits``)."""
+    program = Program(
         DataType((TensorField(tuple(int(d) for d in input)),)),
         DataType((TensorField(tuple(int(d) for d in output)),)),
     )
+    return check_program_size(program)
 
 
 class LocalTask:

@@ -10,12 +10,13 @@ import click
 # name -> (module, one-line help shown by `easeml --help`)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("ease_jupyter.cli.demo", "Run the headless end-to-end demo and write a report."),
+    "fsck": ("ease_jupyter.cli.fsck", "Report (and --repair) rows whose blobs cannot be read."),
     "gc": ("ease_jupyter.cli.gc", "Delete blobs nothing references (old checkpoints and states)."),
     "lab": ("ease_jupyter.cli.lab", "JupyterLab with the ease.ml service attached."),
     "models": ("ease_jupyter.cli.models", "List the candidate models and configs for a task's shapes."),
     "serve": ("ease_jupyter.cli.serve", "Run the scheduler service (HTTP API, events, control loop)."),
     "simulate": ("ease_jupyter.cli.simulate", "Replay selection policies on a quality/cost matrix."),
-    "users": ("ease_jupyter.cli.users", "Add and list users of the service (tokens)."),
+    "users": ("ease_jupyter.cli.users", "Add, list, revoke and link users of the service (tokens)."),
 }
 
 

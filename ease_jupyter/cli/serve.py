@@ -38,6 +38,9 @@ import click
               help="Niceness added to training worker processes, so the API stays responsive.")
 @click.option("--upload-ttl", default=24 * 3600.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               metavar="SECONDS", help="Discard a chunked upload not fed or appended to for this long.")
+@click.option("--quota-gb", default=4.0, show_default=True, type=click.FloatRange(min=0), metavar="GIB",
+              help="Each user's storage quota in GiB: fed data, trained models and uploads not fed yet; a write "
+                   "over it is refused (413 quota_exceeded). 0: no quota.")
 @click.option("--blob-gc", default=6 * 3600.0, show_default=True, type=click.FloatRange(min=0), metavar="SECONDS",
               help="Delete unreferenced blobs (superseded checkpoints, old selector states) older than an hour, "
                    "a minute after start-up and then this often; 0 turns it off (see `easeml gc`).")
@@ -46,7 +49,7 @@ import click
                    "login); the API lives under $JUPYTERHUB_SERVICE_PREFIX, and --host/--port default to "
                    "$JUPYTERHUB_SERVICE_URL.")
 def command(db_url, data_dir, engine, host, port, workers, executor, max_running, torch_epochs, mop_partitions, max_json_mb, max_chunk_mb,
-            idle_shutdown, worker_nice, upload_ttl, blob_gc, jupyterhub) -> None:
+            idle_shutdown, worker_nice, upload_ttl, quota_gb, blob_gc, jupyterhub) -> None:
     """Run the scheduler service until interrupted."""
     from ease_jupyter.service import ServiceConfig, serve
     from ease_jupyter.store import default_data_dir
@@ -74,9 +77,42 @@ def command(db_url, data_dir, engine, host, port, workers, executor, max_running
                                mop_partitions=mop_partitions,
                                max_json_bytes=int(max_json_mb * 1024 * 1024), max_chunk_bytes=int(max_chunk_mb * 1024 * 1024),
                                idle_shutdown_seconds=idle_shutdown, worker_nice=worker_nice, upload_ttl_seconds=upload_ttl,
+                               quota_bytes=int(quota_gb * 1024**3) or None,
                                blob_gc_seconds=blob_gc or None,
                                jupyterhub=jupyterhub, base_url=base_url)
     except ValueError as error:
         raise click.BadParameter(str(error)) from None
+    require_writable_store(config)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     serve(config, announce=lambda line: click.echo(line))
+
+
+def require_writable_store(config) -> None:  # noqa: ANN001 - a ServiceConfig
+    """Refuse to start on a database this process cannot write: the service
+    would accept requests and then fail them one by one."""
+    from ease_jupyter.errors import StorageError
+    from ease_jupyter.store import MEMORY_URL, open_store
+
+    if config.db_url == MEMORY_URL:
+        return
+    database = _database_name(config)
+    try:
+        store, _ = open_store(config.db_url, config.data_dir)
+        try:
+            store.check_writable()
+        finally:
+            store.close()
+    except (StorageError, OSError) as error:
+        reason = getattr(error, "found", None) or error
+        raise click.ClickException(
+            f"cannot write the database {database}: {reason}. Make the database writable by this user (for SQLite: "
+            "the file, its -wal and -shm files and their directory; for a server: a read-write connection with "
+            "space left), then start again.") from None
+
+
+def _database_name(config) -> str:  # noqa: ANN001 - a ServiceConfig
+    if config.db_url is None:
+        return str(Path(config.data_dir) / "easeml.sqlite")
+    from sqlalchemy.engine import make_url
+
+    return make_url(config.db_url).render_as_string(hide_password=True)

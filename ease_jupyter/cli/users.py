@@ -2,6 +2,13 @@
 
     easeml users add ada --admin      # prints ada's token, once
     easeml users list
+    easeml users revoke ada           # ada's token stops working
+    easeml users revoke ada --new-token   # ... and prints a new one
+    easeml users link carol           # hub user carol takes over local account carol
+
+These are local accounts (an ease.ml token logs them in). In JupyterHub mode
+the hub's users are other accounts, even under the same name, until an admin
+links them (``link``).
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ def _open(db_url, data_dir):
 
 @click.group("users")
 def command() -> None:
-    """Add and list users of the service."""
+    """Add, list, revoke and link users of the service."""
 
 
 @command.command("add")
@@ -52,10 +59,89 @@ def add(name, admin, db_url, data_dir) -> None:
 @_db
 @_dir
 def list_(db_url, data_dir) -> None:
-    """List users: name, admin flag, creation time."""
+    """List users: name, admin flag, origin (local or hub), creation time."""
     store = _open(db_url, data_dir)
     try:
         for user in store.list_users():
-            click.echo(f"{user.name}\t{'admin' if user.is_admin else 'user'}\t{user.created_at.isoformat()}")
+            click.echo(f"{user.name}\t{'admin' if user.is_admin else 'user'}\t{user.origin}\t"
+                       f"{user.created_at.isoformat()}")
     finally:
         store.close()
+
+
+@command.command("revoke")
+@click.argument("name")
+@click.option("--new-token", is_flag=True, help="Give NAME a new token and print it (shown only this once).")
+@_db
+@_dir
+def revoke(name, new_token, db_url, data_dir) -> None:
+    """Make the token of local account NAME stop working.
+
+    Its tasks and data stay. A running service that already saw the token
+    stops accepting it within its token cache's lifetime (30 s); the API's
+    DELETE /users/NAME/tokens acts at once."""
+    from ease_jupyter.errors import DataError, NotFoundError
+    from ease_jupyter.service.auth import revoke_token
+
+    store = _open(db_url, data_dir)
+    try:
+        _, token = revoke_token(store, name, replace=new_token)
+    except DataError as error:
+        raise click.BadParameter(f"found {error.found}, expected {error.expected}", param_hint="NAME") from None
+    except NotFoundError as error:
+        raise click.ClickException(str(error)) from None
+    finally:
+        store.close()
+    click.echo(token if token else f"the token of {name!r} is revoked", err=not token)
+
+
+@command.command("link")
+@click.argument("name")
+@_db
+@_dir
+def link(name, db_url, data_dir) -> None:
+    """Make local account NAME the account of JupyterHub user NAME.
+
+    The hub user's next login sees the local account's tasks and data, and the
+    account's ease.ml token stops working (the hub is how it logs in now).
+    Meant for a deployment that ran JupyterHub mode before users had an
+    origin: the upgrade made every existing account local.
+
+    A hub account NAME that owns no task (made when NAME logged in after the
+    upgrade) trades places with it: it becomes a local account with no token.
+    A hub account NAME that owns tasks is never replaced: the command refuses
+    and changes nothing.
+
+    A running service sees the link within 30 s (its caches of tokens and of
+    hub users), or at once after a restart."""
+    from ease_jupyter.errors import AlreadyExistsError, DataError, NotFoundError
+    from ease_jupyter.service.auth import local_user
+    from ease_jupyter.store.base import HUB
+
+    store = _open(db_url, data_dir)
+    try:
+        account = local_user(store, name)
+        try:
+            replaced = store.user_by_name(name, HUB)
+        except NotFoundError:
+            replaced = None
+        store.link_user_to_hub(account.id)
+    except DataError as error:
+        raise click.BadParameter(f"found {error.found}, expected {error.expected}", param_hint="NAME") from None
+    except NotFoundError as error:
+        raise click.ClickException(str(error)) from None
+    except AlreadyExistsError:
+        owned = len(store.list_tasks(store.user_by_name(name, HUB).id))
+        if not owned:  # a hub login created the hub account between our look-up and the link
+            raise click.ClickException(f"hub user {name!r} logged in meanwhile; run the command again") from None
+        raise click.ClickException(
+            f"hub user {name!r} already owns {owned} task(s) here, so linking would hide one account's data; "
+            f"nothing was changed. Both accounts keep working: hub user {name!r} through the hub, local account "
+            f"{name!r} with its ease.ml token ('easeml users revoke {name} --new-token' prints a new one).") from None
+    finally:
+        store.close()
+    click.echo(f"local account {name!r} is now hub user {name!r}: its tasks follow the hub login, "
+               "its ease.ml token is revoked", err=True)
+    if replaced is not None:
+        click.echo(f"the empty hub account {name!r} (made at a login before the link) is now a local account "
+                   "with no token", err=True)

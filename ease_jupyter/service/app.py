@@ -12,6 +12,7 @@ import re
 import signal
 import socket
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +21,17 @@ import tornado.netutil
 import tornado.web
 from tornado.ioloop import IOLoop
 
-from .config import MIB, ServiceConfig
+from .config import ServiceConfig
 from .core import Service
 from .gc import collect_garbage, describe
 from .handlers import NotFoundHandler, handlers
 
 log = logging.getLogger(__name__)
+
+# Threads for the handlers' work. asyncio's default, min(32, CPUs + 4), is 6
+# on 2 cores: a few feeds waiting their turn for the database's write lock
+# would hold all of them, and every read would queue behind those feeds.
+REQUEST_THREADS = 32
 
 
 _TOKEN_IN_QUERY = re.compile(r"([?&]token=)[^&]*")
@@ -71,10 +77,14 @@ def make_app(service: Service) -> tornado.web.Application:
 
 
 def _server(app: tornado.web.Application, config: ServiceConfig) -> tuple[tornado.httpserver.HTTPServer, int]:
-    # The server accepts bodies up to the chunk limit plus slack; the handlers
-    # answer 413 with a JSON error above each route's own limit.
-    server = tornado.httpserver.HTTPServer(app, max_body_size=max(config.max_chunk_bytes, config.max_json_bytes) + MIB,
-                                           xheaders=False)
+    # The API handlers stream their bodies and set each request's limit from
+    # the route (handlers.BaseHandler.prepare); this default holds only for
+    # handlers that do not stream (the WebSocket and the hub's login pages,
+    # all GETs), so it is the smallest route limit.
+    server = tornado.httpserver.HTTPServer(app, max_body_size=config.max_json_bytes, xheaders=False)
+    # Handlers run their work on the IOLoop's default executor (see handlers._dispatch).
+    asyncio.get_running_loop().set_default_executor(
+        ThreadPoolExecutor(REQUEST_THREADS, thread_name_prefix="easeml-request"))
     sockets = tornado.netutil.bind_sockets(config.port, address=config.host, family=socket.AF_INET)
     server.add_sockets(sockets)
     return server, sockets[0].getsockname()[1]

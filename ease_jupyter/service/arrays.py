@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import io
 import os
 import threading
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
 from ..errors import DataError, InvalidStateError, NotFoundError
+from ..store.space import storage_full
 
 ARRAY_EXPECTED = 'a list, {"npy_b64": base64 .npy bytes} or {"upload": upload id}'
 
@@ -55,6 +57,8 @@ class Uploads:
 
     A chunk must start where the previous one ended (``offset`` = bytes so far),
     so a client can resume after a failure by asking for the current size.
+    A chunk that cannot be written whole (a full disk: ``StorageFullError``)
+    is cut off again, so the upload keeps its old size and can be resumed.
     """
 
     def __init__(self, directory: Path, max_total_bytes: int = 4 * 1024**3):
@@ -72,9 +76,30 @@ class Uploads:
     def create(self, owner_id: int) -> str:
         uid = uuid.uuid4().hex
         path = self.directory / str(int(owner_id)) / f"{uid}.part"
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        path.touch(mode=0o600)
+        with self._disk_full_is_storage_full():
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            path.touch(mode=0o600)
         return uid
+
+    def usage(self, owner_id: int) -> int:
+        """Bytes in the owner's uploads that are not fed yet (her quota counts them)."""
+        total = 0
+        for path in (self.directory / str(int(owner_id))).glob("*.part"):
+            try:
+                total += path.stat().st_size
+            except FileNotFoundError:  # fed or swept meanwhile
+                continue
+        return total
+
+    @contextlib.contextmanager
+    def _disk_full_is_storage_full(self) -> Iterator[None]:
+        try:
+            yield
+        except OSError as error:
+            full = storage_full(error, self.directory)
+            if full is not None:
+                raise full from None
+            raise
 
     def size(self, owner_id: int, upload_id: str) -> int:
         path = self._path(owner_id, upload_id)
@@ -82,15 +107,28 @@ class Uploads:
             raise NotFoundError(f"upload {upload_id!r} not found")
         return path.stat().st_size
 
-    def append(self, owner_id: int, upload_id: str, offset: int, data: bytes) -> int:
+    def append(self, owner_id: int, upload_id: str, offset: int, data: bytes, *,
+               reserve: Callable[[int], None] | None = None) -> int:
+        """Add ``data`` at ``offset``; the new size. ``reserve(len(data))``,
+        when given, may refuse the chunk by raising (the owner's quota)."""
         with self._lock:
             size = self.size(owner_id, upload_id)
             if offset != size:
                 raise InvalidStateError(f"offset: found {offset}, expected {size} (the bytes received so far)")
             if size + len(data) > self.max_total_bytes:
                 raise DataError("upload", f"{size + len(data)} bytes", f"at most {self.max_total_bytes} bytes")
-            with open(self._path(owner_id, upload_id), "ab") as handle:
-                handle.write(data)
+            if reserve is not None:
+                reserve(len(data))
+            path = self._path(owner_id, upload_id)
+            with self._disk_full_is_storage_full(), open(path, "r+b", buffering=0) as handle:
+                try:
+                    handle.seek(size)
+                    rest = memoryview(data)
+                    while rest:  # an unbuffered write may take part of it
+                        rest = rest[handle.write(rest):]
+                except BaseException:
+                    handle.truncate(size)  # the chunk is all or nothing
+                    raise
             return size + len(data)
 
     def read(self, owner_id: int, upload_id: Any) -> bytes:

@@ -1,8 +1,12 @@
 """Tokens (ACAI §3.1) and names.
 
 A token is shown once, when its user is created; the store keeps only its
-sha256. Names of tasks and users follow one strict pattern so that nothing a
-client sends can become a path outside the data dir.
+sha256. Revoking clears that hash (``revoke_token``: ``DELETE
+/users/{name}/tokens``, ``easeml users revoke``). Tokens belong to local
+accounts only; a JupyterHub user has none (``hub.py``).
+
+Names of tasks and users follow one strict pattern so that nothing a client
+sends can become a path outside the data dir.
 """
 
 from __future__ import annotations
@@ -10,9 +14,12 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
+import threading
+import time
 
 from ..errors import DataError, NotFoundError
 from ..store import Store, User
+from ..store.base import LOCAL
 
 NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 NAME_EXPECTED = "1-64 characters from A-Z a-z 0-9 _ . - (and no '..')"
@@ -39,10 +46,29 @@ def hash_token(token: str) -> str:
 
 
 def create_user(store: Store, name: str, *, admin: bool = False) -> tuple[User, str]:
-    """A new user and its token (returned here only)."""
+    """A new local account (an ease.ml token logs it in) and its token,
+    returned here only. Local accounts never take a hub user's name space:
+    the hub's user of the same name is another user (``hub.HubTokens``)."""
     check_name("name", name)
     token = new_token()
-    return store.create_user(name, hash_token(token), is_admin=admin), token
+    return store.create_user(name, hash_token(token), is_admin=admin, origin=LOCAL), token
+
+
+def local_user(store: Store, name: str) -> User:
+    """The local account ``name`` (NotFoundError names it when there is none)."""
+    check_name("name", name)
+    try:
+        return store.user_by_name(name, LOCAL)
+    except NotFoundError:
+        raise NotFoundError(f"user {name!r}: no such local account (hub users have no ease.ml token)") from None
+
+
+def revoke_token(store: Store, name: str, *, replace: bool = False) -> tuple[User, str | None]:
+    """Make the ease.ml token of local account ``name`` stop working; with
+    ``replace``, give it a new one (returned here only)."""
+    user = local_user(store, name)
+    token = new_token() if replace else None
+    return store.set_user_token_hash(user.id, hash_token(token) if token else None), token
 
 
 def user_for_token(store: Store, token: str | None) -> User | None:
@@ -60,19 +86,17 @@ class TokenCache:
     """token hash -> User for ``ttl`` seconds, so that a request costs no
     database query for auth (the IOLoop thread does it, before the route's
     work moves to a thread). Unknown tokens are not cached. A user created
-    meanwhile is found at once; nothing revokes a token today, and a user
-    removed from the database directly stays valid for at most ``ttl`` s."""
+    meanwhile is found at once. ``forget_user`` drops a user's entries at once
+    (``Service.revoke_tokens`` calls it); a token revoked in the database by
+    another process (``easeml users revoke``) stops working here within
+    ``ttl`` seconds."""
 
     def __init__(self, store: Store, ttl: float = 30.0, max_entries: int = 10_000):
-        import threading
-
         self.store, self.ttl, self.max_entries = store, ttl, max_entries
         self._users: dict[str, tuple[float, User]] = {}
         self._lock = threading.Lock()
 
     def user(self, token: str | None) -> User | None:
-        import time
-
         if not token:
             return None
         digest = hash_token(token)
@@ -89,6 +113,12 @@ class TokenCache:
                 self._users[digest] = (now, user)
         return user
 
+    def forget_user(self, user_id: int) -> None:
+        """Drop every cached token of the user, so its next request asks the store."""
+        with self._lock:
+            for digest in [d for d, (_, user) in self._users.items() if user.id == user_id]:
+                del self._users[digest]
+
 
 def parse_authorization(header: str | None) -> str | None:
     if not header:
@@ -99,5 +129,5 @@ def parse_authorization(header: str | None) -> str | None:
     return None
 
 
-__all__ = ["TokenCache", "check_name", "create_user", "hash_token", "new_token", "parse_authorization",
-           "user_for_token", "NAME_RE"]
+__all__ = ["TokenCache", "check_name", "create_user", "hash_token", "local_user", "new_token", "parse_authorization",
+           "revoke_token", "user_for_token", "NAME_RE"]

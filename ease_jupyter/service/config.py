@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 MIB = 1024 * 1024
+GIB = 1024 * MIB
+DEFAULT_QUOTA_BYTES = 4 * GIB
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,10 @@ class ServiceConfig:
             The embedded service (``Client()`` with no URL) uses 30 minutes.
         upload_ttl_seconds: a chunked upload not fed (or appended to) for
             this long is deleted.
+        quota_bytes: each user's storage quota (``quota.py``): her fed
+            data, her trained models and her uploads not fed yet. A write
+            that would take her over it is refused (413 ``quota_exceeded``);
+            None or 0: no quota.
         housekeeping_seconds: how often the idle check and the upload sweep run.
         blob_gc_seconds: collect blob garbage (``service/gc.py``: superseded
             MOP checkpoints, old selector states) at the first housekeeping
@@ -83,6 +89,7 @@ class ServiceConfig:
     worker_nice: int = 5
     idle_shutdown_seconds: float | None = None
     upload_ttl_seconds: float = 24 * 3600.0
+    quota_bytes: int | None = DEFAULT_QUOTA_BYTES
     housekeeping_seconds: float = 60.0
     blob_gc_seconds: float | None = 6 * 3600.0
     jupyterhub: bool = False
@@ -103,6 +110,8 @@ class ServiceConfig:
             raise ValueError(f"idle_shutdown_seconds: found {self.idle_shutdown_seconds}, expected > 0 or None")
         if self.blob_gc_seconds is not None and self.blob_gc_seconds < 0:
             raise ValueError(f"blob_gc_seconds: found {self.blob_gc_seconds}, expected >= 0 (0 or None: off)")
+        if self.quota_bytes is not None and not (isinstance(self.quota_bytes, int) and self.quota_bytes >= 0):
+            raise ValueError(f"quota_bytes: found {self.quota_bytes!r}, expected an integer >= 0 (0 or None: no quota)")
         if not (self.upload_ttl_seconds > 0 and self.housekeeping_seconds > 0):
             raise ValueError("upload_ttl_seconds and housekeeping_seconds: expected > 0")
         if not (self.base_url.startswith("/") and self.base_url.endswith("/")) or "//" in self.base_url:

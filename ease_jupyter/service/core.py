@@ -17,11 +17,13 @@ import numpy as np
 from .. import datasets, training
 from ..errors import AlreadyExistsError, DataError, InvalidStateError, NotFoundError
 from ..schema import format_program, parse
+from ..schema.limits import check_program_size, check_program_text
 from ..store import DatasetVersion, Edge, Job, Node, NodeKind, Store, BlobStore, Task, User, open_store
 from . import arrays
-from .auth import TokenCache, check_name, create_user
+from .auth import TokenCache, check_name, create_user, revoke_token
 from .config import ServiceConfig
 from .events import EventBus
+from .quota import Quota
 from .loop import ControlLoop
 from .mop import TorchExecutor, TorchProcessExecutor, is_torch_job, torch_infer
 from .runner import SklearnExecutor, SklearnProcessExecutor
@@ -65,13 +67,13 @@ def _program_text(body: dict[str, Any]) -> str | None:
     if program is not None:
         if not isinstance(program, str):
             raise DataError("program", type(program).__name__, "ease.ml program text")
-        return format_program(parse(program))
+        return format_program(check_program_size(parse(check_program_text(program)), field="program"))
     if inp is None and out is None:
         return None
     for field, shape in (("input", inp), ("output", out)):
         if not (isinstance(shape, list) and shape and all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape)):
-            raise DataError(field, repr(shape), "a non-empty list of positive integers, e.g. [64]")
-    from ..local import program_from_shapes
+            raise DataError(field, repr(shape)[:80], "a non-empty list of positive integers, e.g. [64]")
+    from ..local import program_from_shapes  # checks the size limits
 
     return format_program(program_from_shapes(inp, out))
 
@@ -87,6 +89,7 @@ class Service:
             store, blobs = open_store(config.db_url, data_dir)
         self.store, self.blobs = store, blobs
         self.uploads = arrays.Uploads(data_dir / "uploads")
+        self.quota = Quota(config.quota_bytes, self.uploads.directory)
         self.tokens = TokenCache(self.store)
         self._task_cache: dict[tuple[int, str], Task] = {}  # see _task
         self.last_request = time.monotonic()  # for the idle shutdown (see app.housekeeping)
@@ -97,13 +100,13 @@ class Service:
         engine = self._engine_address(config)
         if processes:
             executor = SklearnProcessExecutor(config.db_url, data_dir, config.workers, nice=config.worker_nice,
-                                              engine=engine)
+                                              engine=engine, quota=self.quota)
         else:
-            executor = SklearnExecutor(self.store, self.blobs, config.workers, engine=engine)
+            executor = SklearnExecutor(self.store, self.blobs, config.workers, engine=engine, quota=self.quota)
         executors = {Engine.SKLEARN: executor}
         if config.torch:
             torch_kwargs = dict(engine=engine, engine_workers=config.workers, publish=self.events.publish,
-                                seed=config.seed or 0, partitions=config.mop_partitions)
+                                seed=config.seed or 0, partitions=config.mop_partitions, quota=self.quota)
             executors[Engine.TORCH] = (TorchProcessExecutor(config.db_url, data_dir, nice=config.worker_nice,
                                                             **torch_kwargs) if processes
                                        else TorchExecutor(self.store, self.blobs, **torch_kwargs))
@@ -140,17 +143,27 @@ class Service:
 
     # ------------------------------------------------------------ users
     def add_user(self, caller: User, body: dict[str, Any]) -> dict[str, Any]:
+        """A local account with a new token. Never a hub user's: in JupyterHub
+        mode the hub's user of the same name stays another user."""
         self._admin(caller)
         user, token = create_user(self.store, body.get("name"), admin=bool(body.get("admin", False)))
-        return {"id": user.id, "name": user.name, "admin": user.is_admin, "token": token}
+        return {"id": user.id, "name": user.name, "admin": user.is_admin, "origin": user.origin, "token": token}
+
+    def revoke_tokens(self, caller: User, name: str) -> dict[str, Any]:
+        """The local account ``name``'s ease.ml token stops working, here at
+        once (the token cache forgets it); its tasks stay."""
+        self._admin(caller)
+        user, _ = revoke_token(self.store, name)
+        self.tokens.forget_user(user.id)
+        return {"id": user.id, "name": user.name, "origin": user.origin, "revoked": True}
 
     def list_users(self, caller: User) -> list[dict[str, Any]]:
         self._admin(caller)
-        return [{"id": u.id, "name": u.name, "admin": u.is_admin, "created_at": _iso(u.created_at)}
+        return [{"id": u.id, "name": u.name, "admin": u.is_admin, "origin": u.origin, "created_at": _iso(u.created_at)}
                 for u in self.store.list_users()]
 
     def whoami(self, caller: User) -> dict[str, Any]:
-        return {"id": caller.id, "name": caller.name, "admin": caller.is_admin}
+        return {"id": caller.id, "name": caller.name, "admin": caller.is_admin, "origin": caller.origin}
 
     @staticmethod
     def _admin(caller: User) -> None:
@@ -205,8 +218,11 @@ class Service:
         for job in self.store.list_jobs(task.id):
             counts[job.status.value] = counts.get(job.status.value, 0) + 1
         out["jobs"] = counts
-        out["idle"] = self.loop.is_idle(task.id)
-        out["arms"] = self.loop.arms(task.id)  # scikit-learn configs plus torch candidates (one arm each)
+        out.update(self.loop.task_status(task, latest is not None))  # idle, candidates, blocked, status, reason
+        # The configs the selector explores for the latest version (scikit-learn
+        # configs plus torch candidates, one arm each) follow from the program,
+        # so a read never waits for the control loop to take in a feed.
+        out["arms"] = out["candidates"] if latest is not None and not task.cancelled else 0
         return out
 
     def cancel(self, caller: User, name: str) -> dict[str, Any]:
@@ -227,21 +243,23 @@ class Service:
             raise InvalidStateError(f"task {name!r} is cancelled; resume it before feeding")
         X = arrays.decode("X", body.get("X"), self.uploads, caller.id)
         y = arrays.decode("y", body.get("y"), self.uploads, caller.id)
-        version = datasets.feed(self.store, self.blobs, task, X, y)
-        for field in ("X", "y"):
-            ref = body.get(field)
-            if isinstance(ref, dict) and "upload" in ref:
-                self.uploads.delete(caller.id, ref["upload"])
+        consumed = {ref["upload"] for ref in (body.get("X"), body.get("y")) if isinstance(ref, dict) and "upload" in ref}
+        reserve = self.quota.reserve(self.store, self.blobs, caller.id, what=f"feed of task {name!r}",
+                                     releasing=sum(self.uploads.size(caller.id, u) for u in consumed))
+        version = datasets.feed(self.store, self.blobs, task, X, y, reserve=reserve)
+        for upload in consumed:
+            self.uploads.delete(caller.id, upload)
         return self._new_version(caller, task, version)
 
-    def refine(self, caller: User, name: str, body: dict[str, Any]) -> dict[str, Any]:
+    def refine(self, caller: User, name: str, body: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        """(version, created): a refine that changes nothing gives the latest version and starts nothing."""
         task = self._task(caller, name)
         keep, drop = body.get("keep"), body.get("drop")
         for field, ids in (("keep", keep), ("drop", drop)):
             if ids is not None and not (isinstance(ids, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in ids)):
                 raise DataError(field, repr(ids)[:80], "a list of integer example ids")
-        version = datasets.refine(self.store, self.blobs, task, keep=keep, drop=drop)
-        return self._new_version(caller, task, version)
+        version, created = datasets.refine_or_reuse(self.store, self.blobs, task, keep=keep, drop=drop)
+        return (self._new_version(caller, task, version) if created else version_json(version)), created
 
     def _new_version(self, caller: User, task: Task, version: DatasetVersion) -> dict[str, Any]:
         self.loop.notify(task.id)
@@ -288,7 +306,7 @@ class Service:
         return rows
 
     def best(self, caller: User, name: str) -> dict[str, Any]:
-        return training.best(self.store, self._task(caller, name))
+        return training.best(self.store, self._task(caller, name), self.blobs)
 
     def leaderboard(self, caller: User) -> list[dict[str, Any]]:
         rows = []
@@ -366,7 +384,8 @@ class Service:
         return {"id": self.uploads.create(caller.id), "size": 0}
 
     def upload_chunk(self, caller: User, upload_id: str, offset: int, data: bytes) -> dict[str, Any]:
-        return {"id": upload_id, "size": self.uploads.append(caller.id, upload_id, offset, data)}
+        reserve = self.quota.reserve(self.store, self.blobs, caller.id, what=f"upload {upload_id}")
+        return {"id": upload_id, "size": self.uploads.append(caller.id, upload_id, offset, data, reserve=reserve)}
 
     def upload_size(self, caller: User, upload_id: str) -> dict[str, Any]:
         return {"id": upload_id, "size": self.uploads.size(caller.id, upload_id)}
@@ -408,8 +427,14 @@ class Service:
             return 0.0
         return time.monotonic() - self.last_request
 
-    def health(self) -> dict[str, Any]:
+    def health(self, caller: User | None = None) -> dict[str, Any]:
+        """Liveness. Anyone (no token needed) learns only that the service is
+        up; an admin also sees the version, workers and WebSocket subscribers."""
+        out: dict[str, Any] = {"status": "ok"}
+        if caller is None or not caller.is_admin:
+            return out
         from .. import __version__
 
-        return {"status": "ok", "version": __version__, "workers": self.loop.workers,
-                "subscribers": self.events.n_subscribers}
+        out.update(version=__version__, workers=self.loop.workers, subscribers=self.events.n_subscribers,
+                   store=self.loop.store_status())
+        return out

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import logging
+import secrets
 from typing import Any, Callable
 
+import tornado.httputil
 import tornado.web
 from tornado.ioloop import IOLoop
 
@@ -25,6 +27,11 @@ from .suspicion import NoModelError
 log = logging.getLogger(__name__)
 API = "/api/v1"
 NAME = r"([^/]+)"
+# What tornado itself still accepts past a route's body limit: one read of
+# its stream, so that a chunked body crossing the limit meets our JSON 413.
+STREAM_SLACK_BYTES = 64 * 1024
+_JSON_KINDS = {list: "a JSON array", str: "a JSON string", int: "a JSON number", float: "a JSON number",
+               bool: "a JSON boolean", type(None): "null"}
 
 
 class ApiError(Exception):
@@ -46,8 +53,12 @@ _STORAGE_ERRORS = [(QuotaExceededError, 413, "quota_exceeded"), (StorageFullErro
                    (StorageError, 500, "storage_error")]
 
 
-def error_of(exc: BaseException) -> ApiError:
-    """Our exceptions -> (status, code, field, found, expected, message)."""
+def error_of(exc: BaseException, error_id: str | None = None) -> ApiError:
+    """Our exceptions -> (status, code, field, found, expected, message).
+
+    Anything else is a 500 whose message says only that the service failed,
+    with ``error_id``: the detail (SQL, paths, the exception) goes to the
+    service log under that id, never to the client."""
     if isinstance(exc, ApiError):
         return exc
     if isinstance(exc, ProgramSyntaxError):
@@ -68,15 +79,53 @@ def error_of(exc: BaseException) -> ApiError:
         return ApiError(409, "no_model", str(exc))
     if isinstance(exc, InvalidStateError):
         return ApiError(409, "invalid_state", str(exc))
-    if isinstance(exc, PermissionError):
+    if isinstance(exc, PermissionError) and exc.errno is None:  # ours ("admin rights needed"), not the filesystem's
         return ApiError(403, "forbidden", str(exc))
-    if isinstance(exc, tornado.web.HTTPError):
-        return ApiError(exc.status_code, "http_error", exc.log_message or tornado.httputil.responses.get(exc.status_code, "error"))
-    return ApiError(500, "internal", f"{type(exc).__name__}: {exc}")
+    if isinstance(exc, tornado.web.HTTPError) and exc.status_code < 500:
+        return _http_error(exc.status_code, exc)
+    return ApiError(500, "internal", "the service failed on this request"
+                    + (f"; the service log has the details under error id {error_id}" if error_id else ""))
 
 
+def _http_error(status: int, exc: tornado.web.HTTPError | None = None) -> ApiError:
+    """Tornado's own refusals (unsupported method, malformed request) as our JSON errors."""
+    if status == 405:
+        return ApiError(405, "method_not_allowed",
+                        "this method is not allowed here; the Allow header lists those that are", field="method")
+    if status == 400:  # e.g. a path or query argument that is not UTF-8; tornado's words describe the input only
+        detail = (exc.log_message % exc.args) if exc is not None and exc.log_message else "malformed request"
+        return ApiError(400, "bad_request", detail, field="request")
+    return ApiError(status, "http_error", tornado.httputil.responses.get(status, "error"))
+
+
+def _declared_length(headers: tornado.httputil.HTTPHeaders) -> int | None:
+    """The Content-Length header as a number (None: absent, e.g. a chunked body)."""
+    raw = headers.get("Content-Length")
+    if raw is None:
+        return None
+    if not raw.strip().isdigit():
+        raise ApiError(400, "bad_request", "Content-Length must be a number of bytes", field="Content-Length",
+                       found=raw[:40], expected="a non-negative integer")
+    return int(raw)
+
+
+def _too_large(length: int, limit: int, json_route: bool) -> ApiError:
+    hint = "; send large arrays through POST /api/v1/uploads" if json_route else ""
+    return ApiError(413, "too_large", f"request body of {length} bytes is over the limit of {limit} bytes{hint}",
+                    field="body", found=f"{length} bytes", expected=f"at most {limit} bytes")
+
+
+@tornado.web.stream_request_body
 class BaseHandler(tornado.web.RequestHandler):
-    """Auth, size limits and JSON errors for every API route."""
+    """Auth, size limits and JSON errors for every API route.
+
+    The body is streamed (``stream_request_body``): ``prepare`` runs once the
+    headers are in, before any of the body is read, so an unknown method
+    (405), a caller without a valid token (401) and a declared length over
+    the route's limit (413) are answered from the headers alone and the
+    connection is closed without reading the body. A body that arrives
+    without a length (chunked) is counted as it streams and refused the
+    moment it passes the limit; at most the limit is ever buffered."""
 
     limit_attr = "max_json_bytes"
     public = False
@@ -85,6 +134,9 @@ class BaseHandler(tornado.web.RequestHandler):
     def initialize(self, service: Service) -> None:
         self.service = service
         self.user = None
+        self._body = bytearray()
+        self._limit = 0
+        self._error_id: str | None = None
 
     def set_default_headers(self) -> None:
         self.set_header("Content-Type", "application/json; charset=utf-8")
@@ -92,23 +144,51 @@ class BaseHandler(tornado.web.RequestHandler):
 
     async def prepare(self) -> None:
         self.service.touch()
-        limit = getattr(self.service.config, self.limit_attr)
-        length = int(self.request.headers.get("Content-Length") or len(self.request.body or b""))
-        if length > limit:
-            raise ApiError(413, "too_large", f"request body of {length} bytes is over the limit of {limit} bytes"
-                           + ("; send large arrays through POST /api/v1/uploads" if self.limit_attr == "max_json_bytes" else ""),
-                           field="body", found=f"{length} bytes", expected=f"at most {limit} bytes")
-        if self.public:
-            return
+        self._limit = getattr(self.service.config, self.limit_attr)
+        length = _declared_length(self.request.headers)
+        self._expect_body(length)
+        if self.request.method.lower() not in self.ops:
+            raise _http_error(405)
+        await self._authenticate()
+        if length is not None and length > self._limit:
+            raise _too_large(length, self._limit, self.limit_attr == "max_json_bytes")
+
+    def _expect_body(self, length: int | None) -> None:
+        """Tell tornado how much body this request may bring: the route's
+        limit (plus a read of slack, see ``data_received``), or the declared
+        length when that is more. A request refused here is answered and its
+        connection closed before tornado reads more than a few reads of it;
+        the higher bound only keeps tornado from answering such a request
+        with its own bare 400 on top of ours."""
+        if self.request.connection is not None:
+            self.request.connection.set_max_body_size(max(length or 0, self._limit) + STREAM_SLACK_BYTES)
+
+    async def _authenticate(self) -> None:
+        """Sets ``self.user``; 401 without a valid token, except on public routes,
+        where a valid token only adds detail (an admin's ``/health``)."""
         authenticate = getattr(self.service.tokens, "authenticate", None)
-        if authenticate is not None:  # JupyterHub mode (hub.py): the hub decides, a 403 is a PermissionError
-            self.user = await authenticate(self)
-        else:
-            self.user = self.service.tokens.user(parse_authorization(self.request.headers.get("Authorization")))
-        if self.user is None:
+        try:
+            if authenticate is not None:  # JupyterHub mode (hub.py): the hub decides, a 403 is a PermissionError
+                self.user = await authenticate(self)
+            else:
+                self.user = self.service.tokens.user(parse_authorization(self.request.headers.get("Authorization")))
+        except PermissionError:
+            if not self.public:
+                raise
+        if self.user is None and not self.public:
             raise ApiError(401, "unauthorized", "missing or invalid token: send 'Authorization: token <token>'"
                            + (" (an ease.ml token or a JupyterHub API token)" if authenticate is not None else ""),
                            field="Authorization", expected="token <token> or Bearer <token>")
+
+    def data_received(self, chunk: bytes) -> None:
+        if self._finished:  # refused already: the rest is dropped until the connection closes
+            return
+        if len(self._body) + len(chunk) > self._limit:
+            error = _too_large(len(self._body) + len(chunk), self._limit, self.limit_attr == "max_json_bytes")
+            self._body = bytearray()
+            self.send_error(413, exc_info=(ApiError, error, None))
+            return
+        self._body += chunk
 
     def json_body(self) -> dict[str, Any]:
         if not self.request.body:
@@ -117,25 +197,39 @@ class BaseHandler(tornado.web.RequestHandler):
             body = json.loads(self.request.body)
         except (ValueError, UnicodeDecodeError) as error:
             raise DataError("body", f"invalid JSON ({error})", "a JSON object") from None
+        except RecursionError:  # the parser's own bound: about a thousand levels of nesting
+            raise DataError("body", "JSON nested too deeply to parse",
+                            "a JSON object nested a few levels deep") from None
         if not isinstance(body, dict):
-            raise DataError("body", type(body).__name__, "a JSON object")
+            raise DataError("body", _JSON_KINDS.get(type(body), "a JSON value"), "a JSON object")
         return body
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]
-        err = error_of(exc) if exc is not None else ApiError(status_code, "http_error", self._reason)
+        err = error_of(exc, self._error_ref()) if exc is not None else _http_error(status_code)
         self.set_status(err.status)
+        if err.status == 405:
+            self.set_header("Allow", ", ".join(method.upper() for method in self.ops))
         self.finish({"error": {"code": err.code, "field": err.field, "found": err.found,
                                "expected": err.expected, "message": str(err)}})
 
+    def _error_ref(self) -> str:
+        """The id under which this request's 500 is logged (and named to the client)."""
+        if self._error_id is None:
+            self._error_id = secrets.token_hex(6)
+        return self._error_id
+
     def log_exception(self, typ, value, tb) -> None:  # noqa: ANN001 - tornado's signature
-        if error_of(value).status >= 500:
-            super().log_exception(typ, value, tb)
+        if value is not None and error_of(value).status >= 500:
+            log.error("error id %s: %s %s failed", self._error_ref(), self.request.method, self.request.path,
+                      exc_info=(typ, value, tb))
 
     async def _dispatch(self, method: str, *args: str) -> None:
-        fn = self.ops.get(method)
-        if fn is None:
-            raise ApiError(405, "method_not_allowed", f"{method.upper()} is not allowed here")
+        if self._finished:  # refused while the body streamed in
+            return
+        fn = self.ops[method]  # prepare() answered 405 for any other method
+        # A bytearray, not bytes: json.loads and file writes take it, and an upload chunk is not copied.
+        self.request.body = self._body
         result = await IOLoop.current().run_in_executor(None, fn, self.service, self.user, self, *args)
         status, data = (result.status, result.data) if isinstance(result, Reply) else (200, result)
         self.set_status(status)
@@ -155,10 +249,14 @@ class BaseHandler(tornado.web.RequestHandler):
 
 
 class NotFoundHandler(BaseHandler):
-    public = True
+    """Any path outside the route table: 404 for every method, from the headers."""
 
-    def prepare(self) -> None:
-        raise ApiError(404, "not_found", f"no route {self.request.path}")
+    public = True
+    SUPPORTED_METHODS = tornado.web.RequestHandler.SUPPORTED_METHODS + ("TRACE", "CONNECT")
+
+    async def prepare(self) -> None:
+        self._expect_body(_declared_length(self.request.headers))
+        raise ApiError(404, "not_found", "no such route", field="path", found=self.request.path[:200])
 
 
 def _int_arg(h: BaseHandler, name: str, default: int | None = None) -> int | None:
@@ -184,18 +282,19 @@ def _openapi(service, user, h):  # noqa: ANN001
 
 # path -> {method: fn(service, user, handler, *path args)}; the OpenAPI test checks every row is documented.
 ROUTES: list[tuple[str, dict[str, Callable[..., Any]], dict[str, Any]]] = [
-    ("/health", {"get": lambda s, u, h: s.health()}, {"public": True}),
+    ("/health", {"get": lambda s, u, h: s.health(u)}, {"public": True}),
     ("/openapi.json", {"get": _openapi}, {"public": True}),
     ("/whoami", {"get": lambda s, u, h: s.whoami(u)}, {}),
     ("/users", {"get": lambda s, u, h: s.list_users(u),
                 "post": lambda s, u, h: Reply(201, s.add_user(u, h.json_body()))}, {}),
+    ("/users/" + NAME + "/tokens", {"delete": lambda s, u, h, n: s.revoke_tokens(u, n)}, {}),
     ("/tasks", {"get": lambda s, u, h: s.list_tasks(u),
                 "post": lambda s, u, h: _created(s.create_task(u, h.json_body()))}, {}),
     ("/tasks/" + NAME, {"get": lambda s, u, h, n: s.get_task(u, n)}, {}),
     ("/tasks/" + NAME + "/cancel", {"post": lambda s, u, h, n: s.cancel(u, n)}, {}),
     ("/tasks/" + NAME + "/resume", {"post": lambda s, u, h, n: s.resume(u, n)}, {}),
     ("/tasks/" + NAME + "/feed", {"post": lambda s, u, h, n: Reply(201, s.feed(u, n, h.json_body()))}, {}),
-    ("/tasks/" + NAME + "/refine", {"post": lambda s, u, h, n: Reply(201, s.refine(u, n, h.json_body()))}, {}),
+    ("/tasks/" + NAME + "/refine", {"post": lambda s, u, h, n: _created(s.refine(u, n, h.json_body()))}, {}),
     ("/tasks/" + NAME + "/versions", {"get": lambda s, u, h, n: s.versions(u, n)}, {}),
     ("/tasks/" + NAME + "/examples", {"get": lambda s, u, h, n: s.examples(u, n, _int_arg(h, "version"))}, {}),
     ("/tasks/" + NAME + "/jobs", {"get": lambda s, u, h, n: s.jobs(u, n)}, {}),

@@ -16,19 +16,33 @@ hands the service its settings in the environment:
 How a request becomes an ease.ml user (``HubTokens.authenticate``):
 
 1. A token in ``Authorization: token T`` (or ``Bearer T``) that the ease.ml
-   store knows (``easeml users add``) is that ease.ml user, as without the hub.
-2. Otherwise jupyterhub's ``HubOAuth`` resolves it with the hub (``user_for_token``,
-   cached by ``HubAuth`` for ``cache_max_age`` seconds), or, with no token, the
-   OAuth cookie that ``<prefix>oauth_callback`` set after a browser login.
+   store knows (``easeml users add``) is that local ease.ml account, as
+   without the hub.
+2. Otherwise the hub says whose token T is (``user_for_token``). A request
+   that carries a token is judged by that token alone: an OAuth cookie sent
+   beside a token the hub refuses does not stand in for it. With no token,
+   the OAuth cookie that ``<prefix>oauth_callback`` set after a browser login
+   counts. The hub's positive answers are reused for ``HUB_CACHE_SECONDS``,
+   its refusals never (``positive_cache``): a revoked hub token, a demoted
+   admin or a narrowed scope take effect here within that time.
 3. The hub's answer must hold one of the service's access scopes (by default
    ``access:services!service=<name>``), else 403; it must be a hub *user*, not
    a service, else 403.
-4. The hub user maps to the ease.ml user of the same name, created on first
-   sight. Admin rights follow the hub on every request: a hub admin is an
-   ease.ml admin, and nobody else is (whatever the stored flag says). A hub
+4. The hub user maps to its own ease.ml user (origin "hub"), created on first
+   sight. Hub users and local accounts are separate namespaces: the hub's
+   "carol" never logs in to a local account "carol" (made by ``easeml users
+   add`` or an admin's ``POST /users``), nor does that account's token reach
+   the hub user's tasks. Admin rights follow the hub's answer: a hub admin is
+   an ease.ml admin, and nobody else is (whatever the stored flag says). A hub
    name that is not a valid ease.ml name (``auth.NAME_RE``, e.g. an e-mail
    address) gets 403 with the rule; map such names in the hub
    (``Authenticator.username_map`` or ``normalize_username``).
+5. Only an admin binds a local account to a hub user: ``easeml users link
+   NAME`` makes local account NAME the hub user NAME and revokes its token.
+   A running service reads a hub user's row again every ``TokenCache.ttl``
+   seconds (30 s), so it follows a link within that time; the linked
+   account's old token stops within that time too (at once when the
+   service reads the hub user again).
 
 No token, a token neither side knows, or a hub session that expired: 401.
 """
@@ -36,7 +50,6 @@ No token, a token neither side knows, or a hub session that expired: 401.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
 import os
 import secrets
@@ -47,7 +60,8 @@ from urllib.parse import urlparse
 
 from ..errors import AlreadyExistsError, NotFoundError
 from ..store import Store, User
-from .auth import NAME_EXPECTED, NAME_RE, TokenCache, create_user, parse_authorization
+from ..store.base import HUB
+from .auth import NAME_EXPECTED, NAME_RE, TokenCache, parse_authorization
 
 log = logging.getLogger(__name__)
 
@@ -90,19 +104,43 @@ def check_environment() -> None:
             "service (c.JupyterHub.services), which sets them, or set them for an externally managed service")
 
 
-def make_hub_auth(cache_seconds: int = 60) -> Any:
+# How long a positive answer of the hub is reused. A token the hub stops
+# accepting (revoked, expired, its user removed) and a change of a user's admin
+# flag or scopes take effect here at most this long after the hub made them.
+HUB_CACHE_SECONDS = 5
+
+
+def make_hub_auth(cache_seconds: int = HUB_CACHE_SECONDS) -> Any:
     """jupyterhub's ``HubOAuth`` (``HubAuth`` when the hub gave no OAuth
-    client id), configured from the environment. Tokens the hub confirms or
-    denies are cached for ``cache_seconds`` (so a token revoked in the hub
-    stops working here within that time)."""
+    client id), configured from the environment. The hub's positive answers
+    are reused for ``cache_seconds``; its refusals are never cached."""
     check_environment()
     from jupyterhub.services.auth import HubAuth, HubOAuth
 
     cls = HubOAuth if os.environ.get("JUPYTERHUB_CLIENT_ID") else HubAuth
     auth = cls(api_token=os.environ["JUPYTERHUB_API_TOKEN"], cache_max_age=cache_seconds)
+    auth.cache = positive_cache(cache_seconds)
     if not auth.access_scopes:
         auth.access_scopes = {f"access:services!service={service_name()}"}
     return auth
+
+
+def positive_cache(max_age: float) -> Any:
+    """A cache for ``HubAuth.cache`` that keeps the hub's positive answers for
+    ``max_age`` seconds and forgets a token as soon as the hub refuses it.
+
+    ``HubAuth`` caches refusals (None, the hub's 403) as well, and its trait
+    only takes its own ``_ExpiringDict``, hence the subclass."""
+    from jupyterhub.services.auth import _ExpiringDict
+
+    class PositiveCache(_ExpiringDict):
+        def __setitem__(self, key: str, value: Any) -> None:
+            if value is None:  # the hub refused this token: drop what we knew of it
+                self.pop(key, None)
+            else:
+                super().__setitem__(key, value)
+
+    return PositiveCache(max_age)
 
 
 def ease_name(hub_name: str) -> str:
@@ -121,97 +159,106 @@ class HubTokens:
     look-up that is not cached blocks the IOLoop for one local HTTP round
     trip); ``authenticate(handler)`` is the non-blocking form of the JSON
     routes, which also accepts the OAuth cookie. See the module docstring.
+    Hub answers are cached by ``hub_auth`` only (``positive_cache``), per
+    token the hub itself judged.
     """
 
-    def __init__(self, store: Store, local: TokenCache, hub_auth: Any, *, ttl: float = 30.0,
-                 max_entries: int = 10_000):
+    def __init__(self, store: Store, local: TokenCache, hub_auth: Any):
         self.store, self.local, self.hub_auth = store, local, hub_auth
-        self.ttl, self.max_entries = ttl, max_entries
-        self._tokens: dict[str, tuple[float, User]] = {}  # sha256(token) -> hub-resolved user
-        self._names: dict[str, User] = {}  # hub name -> stored ease.ml user
+        # hub name -> (when it was read, its stored ease.ml user, origin "hub"). Kept for
+        # ``local.ttl`` seconds, like ease.ml tokens: ``easeml users link`` (another
+        # process) can make another row the hub user of a name.
+        self._names: dict[str, tuple[float, User]] = {}
         self._lock = threading.Lock()
 
     # -- the two entry points ---------------------------------------------
     def user(self, token: str | None) -> User | None:
         if not token:
             return None
-        known = self._known(token)
+        known = self.local.user(token)
         if known is not None:
             return known
         model = self.hub_auth.user_for_token(token, sync=True)
         try:
-            return self._remember(token, self._from_model(model)) if model else None
+            return self._from_model(model) if model else None
         except PermissionError:
             return None
 
     async def authenticate(self, handler: Any) -> User | None:
         """The user of a tornado request; None (401) when nobody is
         identified; PermissionError (403) when the hub knows the caller but
-        does not let it use this service."""
+        does not let it use this service.
+
+        A token, when the request carries one, alone decides: a token that
+        neither side knows is a 401 even beside a valid OAuth cookie."""
         from tornado.ioloop import IOLoop
 
-        token = parse_authorization(handler.request.headers.get("Authorization"))
+        token = (parse_authorization(handler.request.headers.get("Authorization"))
+                 or self.hub_auth.get_token(handler, in_cookie=False))  # ?token= where the hub allows it
         if token:
-            known = self._known(token)
+            known = self.local.user(token)
             if known is not None:
                 return known
-        model = await self.hub_auth.get_user(handler, sync=False)  # header token, else the OAuth cookie
+            model = await self.hub_auth.user_for_token(token, sync=False)
+        else:
+            model = await self.hub_auth.get_user(handler, sync=False)  # the browser's OAuth cookie
         if not model:
             return None
-        user = await IOLoop.current().run_in_executor(None, self._from_model, model)
-        return self._remember(token, user) if token else user
+        name, admin = self._check(model)
+        stored = self._cached(name)
+        if stored is None:  # first sight, or read over local.ttl ago: a store query, off the IOLoop
+            stored = await IOLoop.current().run_in_executor(None, self._stored, name, admin)
+        return dataclasses.replace(stored, is_admin=admin)
+
+    def forget_user(self, user_id: int) -> None:
+        """Drop the cached ease.ml tokens of a user (hub tokens are the hub's to revoke)."""
+        self.local.forget_user(user_id)
 
     # -- helpers ------------------------------------------------------------
-    def _known(self, token: str) -> User | None:
-        """The user of a token seen lately (from the hub) or of an ease.ml token."""
-        return self._cached(token) or self.local.user(token)
-
-    @staticmethod
-    def _digest(token: str) -> str:
-        return hashlib.sha256(token.encode()).hexdigest()
-
-    def _cached(self, token: str) -> User | None:
-        with self._lock:
-            hit = self._tokens.get(self._digest(token))
-        if hit is not None and time.monotonic() - hit[0] < self.ttl:
-            return hit[1]
-        return None
-
-    def _remember(self, token: str, user: User) -> User:
-        with self._lock:
-            if len(self._tokens) >= self.max_entries:
-                self._tokens.clear()
-            self._tokens[self._digest(token)] = (time.monotonic(), user)
-        return user
-
-    def _from_model(self, model: dict[str, Any]) -> User:
+    def _check(self, model: dict[str, Any]) -> tuple[str, bool]:
+        """(ease.ml name, admin) of a hub answer; PermissionError when it may not use the service."""
         kind, hub_name = model.get("kind", "user"), model.get("name")
         if kind != "user":
             raise PermissionError(f"hub {kind} {hub_name!r} is not a user: only hub users may use this service")
         if not self.hub_auth.check_scopes(self.hub_auth.access_scopes, model):
             raise PermissionError(f"hub user {hub_name!r} may not use this service: the token needs one of the "
                                   f"scopes {sorted(self.hub_auth.access_scopes)}")
-        stored = self._stored(ease_name(hub_name), bool(model.get("admin")))
-        return dataclasses.replace(stored, is_admin=bool(model.get("admin")))
+        return ease_name(hub_name), bool(model.get("admin"))
+
+    def _from_model(self, model: dict[str, Any]) -> User:
+        name, admin = self._check(model)
+        return dataclasses.replace(self._stored(name, admin), is_admin=admin)
 
     def _stored(self, name: str, admin: bool) -> User:
-        with self._lock:
-            user = self._names.get(name)
+        """The hub user's own ease.ml user (origin "hub"), created on first
+        sight; a local account of the same name is another user."""
+        user = self._cached(name)
         if user is not None:
             return user
         try:
-            user = self.store.user_by_name(name)
+            user = self.store.user_by_name(name, HUB)
         except NotFoundError:
             try:
-                # The ease.ml token of a hub user is random and never shown: the hub is how it logs in.
-                user, _ = create_user(self.store, name, admin=admin)
+                # No ease.ml token reaches a hub user: the hub is how it logs in.
+                user = self.store.create_user(name, None, is_admin=admin, origin=HUB)
                 log.info("hub user %s seen for the first time: ease.ml user %d created%s", name, user.id,
                          " (admin)" if admin else "")
             except AlreadyExistsError:  # created by a concurrent request
-                user = self.store.user_by_name(name)
+                user = self.store.user_by_name(name, HUB)
+        # A hub user holds no ease.ml token: one still cached for this id was
+        # revoked by a link (``easeml users link``) and must stop at once.
+        self.local.forget_user(user.id)
         with self._lock:
-            self._names[name] = user
+            self._names[name] = (time.monotonic(), user)
         return user
+
+    def _cached(self, name: str) -> User | None:
+        """The hub user ``name`` as read from the store less than ``local.ttl`` seconds ago."""
+        with self._lock:
+            hit = self._names.get(name)
+        if hit is None or time.monotonic() - hit[0] >= self.local.ttl:
+            return None
+        return hit[1]
 
 
 def cookie_secret() -> bytes:
@@ -249,5 +296,5 @@ def hub_routes(prefix: str, hub_auth: Any) -> list[tuple[str, type, dict[str, An
             (pattern + "oauth_callback", CallbackHandler, args)]
 
 
-__all__ = ["HubConfigError", "HubTokens", "check_environment", "ease_name", "hub_routes", "make_hub_auth",
-           "service_bind", "service_prefix"]
+__all__ = ["HUB_CACHE_SECONDS", "HubConfigError", "HubTokens", "check_environment", "ease_name", "hub_routes",
+           "make_hub_auth", "positive_cache", "service_bind", "service_prefix"]

@@ -33,11 +33,11 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import InvalidStateError, NotFoundError
-from ..schema import DataType, Program, TensorField
+from ..errors import InvalidStateError, NotFoundError, StorageError, StorageFullError, StoreUnavailableError
+from ..schema import DataType, Program, TensorField, parse
 from ..selection.selector import Selector
 from ..store import BlobStore, Job, JobStatus, JobUpdate, Store, Task
-from ..training import sklearn_candidates
+from ..training import failure_code, sklearn_candidates
 from ..zoo import Candidate, Engine, ModelConfig, candidates
 from .mop import DEFAULT_EPOCHS, torch_arms, torch_candidates
 from .runner import JobExecutor, candidate_grid, one_blas_thread
@@ -46,9 +46,13 @@ log = logging.getLogger(__name__)
 
 STATE_TAG = "easeml.selector_state"
 MAX_ATTEMPTS = 3  # a job lost by its executor this often is failed
+STORAGE_RETRY_SECONDS = 60.0  # a tenant's wait for new picks after a job failed for want of storage
 FLOPS_PER_SECOND = 1e9  # first guess, replaced by measured runtimes (see _cost_seconds)
 NOMINAL_PROGRAMS = (((16,), (4,)), ((16,), (1,)))  # flat classification and regression
 NOMINAL_TORCH_PROGRAMS = (((8, 8, 1), (4,)), ((8, 8, 3), (4,)))  # images: the torch arms
+MAX_BACKOFF_SECONDS = 30.0  # the longest wait between turns while the store cannot be written
+# Errors that mean the store cannot take writes now (not a bug): the loop waits them out.
+STORE_OUTAGES = (StoreUnavailableError, StorageFullError)
 
 
 def arm_key(model: str, config: dict) -> str:
@@ -143,8 +147,15 @@ class ControlLoop:
         # Saves are throttled (every state is a new blob); a restart reconciles
         # the last saved state with the jobs in the store, so nothing is lost.
         self.save_every = save_every_seconds
+        self.storage_retry_seconds = STORAGE_RETRY_SECONDS
         self._unsaved, self._saved_at = False, 0.0
         self.error: BaseException | None = None
+        self._storage_hold: dict[str, float] = {}  # tenant -> when it may get picks again (see _collect)
+        # The store outage that blocks the loop now (None while writes work), and since when.
+        self.outage: StorageError | None = None
+        self.outage_since: float | None = None
+        self._collecting: _Running | None = None  # the finished job _collect is recording
+        self._candidate_counts: dict[int, int] = {}  # task id -> arms it can ever have (see candidates)
 
     # ------------------------------------------------------------ life cycle
     @property
@@ -166,8 +177,11 @@ class ControlLoop:
             executor.shutdown()
         with self._lock, one_blas_thread():
             if self.selector is not None:
-                self._collect()  # jobs that finished while the executors drained
-                self._save_state()
+                try:
+                    self._collect()  # jobs that finished while the executors drained
+                    self._save_state()
+                except StorageError as error:  # a restart reconciles the state with the jobs in the store
+                    log.warning("could not record the last results at stop: %s", error)
 
     def notify(self, task_id: int | None = None) -> None:
         """A task changed (created, fed, refined, cancelled): look at it next turn.
@@ -179,14 +193,59 @@ class ControlLoop:
         self._wake.set()
 
     def _run(self) -> None:
+        failed_turns = 0  # in a row, because of a store outage: the wait doubles with each
         while not self._stop.is_set():
             try:
+                if self.outage is not None:
+                    self._check_store()
                 self.step()
+            except STORE_OUTAGES as error:
+                failed_turns += 1
+                self._store_failed(error)
             except Exception as error:  # noqa: BLE001 - keep serving; surfaced in /admin/progress
                 log.exception("control loop turn failed")
                 self.error = error
-            self._wake.wait(self.tick)
+            else:
+                failed_turns = 0
+                self._store_recovered()
+            self._wake.wait(min(self.tick * 2 ** min(failed_turns, 20), max(self.tick, MAX_BACKOFF_SECONDS)))
             self._wake.clear()
+
+    def _store_failed(self, error: StorageError) -> None:
+        """Log an outage once, when it starts; the turns that fail during it are quiet."""
+        if self.outage is None:
+            self.outage_since = time.time()
+            log.warning("the store cannot be written (%s); the control loop is blocked and retries with backoff",
+                        error)
+        self.outage = error
+
+    def _check_store(self) -> None:
+        """During an outage: a turn may have nothing to write, so only a
+        successful write ends it (stores without the check have no outages)."""
+        check = getattr(self.store, "check_writable", None)
+        if check is not None:
+            check()
+
+    def _store_recovered(self) -> None:
+        if self.outage is not None:
+            log.warning("the store can be written again after %.0f s; the control loop goes on",
+                        time.time() - (self.outage_since or time.time()))
+            self.outage, self.outage_since = None, None
+
+    @property
+    def blocked(self) -> str | None:
+        """Why the loop cannot go on: ``store_unavailable``, ``storage_full``, or None."""
+        outage = self.outage
+        if outage is None:
+            return None
+        return "storage_full" if isinstance(outage, StorageFullError) else "store_unavailable"
+
+    def store_status(self) -> dict:
+        """The store as the loop last met it: writable, or blocked since when and why."""
+        outage = self.outage
+        return {"writable": outage is None, "blocked": self.blocked,
+                "since": None if outage is None else self.outage_since,
+                "message": None if outage is None else str(outage)}
 
     # ------------------------------------------------------------ recovery
     def recover(self) -> None:
@@ -249,7 +308,8 @@ class ControlLoop:
                     continue
                 if job.status is JobStatus.QUEUED:
                     queued.add(key)
-                elif job.status in (JobStatus.SUCCEEDED, JobStatus.FAILED) and key not in observed:
+                elif (job.status in (JobStatus.SUCCEEDED, JobStatus.FAILED) and key not in observed
+                      and failure_code(self.store, job) is None):
                     ok = job.status is JobStatus.SUCCEEDED and job.accuracy is not None
                     self.selector.observe(name, key, job.accuracy if ok else 0.0, cost=job.cost_seconds)
                     observed.add(key)
@@ -284,10 +344,14 @@ class ControlLoop:
     def step(self) -> None:
         state = None
         with self._lock, one_blas_thread():
-            changed = self._collect()
-            changed |= self._sync()
-            changed |= self._start_queued()
-            changed |= self._pick()
+            try:
+                changed = self._collect()
+                changed |= self._sync()
+                changed |= self._start_queued()
+                changed |= self._pick()
+            except StorageError:
+                self._resume_later()
+                raise
             self._unsaved |= changed
             if self._unsaved and time.monotonic() - self._saved_at >= self.save_every:
                 state = self._state_bytes()
@@ -295,7 +359,22 @@ class ControlLoop:
         for task_id, owner_id in newly_idle:
             self.publish(owner_id, {"type": "task", "task_id": task_id, "status": "idle"})
         if state is not None:  # the blob write (with fsync) and tag need no lock: readers don't wait on them
-            self._write_state(*state)
+            try:
+                self._write_state(*state)
+            except StorageError:
+                self._unsaved = True  # saved by a later turn
+                raise
+
+    def _resume_later(self) -> None:
+        """After a turn cut short by the store: keep what it had not recorded
+        yet for the next turn, so an outage loses nothing (the picks it had not
+        launched went back to the selector in ``_pick``)."""
+        run, self._collecting = self._collecting, None
+        if run is not None:  # its result is not recorded: collect it again
+            self._running[run.job_id] = run
+            self._done.put(run.job_id)
+        with self._view_lock:
+            self._dirty |= self._synced  # taken by _sync, perhaps not brought in line: look again
 
     def _publish_view(self) -> list[tuple[int, int]]:
         """At the end of a turn: each task's idleness and arm count for
@@ -314,7 +393,9 @@ class ControlLoop:
             owners[t.task_id] = t.owner_id
             arms[t.task_id] = arms.get(t.task_id, 0) + len(known.intersection(t.configs))
             if t.task_id not in busy:
-                idle[t.task_id] = not self.selector.stats(name)["eligible"]
+                stats = self.selector.stats(name)
+                # A pick still pending has not been trained yet, even with no job behind it.
+                idle[t.task_id] = not stats["eligible"] and not stats["pending"]
         with self._view_lock:
             before, settled = self._idle_view, self._synced - self._dirty
             was_settling = self._settling & settled
@@ -339,6 +420,7 @@ class ControlLoop:
     def _collect(self) -> bool:
         changed = False
         while True:
+            self._collecting = None
             try:
                 job_id = self._done.get_nowait()
             except Empty:
@@ -346,6 +428,7 @@ class ControlLoop:
             run = self._running.pop(job_id, None)
             if run is None:
                 continue
+            self._collecting = run  # see _resume_later
             job = self.store.get_job(job_id)
             if job.status is JobStatus.RUNNING:  # the executor lost it (worker died): run it again
                 log.warning("job %d came back from its executor still running; re-queued", job_id)
@@ -365,6 +448,10 @@ class ControlLoop:
             self._emit_job(job, run.owner_id)
             if run.tenant not in self._tenants:
                 continue  # stale (new version) or cancelled: the result is kept but not reported
+            if failure_code(self.store, job) is not None:
+                self._hold_after_storage_failure(run)
+                changed = True
+                continue
             if job.status is JobStatus.SUCCEEDED and job.accuracy is not None and math.isfinite(job.accuracy):
                 quality = job.accuracy
                 self._learn_rate(job)
@@ -376,6 +463,26 @@ class ControlLoop:
                 changed = True
             except KeyError:
                 pass
+
+    def _hold_after_storage_failure(self, run: _Running) -> None:
+        """A job failed for want of storage (``training.fail_job``), which says
+        nothing of its model: the arm goes back to the pool unscored, and the
+        tenant gets no new pick for ``storage_retry_seconds``, so a missing
+        blob or a full disk does not fail one job after another."""
+        log.warning("job %d failed for want of storage; task %d gets no new pick for %g s",
+                    run.job_id, run.task_id, self.storage_retry_seconds)
+        self._storage_hold[run.tenant] = time.monotonic() + self.storage_retry_seconds
+        try:
+            self.selector.cancel(run.tenant, run.key)
+        except KeyError:  # not pending (a restart reconciled it)
+            pass
+
+    def _on_hold(self, tenant: str) -> bool:
+        until = self._storage_hold.get(tenant)
+        if until is not None and time.monotonic() >= until:
+            del self._storage_hold[tenant]
+            return False
+        return until is not None
 
     def _sync(self) -> bool:
         with self._view_lock:
@@ -419,7 +526,7 @@ class ControlLoop:
             if job.dataset_version_id != version_id or job.status not in (JobStatus.SUCCEEDED, JobStatus.FAILED):
                 continue
             key = arm_key(job.model, dict(job.config))
-            if key in arms and key not in seen:
+            if key in arms and key not in seen and failure_code(self.store, job) is None:
                 ok = job.status is JobStatus.SUCCEEDED and job.accuracy is not None
                 self.selector.observe(tenant, key, job.accuracy if ok else 0.0, cost=job.cost_seconds)
                 seen.add(key)
@@ -473,44 +580,54 @@ class ControlLoop:
 
     def _pick(self) -> bool:
         """Ask for exactly as many picks as there are free workers. A pick whose
-        owner is at the cap is held back (still pending, so the next ask in this
-        turn yields another tenant) and returned to the pool at the end."""
+        owner is at the cap, or whose tenant is on hold after a storage failure
+        (``_hold_after_storage_failure``), is held back (still pending, so the
+        next ask in this turn yields another tenant) and returned to the pool at the end."""
         if self._free() <= 0 or not self._tenants:
             return False
         per_owner = self._running_per_owner()
-        if all(per_owner[t.owner_id] >= self.cap for t in self._tenants.values()):
+        if all(per_owner[t.owner_id] >= self.cap or self._on_hold(name) for name, t in self._tenants.items()):
             return False
         held: list[tuple[str, str]] = []
         asked = False
-        for _ in range(len(self._tenants) + 1):
-            free = self._free()
-            if free <= 0:
-                break
-            # One pick per call (the same rule as next_picks(free), which loops the
-            # same way), so that each pick's explanation (last_decision) is kept.
-            picks: list[tuple[str, str, dict | None]] = []
-            for _ in range(free):
-                got = self.selector.next_picks(1)
-                if not got:
+        try:
+            for _ in range(len(self._tenants) + 1):
+                free = self._free()
+                if free <= 0:
                     break
-                picks.append((*got[0], self.selector.last_decision))
-            if not picks:
-                break
-            for tenant, key, why in picks:
-                info = self._tenants[tenant]
-                name, options = info.configs[key]
-                if per_owner[info.owner_id] >= self.cap or self._engine_full(_engine_of(options)):
-                    held.append((tenant, key))
-                    continue
-                job = self.store.create_job(info.task_id, info.version_id, name, options)
-                self._last_job_id = max(self._last_job_id, job.id)
-                self._emit_job(job, info.owner_id)
-                self._launch(job, tenant, key, info.owner_id)
-                self._decided(why, tenant, job)
-                per_owner[info.owner_id] += 1
-                asked = True  # only a launch changes the state worth saving (held picks go back below)
-        for tenant, key in held:
-            self.selector.cancel(tenant, key)
+                # One pick per call (the same rule as next_picks(free), which loops the
+                # same way), so that each pick's explanation (last_decision) is kept.
+                picks: list[tuple[str, str, dict | None]] = []
+                for _ in range(free):
+                    got = self.selector.next_picks(1)
+                    if not got:
+                        break
+                    picks.append((*got[0], self.selector.last_decision))
+                if not picks:
+                    break
+                for n, (tenant, key, why) in enumerate(picks):
+                    info = self._tenants[tenant]
+                    name, options = info.configs[key]
+                    if (per_owner[info.owner_id] >= self.cap or self._engine_full(_engine_of(options))
+                            or self._on_hold(tenant)):
+                        held.append((tenant, key))
+                        continue
+                    try:
+                        job = self.store.create_job(info.task_id, info.version_id, name, options)
+                    except StorageError:
+                        # Not launched: back to the pool. A pick left pending with no job
+                        # would never be trained, and its task would look finished.
+                        held.extend((t, k) for t, k, _ in picks[n:])
+                        raise
+                    self._last_job_id = max(self._last_job_id, job.id)
+                    self._emit_job(job, info.owner_id)
+                    self._launch(job, tenant, key, info.owner_id)
+                    self._decided(why, tenant, job)
+                    per_owner[info.owner_id] += 1
+                    asked = True  # only a launch changes the state worth saving (held picks go back below)
+        finally:
+            for tenant, key in held:
+                self.selector.cancel(tenant, key)
         return asked
 
     def _decided(self, why: dict | None, tenant: str, job: Job) -> None:
@@ -591,8 +708,10 @@ class ControlLoop:
         self.publish(owner_id, event)
 
     def is_idle(self, task_id: int) -> bool:
-        """Nothing running, queued or left to try for the task's latest version,
-        as of the end of the last turn (a task changed since is not idle)."""
+        """Nothing running, queued, pending or left to try for the task's latest
+        version, as of the end of the last turn (a task changed since is not
+        idle; while the store cannot be written no turn ends, so a task with
+        work left stays not idle: see ``task_status``)."""
         with self._view_lock:
             if task_id in self._settling:
                 return False
@@ -606,8 +725,51 @@ class ControlLoop:
         Right after a change to the task (a feed, say) this waits for the turn
         that takes it in (at most ``timeout`` s); otherwise it never waits."""
         with self._view_changed:
-            self._view_changed.wait_for(lambda: task_id not in self._settling, timeout)
+            # No turn ends while the store cannot be written: do not wait for one then.
+            self._view_changed.wait_for(lambda: task_id not in self._settling or self.outage is not None, timeout)
             return self._arms_view.get(task_id, 0)
+
+    def candidates(self, task: Task) -> int:
+        """How many candidate models (arms) the task can ever have in this
+        service: 0 when no model fits its program here. A program never
+        changes, so this is computed once per task."""
+        count = self._candidate_counts.get(task.id)
+        if count is None:
+            configs = self._configs(task)
+            known = set(self.selector.model_names) if self.selector is not None else set(configs)
+            count = self._candidate_counts[task.id] = sum(key in known for key in configs)
+        return count
+
+    def task_status(self, task: Task, has_data: bool) -> dict:
+        """``idle``, ``candidates``, ``blocked`` (why the loop cannot go on with
+        the task's work, or None), ``status`` (cancelled, no_candidates, no_data,
+        blocked, training or idle) and ``reason``, a sentence for people."""
+        idle = self.is_idle(task.id)
+        count = self.candidates(task)
+        blocked = None if idle else self.blocked
+        if task.cancelled:
+            status, reason = "cancelled", "the task is cancelled; resume it to train again"
+        elif count == 0:
+            status, reason = "no_candidates", self._no_candidates_reason(task)
+        elif not has_data:
+            status, reason = "no_data", "no examples yet: feed some to start training"
+        elif blocked is not None:
+            status, reason = "blocked", (f"training is paused: {self.outage}; it goes on by itself once the "
+                                         "service can write its store again")
+        elif idle:
+            status, reason = "idle", "every candidate model has been trained on the latest version"
+        else:
+            status, reason = "training", "candidate models are being trained on the latest version"
+        return {"idle": idle, "candidates": count, "blocked": blocked, "status": status, "reason": reason}
+
+    def _no_candidates_reason(self, task: Task) -> str:
+        try:
+            fitting = candidates(parse(task.program))
+        except Exception as error:  # noqa: BLE001 - the zoo explains why nothing fits
+            return f"no candidate model fits this program: {error}"
+        if any(c.engine is Engine.TORCH for c in fitting) and Engine.TORCH not in self.executors:
+            return "its candidate models are torch networks, and this service trains without torch"
+        return "none of the models that fit this program is in the service's catalogue"
 
     def scheduler_state(self) -> dict:
         """What the scheduler view needs, taken under the loop's lock: policy,
@@ -643,4 +805,5 @@ class ControlLoop:
                 "selector_observations": {name: int(self.selector.stats(name)["n_obs"]) for name in self._tenants},
                 "mode": self.selector.mode if self.selector else None,
                 "error": None if self.error is None else repr(self.error),
+                "store": self.store_status(),
             }

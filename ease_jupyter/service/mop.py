@@ -55,7 +55,6 @@ import logging
 import math
 import threading
 import time
-import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Mapping
 
@@ -67,6 +66,7 @@ from ..execution.mop.runner import EpochMetrics, MOPRunner, ResumeState, TrialPr
 from ..execution.units import Hooks, UnitSpec, load_model
 from ..schema import check_data
 from ..store import BlobStore, Job, JobStatus, JobUpdate, Store, Task
+from ..training import fail_job, model_name, read_model
 from ..zoo import Candidate, Engine, candidates
 
 log = logging.getLogger(__name__)
@@ -126,9 +126,11 @@ def _resume_state(progress: Mapping[str, Any], blobs: BlobStore, partitions: int
 
 def run_torch_job(store: Store, blobs: BlobStore, engine: Any, job_id: int, *,
                   publish: Callable[[int, dict], None] | None = None, seed: int = 0,
-                  partitions: int | None = None) -> Job:
+                  partitions: int | None = None, quota: Any = None) -> Job:
     """Train a queued torch job (a pick) as one MOP workload; resume from its
-    last finished MOP unit if it ran before. queued -> running -> succeeded | failed."""
+    last finished MOP unit if it ran before. queued -> running -> succeeded | failed.
+    With a ``quota.Quota``, the job fails (``QuotaExceededError``) when its
+    owner is at her quota before training or its model would take her over it."""
     publish = publish or (lambda owner, event: None)
     job = store.get_job(job_id)
     if job.status is not JobStatus.QUEUED:
@@ -137,6 +139,8 @@ def run_torch_job(store: Store, blobs: BlobStore, engine: Any, job_id: int, *,
     task = store.get_task(job.task_id)
     started = time.monotonic()
     try:
+        if quota is not None:  # no training for a model that could not be kept
+            quota.check(store, blobs, task.owner_id, 1, what=f"{model_name(task, job)}: its model")
         cand = next(c for c in torch_candidates(task) if c.name == job.model)
         config = dict(job.config)
         lrs = [float(x) for x in config.get("lrs", candidate_lrs(cand))]
@@ -227,6 +231,8 @@ def run_torch_job(store: Store, blobs: BlobStore, engine: Any, job_id: int, *,
         if not ranked:
             raise RuntimeError("no config produced a finite validation score")
         score, trial, digest = max(ranked, key=lambda r: (r[0], -list(trial_lr).index(r[1])))
+        if quota is not None:
+            quota.check(store, blobs, task.owner_id, blobs.size(digest) or 0, what=f"{model_name(task, job)}: its model")
         store.set_tag("job", job_id, ARTIFACT_TAG, "torch-checkpoint")
         store.set_tag("job", job_id, BEST_TRIAL_TAG, json.dumps({"trial": trial, "lr": trial_lr[trial]}))
         seconds = cost + time.monotonic() - started
@@ -234,8 +240,7 @@ def run_torch_job(store: Store, blobs: BlobStore, engine: Any, job_id: int, *,
                                 JobUpdate(accuracy=float(score), cost_seconds=seconds, artifact_blob=digest))
     except Exception as error:  # noqa: BLE001 - recorded on the job
         log.exception("torch job %d failed", job_id)
-        message = "".join(traceback.format_exception_only(type(error), error)).strip()
-        return store.update_job(job_id, JobStatus.FAILED, JobUpdate(error=message))
+        return fail_job(store, job_id, error)
 
 
 def torch_outputs(store: Store, blobs: BlobStore, task: Task, job: Job, X: Any, *,
@@ -248,7 +253,7 @@ def torch_outputs(store: Store, blobs: BlobStore, task: Task, job: Job, X: Any, 
     info = json.loads(store.tags("job", job.id).get(BEST_TRIAL_TAG, "{}"))
     lr = float(info.get("lr", candidate_lrs(cand)[0]))
     spec = UnitSpec.of(info.get("trial", "t0"), cand.name, {"lr": lr}, cand.build)
-    net = load_model(blobs.get_bytes(job.artifact_blob), spec, Hooks())
+    net = load_model(read_model(blobs, task, job), spec, Hooks())
     X = np.require(X, dtype=np.float32, requirements=["C", "W"])  # torch wants a writable buffer
     net.eval()
     parts = []
@@ -277,8 +282,9 @@ class TorchExecutor:
 
     def __init__(self, store: Store, blobs: BlobStore, *, engine: str = "local", engine_workers: int = 1,
                  publish: Callable[[int, dict], None] | None = None, seed: int = 0,
-                 partitions: int | None = None):
+                 partitions: int | None = None, quota: Any = None):
         self.store, self.blobs = store, blobs
+        self.quota = quota
         self.partitions = partitions
         self.engine_spec, self.engine_workers = engine, int(engine_workers)
         self.publish, self.seed = publish, seed
@@ -297,7 +303,7 @@ class TorchExecutor:
 
     def _run(self, job_id: int) -> Job:
         return run_torch_job(self.store, self.blobs, self.engine(), job_id, publish=self.publish, seed=self.seed,
-                             partitions=self.partitions)
+                             partitions=self.partitions, quota=self.quota)
 
     def submit(self, job_id: int) -> "Future[Job]":
         return self._pool.submit(self._run, job_id)
@@ -317,12 +323,12 @@ _torch_worker: dict[str, Any] = {}
 
 
 def _init_torch_worker(db_url: str | None, data_dir: str, engine: str, engine_workers: int, seed: int,
-                       partitions: int | None, events: Any, parent_pid: int, nice: int) -> None:
+                       partitions: int | None, events: Any, parent_pid: int, nice: int, quota: Any = None) -> None:
     from ..store import open_store
     from .runner import init_worker_process
 
     _torch_worker.update(stores=open_store(db_url, data_dir), spec=engine, workers=engine_workers, seed=seed,
-                         partitions=partitions, events=events, engine=None)
+                         partitions=partitions, events=events, engine=None, quota=quota)
     init_worker_process(parent_pid, nice)
 
 
@@ -336,7 +342,7 @@ def _run_torch_in_worker(job_id: int) -> int:
     events = w["events"]
     store, blobs = w["stores"]
     return run_torch_job(store, blobs, w["engine"], job_id, publish=lambda owner, event: events.put((owner, event)),
-                         seed=w["seed"], partitions=w["partitions"]).id
+                         seed=w["seed"], partitions=w["partitions"], quota=w["quota"]).id
 
 
 class TorchProcessExecutor:
@@ -351,7 +357,7 @@ class TorchProcessExecutor:
 
     def __init__(self, db_url: str | None, data_dir: Any, *, engine: str = "local", engine_workers: int = 1,
                  publish: Callable[[int, dict], None] | None = None, seed: int = 0, nice: int = 0,
-                 partitions: int | None = None):
+                 partitions: int | None = None, quota: Any = None):
         import multiprocessing
         import os
 
@@ -361,7 +367,8 @@ class TorchProcessExecutor:
         from .runner import RespawningPool
 
         self._pool = RespawningPool(1, _init_torch_worker, (db_url, str(data_dir), engine, int(engine_workers), int(seed),
-                                                            partitions, self._events, os.getpid(), int(nice)), self._ctx)
+                                                            partitions, self._events, os.getpid(), int(nice), quota),
+                                  self._ctx)
         self._relay = threading.Thread(target=self._relay_events, name="easeml-mop-events", daemon=True)
         self._relay.start()
 

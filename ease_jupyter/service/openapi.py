@@ -1,4 +1,5 @@
-"""The OpenAPI 3 description of /api/v1, written by hand.
+"""The OpenAPI 3.1 description of /api/v1, written by hand (JSON Schema
+2020-12: a nullable value is ``"type": [..., "null"]``).
 
 ``tests/service/test_openapi.py`` checks that every route of the app appears
 here with the same methods, so the two cannot drift apart.
@@ -9,29 +10,74 @@ from __future__ import annotations
 from typing import Any
 
 ERR = {"$ref": "#/components/responses/Error"}
-NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,64}$"},
-        "description": "task name (no '..')"}
+# auth.check_name: 1-64 of A-Z a-z 0-9 _ . -, never "..", never just ".". Dots
+# only between or around runs of other characters says so without a lookahead.
+NAME_SCHEMA = {"type": "string", "minLength": 1, "maxLength": 64,
+               "pattern": r"^\.?([A-Za-z0-9_-]+\.)*[A-Za-z0-9_-]+\.?$"}
+NAME = {"name": "name", "in": "path", "required": True, "schema": NAME_SCHEMA, "description": "task name (no '..')"}
 ARRAY = {"$ref": "#/components/schemas/Array"}
+INT_LIST = {"type": "array", "items": {"type": "integer"}}
+SHAPE = {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 1}}
+# Statuses every route may answer with an error body: bad input, a missing
+# token or right, an unknown object, a conflict, a body over the limit, and
+# the store's own failures (500 internal/store_corrupt, 503 store_unavailable,
+# 507 storage_full).
+_ERRORS = ("400", "404", "409", "413", "5XX")
+_AUTH_ERRORS = ("401", "403")
 
 
-def _op(summary: str, *, body: dict | None = None, ok: int = 200, params: list | None = None,
-        response: dict | None = None, public: bool = False) -> dict[str, Any]:
-    op: dict[str, Any] = {
-        "summary": summary,
-        "responses": {str(ok): {"description": "OK", "content": {"application/json": {"schema": response or {}}}},
-                      "400": ERR, "401": ERR, "404": ERR, "409": ERR, "413": ERR},
-    }
+def _op(summary: str, *, body: dict | None = None, ok: int | tuple[int, ...] = 200, params: list | None = None,
+        response: dict | None = None, public: bool = False, body_required: bool = True) -> dict[str, Any]:
+    """One operation: its success statuses (``ok``) with ``response``, and the error statuses."""
+    oks = ok if isinstance(ok, tuple) else (ok,)
+    responses: dict[str, Any] = {str(status): {"description": "OK", "content": {"application/json": {
+        "schema": response or {}}}} for status in oks}
+    for status in _ERRORS + (() if public else _AUTH_ERRORS):
+        responses[status] = ERR
+    op: dict[str, Any] = {"summary": summary, "responses": responses}
     if params:
         op["parameters"] = params
     if body is not None:
-        op["requestBody"] = {"required": True, "content": {"application/json": {"schema": body}}}
+        op["requestBody"] = {"required": body_required, "content": {"application/json": {"schema": body}}}
     if public:
         op["security"] = []
     return op
 
 
-def _obj(**props: Any) -> dict[str, Any]:
-    return {"type": "object", "properties": props}
+def _obj(*required: str, **props: Any) -> dict[str, Any]:
+    """An object with these properties, ``required`` of them always present."""
+    schema: dict[str, Any] = {"type": "object", "properties": props}
+    if required:
+        schema["required"] = list(required)
+    return schema
+
+
+def _only(key: str, schema: dict[str, Any]) -> dict[str, Any]:
+    """An object with exactly one property: a branch of a ``oneOf`` that no other branch matches."""
+    return {"type": "object", "properties": {key: schema}, "required": [key], "additionalProperties": False}
+
+
+def _or_null(schema: dict[str, Any]) -> dict[str, Any]:
+    """A field whose null the service takes as absent."""
+    return {**schema, "type": [schema["type"], "null"]}
+
+
+def _given(key: str, type_: str) -> dict[str, Any]:
+    """Matches an object in which ``key`` is present and not null."""
+    return {"required": [key], "properties": {key: {"type": type_}}}
+
+
+# POST /tasks: a program, or both shapes, never a program with a shape (core._program_text).
+TASK_BODY = {
+    **_obj("name", name=NAME_SCHEMA, program={"type": ["string", "null"]}, input=_or_null(SHAPE),
+           output=_or_null(SHAPE)),
+    "not": {"allOf": [_given("program", "string"), {"anyOf": [_given("input", "array"), _given("output", "array")]}]},
+    "dependentSchemas": {"input": {"anyOf": [{"properties": {"input": {"type": "null"}}}, _given("output", "array")]},
+                         "output": {"anyOf": [{"properties": {"output": {"type": "null"}}}, _given("input", "array")]}},
+}
+# A tag key: not blank (Python's str.strip, whose whitespace includes \x1c-\x1f and \x85) and not easeml.*
+TAG_KEY = {"pattern": r"[^\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]",
+           "not": {"pattern": r"^easeml\."}}
 
 
 def spec() -> dict[str, Any]:
@@ -41,10 +87,13 @@ def spec() -> dict[str, Any]:
         "/tasks/{name}/cancel": {"post": _op("Cancel the task: queued jobs are cancelled, running ones ignored", params=[NAME])},
         "/tasks/{name}/resume": {"post": _op("Undo a cancel", params=[NAME])},
         "/tasks/{name}/feed": {"post": _op("Add examples: a new dataset version", params=[NAME], ok=201,
-                                           body=_obj(X=ARRAY, y=ARRAY), response={"$ref": "#/components/schemas/Version"})},
-        "/tasks/{name}/refine": {"post": _op("Turn examples on (keep) or off (drop): a new version", params=[NAME], ok=201,
-                                             body=_obj(keep={"type": "array", "items": {"type": "integer"}},
-                                                       drop={"type": "array", "items": {"type": "integer"}}),
+                                           body=_obj("X", "y", X=ARRAY, y=ARRAY),
+                                           response={"$ref": "#/components/schemas/Version"})},
+        "/tasks/{name}/refine": {"post": _op(
+            "Turn examples on (keep) or off (drop): a new version (201), or the latest one (200) when that changes "
+            "nothing", params=[NAME], ok=(200, 201),
+            body={**_obj(keep=_or_null(INT_LIST), drop=_or_null(INT_LIST)),
+                  "anyOf": [_given("keep", "array"), _given("drop", "array")]},
                                              response={"$ref": "#/components/schemas/Version"})},
         "/tasks/{name}/versions": {"get": _op("Dataset versions, oldest first", params=[NAME],
                                               response={"type": "array", "items": {"$ref": "#/components/schemas/Version"}})},
@@ -71,35 +120,48 @@ def spec() -> dict[str, Any]:
                           models={"type": "array", "items": _obj(job_id={"type": "integer"}, name={"type": "string"},
                                                                  accuracy={"type": "number"})}))},
         "/tasks/{name}/infer": {"post": _op("Predict with the best model; class indices for classification",
-                                            params=[NAME], body=_obj(X=ARRAY), response=_obj(predictions=ARRAY))},
+                                            params=[NAME], body=_obj("X", X=ARRAY), response=_obj(predictions=ARRAY))},
         "/tasks/{name}/provenance": {"get": _op("Provenance DAG edges (dataset versions and models)", params=[
             NAME, {"name": "direction", "in": "query", "schema": {"enum": ["backward", "forward", "all"]}}])},
         "/tasks/{name}/tags": {"get": _op("Metadata tags of the task", params=[NAME]),
-                               "put": _op("Set tags (string keys and values; 'easeml.' is reserved)", params=[NAME],
-                                          body={"type": "object", "additionalProperties": {"type": "string"}})},
+                               "put": _op("Set tags (string keys and values; 'easeml.' is reserved); no body "
+                                          "sets nothing", params=[NAME], body_required=False,
+                                          body={"type": "object", "additionalProperties": {"type": "string"},
+                                                "propertyNames": TAG_KEY},
+                                          response={"type": "object", "additionalProperties": {"type": "string"}})},
     }
     paths = {
-        "/health": {"get": _op("Liveness (no token needed)", public=True)},
+        "/health": {"get": _op("Liveness (no token needed): only {status: ok}, except that an admin also sees "
+                               "the version, workers and WebSocket subscribers", public=True,
+                               response=_obj("status", status={"enum": ["ok"]}, version={"type": "string"},
+                                             workers={"type": "integer"}, subscribers={"type": "integer"}))},
         "/openapi.json": {"get": _op("This document (no token needed)", public=True)},
         "/whoami": {"get": _op("The caller")},
         "/users": {"get": _op("All users (admin)"),
                    "post": _op("Create a user; the token is returned only here (admin)", ok=201,
-                               body=_obj(name={"type": "string"}, admin={"type": "boolean"}),
+                               body=_obj("name", name=NAME_SCHEMA, admin={"type": "boolean"}),
                                response=_obj(name={"type": "string"}, token={"type": "string"}))},
+        "/users/{name}/tokens": {"delete": _op(
+            "Revoke the ease.ml token of local account {name} at once; its tasks stay (admin)",
+            params=[{**NAME, "description": "user name (a local account)"}],
+            response=_obj(id={"type": "integer"}, name={"type": "string"}, origin={"type": "string"},
+                          revoked={"type": "boolean"}))},
         "/tasks": {"get": _op("The caller's tasks", response={"type": "array", "items": {"$ref": "#/components/schemas/Task"}}),
-                   "post": _op("Create a task (201) or open an existing one with the same program (200)", ok=201,
-                               body=_obj(name={"type": "string"}, program={"type": "string"},
-                                         input={"type": "array", "items": {"type": "integer"}},
-                                         output={"type": "array", "items": {"type": "integer"}}))},
+                   "post": _op("Create a task (201) or open an existing one with the same program (200); a new "
+                               "task needs a program or both input and output shapes", ok=(200, 201),
+                               body=TASK_BODY,
+                               response={"$ref": "#/components/schemas/Task"})},
         **task_paths,
         "/leaderboard": {"get": _op("The best model of each of the caller's tasks")},
         "/uploads": {"post": _op("Start a chunked upload of .npy bytes", ok=201, response=_obj(id={"type": "string"}))},
         "/uploads/{id}": {
             "get": _op("Bytes received so far", params=[{"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}]),
-            "put": {**_op("Append a chunk (raw bytes) at offset", params=[
-                {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}},
-                {"name": "offset", "in": "query", "required": True, "schema": {"type": "integer"}}]),
-                "requestBody": {"content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}},
+            "put": {**_op("Append a chunk (raw bytes) at offset (default 0); 409 unless offset is the size so far",
+                          params=[{"name": "id", "in": "path", "required": True, "schema": {"type": "string"}},
+                                  {"name": "offset", "in": "query", "schema": {"type": "integer", "default": 0}}],
+                          response=_obj("id", "size", id={"type": "string"}, size={"type": "integer"})),
+                    "requestBody": {"content": {"application/octet-stream": {"schema": {"type": "string",
+                                                                                        "format": "binary"}}}}},
         },
         "/scheduler": {"get": _op(
             "The scheduler view (any user): policy, HYBRID mode, the last decision and per-user progress; other users "
@@ -108,17 +170,20 @@ def spec() -> dict[str, Any]:
                           last_decision={"$ref": "#/components/schemas/Decision"},
                           users={"type": "array", "items": _obj(
                               name={"type": "string"}, you={"type": "boolean"}, n_tasks={"type": "integer"},
-                              tasks={"type": "array", "items": {"type": "string"}, "nullable": True},
-                              running={"type": "integer"}, best_accuracy={"type": "number", "nullable": True},
-                              accuracy_loss={"type": "number", "nullable": True},
-                              compute_seconds={"type": "number"}, compute_share={"type": "number", "nullable": True})},
+                              tasks={"type": ["array", "null"], "items": {"type": "string"}},
+                              running={"type": "integer"}, best_accuracy={"type": ["number", "null"]},
+                              accuracy_loss={"type": ["number", "null"]},
+                              compute_seconds={"type": "number"}, compute_share={"type": ["number", "null"]})},
                           running={"type": "integer"}, compute_seconds={"type": "number"}))},
         "/admin/progress": {"get": _op("Aggregate progress of all users and the control loop (admin)")},
-        "/events": {"get": _op("WebSocket of job/version/task/metrics events, and decision events for everyone "
-                                "(anonymised like /scheduler); token in header or ?token=", ok=101)},
+        "/events": {"get": {
+            "summary": "WebSocket of job/version/task/metrics events, and decision events for everyone (anonymised "
+                       "like /scheduler); token in header or ?token=. A GET without a WebSocket upgrade is 426.",
+            "responses": {"101": {"description": "Switching to the WebSocket protocol"},
+                          "401": ERR, "426": ERR}}},
     }
     return {
-        "openapi": "3.0.3",
+        "openapi": "3.1.0",
         "info": {"title": "ease_jupyter scheduler service", "version": "1",
                  "description": "Multi-tenant, cost-aware model selection (ease.ml) as a JSON API. "
                                 "Errors are {\"error\": {code, field, found, expected, message}}."},
@@ -129,24 +194,28 @@ def spec() -> dict[str, Any]:
             "securitySchemes": {"token": {"type": "apiKey", "in": "header", "name": "Authorization",
                                           "description": "'token <t>' or 'Bearer <t>'"}},
             "responses": {"Error": {"description": "An error naming the field at fault", "content": {
-                "application/json": {"schema": _obj(error=_obj(code={"type": "string"}, field={"type": "string"},
-                                                                found={}, expected={}, message={"type": "string"}))}}}},
+                "application/json": {"schema": _obj("error", error=_obj(
+                    "code", "field", "found", "expected", "message", code={"type": "string"},
+                    field={"type": ["string", "null"]}, found={}, expected={},
+                    message={"type": "string"}))}}}},
             "schemas": {
-                "Array": {"oneOf": [{"type": "array"}, _obj(npy_b64={"type": "string"}), _obj(upload={"type": "string"})]},
+                # A nested list, base64 .npy bytes, or a finished chunked upload; exactly one of them.
+                "Array": {"oneOf": [{"type": "array"}, _only("npy_b64", {"type": "string", "format": "byte"}),
+                                    _only("upload", {"type": "string"})]},
                 "Task": _obj(id={"type": "integer"}, name={"type": "string"}, program={"type": "string"},
                              cancelled={"type": "boolean"}),
                 "Version": _obj(id={"type": "integer"}, number={"type": "integer"}, kind={"enum": ["feed", "refine"]},
-                                parent_id={"type": "integer", "nullable": True}, n_examples={"type": "integer"}),
-                "Decision": {**_obj(user={"type": "string"}, task={"type": "string", "nullable": True},
+                                parent_id={"type": ["integer", "null"]}, n_examples={"type": "integer"}),
+                "Decision": {**_obj(user={"type": "string"}, task={"type": ["string", "null"]},
                                     model={"type": "string"}, phase={"type": "string"}, policy={"type": "string"},
-                                    candidates={"type": "array", "nullable": True, "items": _obj(
-                                        user={"type": "string"}, task={"type": "string", "nullable": True},
+                                    candidates={"type": ["array", "null"], "items": _obj(
+                                        user={"type": "string"}, task={"type": ["string", "null"]},
                                         gap={"type": "number"})},
-                                    decision={"type": "integer"}, job_id={"type": "integer", "nullable": True},
-                                    time={"type": "number"}), "nullable": True},
+                                    decision={"type": "integer"}, job_id={"type": ["integer", "null"]},
+                                    time={"type": "number"}), "type": ["object", "null"]},
                 "Job": _obj(id={"type": "integer"}, model={"type": "string"}, config={"type": "object"},
                             status={"enum": ["queued", "running", "succeeded", "failed", "cancelled"]},
-                            accuracy={"type": "number", "nullable": True}),
+                            accuracy={"type": ["number", "null"]}),
             },
         },
     }

@@ -25,7 +25,6 @@ import os
 import pickle
 import threading
 import time
-import traceback
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -38,7 +37,7 @@ from ..errors import EaseMLError
 from ..execution.grid import GridResult, grid_search
 from ..execution.holdout import validation_mask
 from ..store import BlobStore, Job, JobStatus, JobUpdate, Store, open_store
-from ..training import sklearn_candidates
+from ..training import fail_job, model_name, sklearn_candidates
 from ..zoo import Candidate
 
 GRID_BEST_TAG = "easeml.grid.best"
@@ -108,7 +107,7 @@ def evaluate_grid(candidate: Candidate, grid: Mapping[str, Any], data: Any, clas
                            engine=engine, memory=memory)
 
 
-def run_sklearn_job(store: Store, blobs: BlobStore, job_id: int, engine: Any) -> Job:
+def run_sklearn_job(store: Store, blobs: BlobStore, job_id: int, engine: Any, quota: Any = None) -> Job:
     """Train a queued scikit-learn pick: queued -> running -> succeeded | failed.
 
     The job's config is ``{"grid": {option: [values]}}``; every combination is
@@ -117,6 +116,9 @@ def run_sklearn_job(store: Store, blobs: BlobStore, job_id: int, engine: Any) ->
     observation) is the best combination's score, its artifact that fitted
     model, its cost the grid's wall time; each combination's scores are
     metrics named ``val_score[C=0.1]`` etc., the best's plain ``val_score``.
+    With a ``quota.Quota``, a model that would take its owner over her quota
+    is not stored and the job fails with ``QuotaExceededError`` (as it does,
+    before training, when she is at her quota already).
     """
     job = store.get_job(job_id)
     if job.status is not JobStatus.QUEUED:
@@ -132,11 +134,16 @@ def run_sklearn_job(store: Store, blobs: BlobStore, job_id: int, engine: Any) ->
         grid = config["grid"] if "grid" in config else {k: [v] for k, v in config.items()}
         if not isinstance(grid, Mapping) or not grid:
             raise EaseMLError(f"config: found {config!r}, expected {{'grid': {{option: [values]}}}}")
+        if quota is not None:  # no training for a model that could not be kept
+            quota.check(store, blobs, task.owner_id, 1, what=f"{model_name(task, job)}: its model")
         data = load(store, blobs, store.get_dataset_version(job.dataset_version_id))
         result = evaluate_grid(candidate, grid, data, program_of(task).num_classes is not None, engine)
+        model = pickle.dumps(result.best_model, protocol=pickle.HIGHEST_PROTOCOL)
+        if quota is not None:
+            quota.check(store, blobs, task.owner_id, len(model), what=f"{model_name(task, job)}: its model")
+        artifact = blobs.put_bytes(model)
     except Exception as error:  # noqa: BLE001 - recorded on the job; one bad pick must not stop the rest
-        message = "".join(traceback.format_exception_only(type(error), error)).strip()
-        return store.update_job(job_id, JobStatus.FAILED, JobUpdate(error=message))
+        return fail_job(store, job_id, error)
     for point in result.points:
         label = grid_label(point.params)
         for name, value in (("val_score", point.score), ("train_score", point.train_score),
@@ -153,7 +160,6 @@ def run_sklearn_job(store: Store, blobs: BlobStore, job_id: int, engine: Any) ->
         store.set_tag("job", job_id, GRID_COST_TAG, json.dumps({
             "reserved_bytes": result.cost.reserved_bytes, "fixed_bytes": result.cost.fixed_bytes,
             "gb_seconds": result.cost.gb_seconds, "fixed_gb_seconds": result.cost.fixed_gb_seconds}))
-    artifact = blobs.put_bytes(pickle.dumps(result.best_model, protocol=pickle.HIGHEST_PROTOCOL))
     return store.update_job(
         job_id, JobStatus.SUCCEEDED,
         JobUpdate(accuracy=result.best_score, cost_seconds=result.seconds, artifact_blob=artifact),
@@ -174,8 +180,10 @@ class SklearnExecutor:
     """``workers`` threads in the service, each with its own engine
     (``grid_engine(engine)``, made on the thread's first job)."""
 
-    def __init__(self, store: Store, blobs: BlobStore, workers: int = 1, *, engine: str = "local"):
+    def __init__(self, store: Store, blobs: BlobStore, workers: int = 1, *, engine: str = "local",
+                 quota: Any = None):
         self.store, self.blobs, self.workers = store, blobs, int(workers)
+        self.quota = quota
         self.engine_spec = engine
         self._local = threading.local()
         self._engines: list[Any] = []
@@ -191,7 +199,7 @@ class SklearnExecutor:
         return engine
 
     def _run(self, job_id: int) -> Job:
-        return run_sklearn_job(self.store, self.blobs, job_id, self._engine())
+        return run_sklearn_job(self.store, self.blobs, job_id, self._engine(), self.quota)
 
     def submit(self, job_id: int) -> "Future[Job]":
         return self._pool.submit(self._run, job_id)
@@ -232,8 +240,9 @@ def init_worker_process(parent_pid: int, nice: int) -> None:
     exit_with_parent(parent_pid)
 
 
-def _init_worker(db_url: str | None, data_dir: str, engine: str, parent_pid: int, nice: int = 0) -> None:
-    _worker.update(stores=open_store(db_url, data_dir), spec=engine, engine=None)
+def _init_worker(db_url: str | None, data_dir: str, engine: str, parent_pid: int, nice: int = 0,
+                 quota: Any = None) -> None:
+    _worker.update(stores=open_store(db_url, data_dir), spec=engine, engine=None, quota=quota)
     init_worker_process(parent_pid, nice)
 
 
@@ -241,7 +250,7 @@ def _run_in_worker(job_id: int) -> int:
     assert _worker, "worker not initialised"
     if _worker["engine"] is None:
         _worker["engine"] = grid_engine(_worker["spec"])
-    return run_sklearn_job(*_worker["stores"], job_id, _worker["engine"]).id
+    return run_sklearn_job(*_worker["stores"], job_id, _worker["engine"], _worker["quota"]).id
 
 
 class RespawningPool:
@@ -276,9 +285,10 @@ class SklearnProcessExecutor:
     connection to the store and its own engine (``grid_engine(engine)``)."""
 
     def __init__(self, db_url: str | None, data_dir: str | Path, workers: int = 1, *, nice: int = 0,
-                 engine: str = "local"):
+                 engine: str = "local", quota: Any = None):
         self.workers = int(workers)
-        self._pool = RespawningPool(self.workers, _init_worker, (db_url, str(data_dir), engine, os.getpid(), int(nice)))
+        self._pool = RespawningPool(self.workers, _init_worker,
+                                    (db_url, str(data_dir), engine, os.getpid(), int(nice), quota))
 
     def submit(self, job_id: int) -> "Future[int]":
         return self._pool.submit(_run_in_worker, job_id)

@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Iterable, Iterator, Mapping
 
+from ease_jupyter.errors import DataError
+
 
 class JobStatus(str, enum.Enum):
     QUEUED = "queued"
@@ -73,12 +75,28 @@ class EdgeKind(str, enum.Enum):
     TRAIN = "train"
 
 
+# Where an account's identity comes from. Each origin is its own namespace of
+# names: the hub user "carol" and the local account "carol" are two users.
+LOCAL, HUB = "local", "hub"
+USER_ORIGINS = (LOCAL, HUB)
+
+
+def check_origin(origin: Any) -> str:
+    """``origin`` if it is one of ``USER_ORIGINS``, else DataError naming the field."""
+    if origin not in USER_ORIGINS:
+        raise DataError("origin", repr(origin), " or ".join(map(repr, USER_ORIGINS)))
+    return origin
+
+
 @dataclass(frozen=True)
 class User:
     id: int
     name: str
     is_admin: bool
     created_at: datetime
+    # "local": logs in with an ease.ml token (``easeml users add``, ``POST /users``);
+    # "hub": logs in through JupyterHub, never with an ease.ml token.
+    origin: str = LOCAL
 
 
 @dataclass(frozen=True)
@@ -193,16 +211,37 @@ class Store(abc.ABC):
 
     # -- users --------------------------------------------------------------
     @abc.abstractmethod
-    def create_user(self, name: str, token_hash: str, *, is_admin: bool = False) -> User: ...
+    def create_user(self, name: str, token_hash: str | None, *, is_admin: bool = False,
+                    origin: str = LOCAL) -> User:
+        """Names are unique per origin (``USER_ORIGINS``), token hashes across
+        all users. ``token_hash=None``: no ease.ml token reaches the user."""
 
     @abc.abstractmethod
     def get_user(self, user_id: int) -> User: ...
 
     @abc.abstractmethod
-    def user_by_name(self, name: str) -> User: ...
+    def user_by_name(self, name: str, origin: str = LOCAL) -> User:
+        """The user ``name`` of that origin's namespace."""
 
     @abc.abstractmethod
     def user_by_token_hash(self, token_hash: str) -> User: ...
+
+    @abc.abstractmethod
+    def set_user_token_hash(self, user_id: int, token_hash: str | None) -> User:
+        """Replace the user's token hash; None revokes it, so that no token
+        reaches the user any more."""
+
+    @abc.abstractmethod
+    def link_user_to_hub(self, user_id: int) -> User:
+        """Make the local account ``user_id`` the hub user of the same name
+        (origin "hub", same id, so its tasks come along) and revoke its token,
+        in one transaction; returns it as it is now.
+
+        A hub account of that name that owns no task trades places with it:
+        it becomes a local account with no token (nothing logs in to it), so
+        no id is deleted and none is reused. One that owns tasks makes this an
+        AlreadyExistsError and changes nothing; so does a user that is already
+        a hub user (InvalidStateError)."""
 
     @abc.abstractmethod
     def list_users(self) -> tuple[User, ...]: ...
@@ -328,6 +367,20 @@ class Store(abc.ABC):
                     frontier.append(nxt)
         return tuple(seen.values())
 
+    # -- storage accounting ----------------------------------------------------
+    def owner_blobs(self, owner_id: int) -> "OwnerBlobs":
+        """The digests of the blobs an owner's rows reference: her dataset
+        versions' members and chunks, and her jobs' models. What her storage
+        quota counts (``service/quota.py``)."""
+        data: set[str] = set()
+        models: set[str] = set()
+        for task in self.list_tasks(owner_id):
+            data.update(v.members_blob for v in self.list_dataset_versions(task.id))
+            for chunk in self.list_chunks(task.id):
+                data.update((chunk.x_blob, chunk.y_blob))
+            models.update(j.artifact_blob for j in self.list_jobs(task.id) if j.artifact_blob is not None)
+        return OwnerBlobs(frozenset(data), frozenset(models - data))
+
     # -- metadata tags (ACAI §3.2) --------------------------------------------
     @abc.abstractmethod
     def set_tag(self, entity: str, entity_id: int, key: str, value: str) -> None:
@@ -348,6 +401,24 @@ class Store(abc.ABC):
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def unreadable_blob(what: str, digest: str) -> "StoreCorruptError":
+    """The error for a blob that ``what`` (a row: "task 'iris', job 7")
+    references and that is missing or damaged: it names the row, never a path."""
+    from ease_jupyter.errors import StoreCorruptError
+
+    return StoreCorruptError(f"{what}: the stored data (blob {digest[:12]}) is missing or damaged; "
+                             "`easeml fsck` reports such data and repairs what it can",
+                             field="blob", found="missing or damaged", expected="a readable blob")
+
+
+@dataclass(frozen=True)
+class OwnerBlobs:
+    """What ``Store.owner_blobs`` returns; a digest is in one set only."""
+
+    data: frozenset[str]  # dataset versions' members and chunks' arrays
+    models: frozenset[str]  # jobs' artifacts
 
 
 @dataclass(frozen=True)
@@ -392,6 +463,26 @@ class BlobStore(abc.ABC):
     def iter_blobs(self) -> Iterator[BlobInfo]:
         """Every stored blob, in no particular order. Blobs put or deleted
         while the iteration runs may or may not be listed."""
+
+    def size(self, digest: str) -> int | None:
+        """The blob's size in bytes; None when it is missing."""
+        from ease_jupyter.errors import NotFoundError
+
+        try:
+            return len(self.get_bytes(digest))
+        except NotFoundError:
+            return None
+
+    def get_referenced(self, digest: str, what: str) -> bytes:
+        """The bytes of a blob that a row references; ``what`` names the row
+        ("task 'iris', dataset version 3"). A blob that is missing or damaged
+        is ``unreadable_blob(what, digest)``."""
+        from ease_jupyter.errors import NotFoundError, StoreCorruptError
+
+        try:
+            return self.get_bytes(digest)
+        except (NotFoundError, StoreCorruptError):
+            raise unreadable_blob(what, digest) from None
 
     def put_array(self, array: Any) -> str:
         import io

@@ -16,6 +16,10 @@ name already gone writes the blob afresh. Either way a put that returned a
 digest leaves that blob in place. (A reader of that very digest may miss it
 for the instant between the two renames; garbage collection deletes only
 blobs nothing references, which nobody should be reading.)
+
+A put that finds the filesystem full (``ENOSPC``, ``EDQUOT``) removes its
+temporary file and raises ``StorageFullError`` naming the filesystem's
+size (``space.storage_full``). Errors name digests, never paths.
 """
 
 from __future__ import annotations
@@ -29,17 +33,18 @@ import uuid
 from pathlib import Path
 from typing import Iterator
 
-from ease_jupyter.errors import EaseMLError, NotFoundError
+from ease_jupyter.errors import NotFoundError, StoreCorruptError
 
 from ._validate import check_digest
 from .base import BlobInfo, BlobStore
+from .space import storage_full
 
 TEMP_PREFIX = ".tmp-"
 _FAN_OUT = re.compile(r"[0-9a-f]{2}")
 _REST = re.compile(r"[0-9a-f]{62}")
 
 
-class BlobCorruptedError(EaseMLError, OSError):
+class BlobCorruptedError(StoreCorruptError):
     """A blob file whose content no longer hashes to its name (e.g. disk damage)."""
 
 
@@ -73,6 +78,17 @@ class DirectoryBlobStore(BlobStore):
         final = self.path(digest)
         if _touch(final):
             return digest  # same name, same content: only its written_at moves (see delete)
+        try:
+            self._write(final, data)
+        except OSError as error:
+            full = storage_full(error, self.root)
+            if full is not None:
+                raise full from None
+            raise
+        return digest
+
+    @staticmethod
+    def _write(final: Path, data: bytes) -> None:
         final.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=final.parent)
         try:
@@ -86,17 +102,23 @@ class DirectoryBlobStore(BlobStore):
                 os.unlink(tmp)
             raise
         _fsync_directory(final.parent)
-        return digest
 
     def get_bytes(self, digest: str) -> bytes:
         path = self.path(digest)
         try:
             data = path.read_bytes()
         except FileNotFoundError:
-            raise NotFoundError(f"blob {digest}: not found under {self.root}") from None
+            raise NotFoundError(f"blob {digest}: not found") from None
         if self.verify and hashlib.sha256(data).hexdigest() != digest:
-            raise BlobCorruptedError(f"blob {digest}: the file {path} is corrupted (its content has another sha256)")
+            raise BlobCorruptedError(f"blob {digest}: corrupted (its content has another sha256)",
+                                     field="digest", found="another sha256", expected=digest)
         return data
+
+    def size(self, digest: str) -> int | None:
+        try:
+            return self.path(digest).stat().st_size
+        except FileNotFoundError:
+            return None
 
     def exists(self, digest: str) -> bool:
         return self.path(digest).is_file()

@@ -17,7 +17,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any, Iterator, Mapping
 
-from ease_jupyter.errors import AlreadyExistsError, DataError, NotFoundError
+from ease_jupyter.errors import AlreadyExistsError, DataError, InvalidStateError, NotFoundError
 
 from . import _validate as v
 from ._frozen import FrozenDict, freeze
@@ -41,6 +41,7 @@ from .base import (
     User,
     VersionKind,
 )
+from .base import HUB, LOCAL, check_origin
 
 
 class InMemoryStore(Store):
@@ -114,27 +115,31 @@ class InMemoryStore(Store):
         return max(ends, default=0)
 
     # -- users --------------------------------------------------------------
-    def create_user(self, name: str, token_hash: str, *, is_admin: bool = False) -> User:
+    def create_user(self, name: str, token_hash: str | None, *, is_admin: bool = False,
+                    origin: str = LOCAL) -> User:
         v.check_text("name", name)
-        v.check_text("token_hash", token_hash)
+        check_origin(origin)
+        if token_hash is not None:
+            v.check_text("token_hash", token_hash)
         with self._lock:
-            if any(u.name == name for u in self._users.values()):
-                raise AlreadyExistsError(f"user name {name!r}: already taken")
+            if any(u.name == name and u.origin == origin for u in self._users.values()):
+                raise AlreadyExistsError(f"user name {name!r}: already taken among {origin} users")
             if token_hash in self._token_hashes:
                 raise AlreadyExistsError("token_hash: already used by another user")
-            user = User(self._take_id("user"), name, bool(is_admin), v.utcnow())
+            user = User(self._take_id("user"), name, bool(is_admin), v.utcnow(), origin)
             self._users[user.id] = user
-            self._token_hashes[token_hash] = user.id
+            if token_hash is not None:
+                self._token_hashes[token_hash] = user.id
             return user
 
     def get_user(self, user_id: int) -> User:
         with self._lock:
             return self._user(user_id)
 
-    def user_by_name(self, name: str) -> User:
+    def user_by_name(self, name: str, origin: str = LOCAL) -> User:
         with self._lock:
             for user in self._users.values():
-                if user.name == name:
+                if user.name == name and user.origin == origin:
                     return user
         raise NotFoundError(f"user {name!r}: not found")
 
@@ -144,6 +149,35 @@ class InMemoryStore(Store):
             if user_id is None:
                 raise NotFoundError("no user has this token")
             return self._users[user_id]
+
+    def set_user_token_hash(self, user_id: int, token_hash: str | None) -> User:
+        if token_hash is not None:
+            v.check_text("token_hash", token_hash)
+        with self._lock:
+            user = self._user(user_id)
+            if token_hash is not None and self._token_hashes.get(token_hash, user.id) != user.id:
+                raise AlreadyExistsError("token_hash: already used by another user")
+            for old in [h for h, owner in self._token_hashes.items() if owner == user.id]:
+                del self._token_hashes[old]
+            if token_hash is not None:
+                self._token_hashes[token_hash] = user.id
+            return user
+
+    def link_user_to_hub(self, user_id: int) -> User:
+        with self._lock:
+            user = self._user(user_id)
+            if user.origin != LOCAL:
+                raise InvalidStateError(f"user {user.name!r}: already a {user.origin} user, expected a local one")
+            hub = next((u for u in self._users.values() if u.name == user.name and u.origin == HUB), None)
+            if hub is not None:
+                owned = sum(t.owner_id == hub.id for t in self._tasks.values())
+                if owned:
+                    raise AlreadyExistsError(f"hub user {user.name!r}: already owns {owned} task(s)")
+                self._users[hub.id] = replace(hub, origin=LOCAL)  # hub users hold no token
+            for old in [h for h, owner in self._token_hashes.items() if owner == user.id]:
+                del self._token_hashes[old]
+            self._users[user.id] = linked = replace(user, origin=HUB)
+            return linked
 
     def list_users(self) -> tuple[User, ...]:
         with self._lock:

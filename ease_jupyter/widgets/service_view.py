@@ -83,6 +83,9 @@ class ServiceView(Live, anywidget.AnyWidget):
     reason = t.Unicode("", help="why the served user was chosen").tag(sync=True)
     decisions = t.Int(0, help="decision events received").tag(sync=True)
     last_decision = t.Dict(None, allow_none=True, help="the raw last decision").tag(sync=True)
+    store = t.Dict(None, allow_none=True,
+                   help="admins only: the store as the control loop last met it, {writable, blocked, since, "
+                        "message}; blocked is store_unavailable or storage_full while training is paused").tag(sync=True)
 
     def __init__(self, client: Any, *, live: bool = True, min_refresh: float = 0.5, poll_seconds: float = 2.0,
                  **kwargs: Any):
@@ -150,6 +153,15 @@ class ServiceView(Live, anywidget.AnyWidget):
         self.users = [_user_row(u) for u in state.get("users", [])]
         if decision:
             self._decide(state.get("last_decision"))
+        if (state.get("viewer") or {}).get("admin"):
+            self.store = self._store_state()
+
+    def _store_state(self) -> dict[str, Any] | None:
+        """``/health``'s ``store`` field, which the service gives admins only."""
+        try:
+            return self.client.request("GET", "/health").get("store")
+        except Exception:  # noqa: BLE001 - the view shows what it can; the next refresh asks again
+            return None
 
     def close(self) -> None:
         self.stop()
@@ -162,4 +174,6 @@ class ServiceView(Live, anywidget.AnyWidget):
                  fmt(None if u["compute_share"] is None else 100 * u["compute_share"], ".1f") + "%"]
                 for u in self.users]
         head = f"Service view: policy {self.policy}, mode {self.mode}; {self.reason}"
+        if self.store and self.store.get("blocked"):
+            head += f"\ntraining paused ({self.store['blocked']}): {self.store.get('message')}"
         return "\n".join([head] + _text_table(["user", "tasks", "running", "best acc", "loss est", "share"], rows))

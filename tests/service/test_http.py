@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import base64
 import io
+import logging
+import re
+import sqlite3
 
 import numpy as np
 import pytest
@@ -18,7 +21,7 @@ def npy_b64(a) -> dict:
 
 
 def test_health_is_public_and_the_rest_needs_a_token(svc):
-    assert svc.call("GET", "/health").body["status"] == "ok"
+    assert svc.call("GET", "/health").body == {"status": "ok"}
     for path in ("/tasks", "/whoami", "/leaderboard", "/admin/progress", "/users"):
         r = svc.call("GET", path)
         assert r.status == 401, path
@@ -168,3 +171,66 @@ def test_request_size_limits(tmp_path):
         assert r.call("GET", "/health").status == 200  # still serving
     finally:
         r.thread.stop()
+
+
+def test_health_tells_only_admins_more(svc):
+    assert svc.call("GET", "/health").body == {"status": "ok"}  # no version, workers or WebSocket count
+    assert svc.call("GET", "/health", "alice").body == {"status": "ok"}
+    assert svc.call("GET", "/health", token="made-up").body == {"status": "ok"}
+    admin = svc.call("GET", "/health", "admin").body
+    assert admin["status"] == "ok" and {"version", "workers", "subscribers"} <= set(admin)
+
+
+@pytest.mark.parametrize("path", ["/tasks", "/tasks/n/feed", "/tasks/n/infer", "/tasks/n/refine", "/tasks/n/tags"])
+def test_json_the_parser_cannot_take_is_a_400(svc, path):
+    svc.call("POST", "/tasks", "alice", body={"name": "n", "input": [2], "output": [2]})
+    method = "PUT" if path.endswith("/tags") else "POST"
+    for raw in (b"[" * 1000 + b"]" * 1000, b'{"X": ' + b"[" * 5000 + b"]" * 5000 + b"}", b"\xff\xfe{", b"[1, 2]"):
+        r = svc.call(method, path, "alice", raw=raw, headers={"Content-Type": "application/json"})
+        assert r.status == 400, (path, raw[:20], r.body)
+        assert r.body["error"]["code"] == "bad_data" and r.body["error"]["field"] == "body"
+
+
+def test_an_internal_error_names_no_internals(svc, caplog, tmp_path):
+    """A failure we did not foresee is a 500 with an error id; the SQL, the
+    path and the exception go to the service log under that id only."""
+    def broken(caller):  # noqa: ANN001
+        raise sqlite3.OperationalError(f"SELECT token_hash FROM users; unable to open {tmp_path}/store.sqlite")
+
+    svc.service.list_tasks = broken
+    with caplog.at_level(logging.ERROR, logger="ease_jupyter.service.handlers"):
+        r = svc.call("GET", "/tasks", "alice")
+    assert r.status == 500 and r.body["error"]["code"] == "internal"
+    text = str(r.body)
+    for leak in ("SELECT", "token_hash", str(tmp_path), "OperationalError", "sqlite"):
+        assert leak not in text, leak
+    error_id = re.search(r"error id ([0-9a-f]+)", r.body["error"]["message"]).group(1)
+    logged = [rec for rec in caplog.records if error_id in rec.getMessage()]
+    assert logged and "SELECT token_hash" in str(logged[0].exc_info[1])
+
+
+def test_a_filesystem_permission_error_is_not_a_403(svc, tmp_path):
+    def broken(caller):  # noqa: ANN001
+        raise PermissionError(13, "Permission denied", str(tmp_path / "blobs"))
+
+    svc.service.list_tasks = broken
+    r = svc.call("GET", "/tasks", "alice")
+    assert r.status == 500 and str(tmp_path) not in str(r.body) and "Errno" not in str(r.body)
+    assert svc.call("GET", "/users", "alice").status == 403  # our own "admin rights needed" stays a 403
+
+
+def test_405_lists_the_allowed_methods(svc):
+    r = svc.call("DELETE", "/tasks", "alice")
+    assert r.status == 405 and r.headers["Allow"] == "GET, POST" and r.body["error"]["field"] == "method"
+    r = svc.call("PATCH", "/health")
+    assert r.status == 405 and r.headers["Allow"] == "GET"
+    r = svc.call("PUT", "/events", "alice")
+    assert r.status == 405 and r.headers["Allow"] == "GET"
+    assert r.headers["Content-Type"].startswith("application/json")
+
+
+def test_events_without_an_upgrade_is_a_json_426(svc):
+    r = svc.call("GET", "/events", "alice")
+    assert r.status == 426 and r.headers["Content-Type"].startswith("application/json")
+    assert r.body["error"]["code"] == "upgrade_required" and r.headers["Upgrade"] == "websocket"
+    assert svc.call("GET", "/events").status == 401

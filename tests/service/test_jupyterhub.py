@@ -38,7 +38,7 @@ from click.testing import CliRunner
 from ease_jupyter.client import AuthError, Client
 from ease_jupyter.service.hub import ease_name
 
-from .conftest import http
+from .conftest import http, until
 
 SERVICE = "easeml"
 
@@ -69,6 +69,20 @@ def test_hub_names_map_to_the_same_ease_ml_name():
     for bad in ("alice@example.org", "a..b", "x" * 65, "é"):
         with pytest.raises(PermissionError, match="username_map"):
             ease_name(bad)
+
+
+def test_the_hub_cache_keeps_only_positive_answers():
+    pytest.importorskip("jupyterhub")
+    from ease_jupyter.service.hub import positive_cache
+
+    cache = positive_cache(60)
+    cache["token:a"] = {"name": "alice"}
+    assert cache["token:a"] == {"name": "alice"}
+    cache["token:a"] = None  # the hub refused the token (403): forget it, remember nothing
+    cache["token:b"] = None
+    for key in ("token:a", "token:b"):
+        with pytest.raises(KeyError):
+            cache[key]
 
 
 def test_serve_jupyterhub_needs_the_hub_environment(monkeypatch, tmp_path):
@@ -167,12 +181,16 @@ class Hub:
 
     def user(self, name: str, *, scopes: list[str] | None = None) -> str:
         """A hub user (made once) and a new hub API token of theirs."""
+        return self.token_model(name, scopes=scopes)["token"]
+
+    def token_model(self, name: str, *, scopes: list[str] | None = None) -> dict[str, Any]:
+        """A hub user (made once) and the hub's model of a new API token of theirs (``token``, ``id``)."""
         if http(self.url, "GET", f"/hub/api/users/{name}", token=self.admin_token).status == 404:
             self.api("POST", f"/users/{name}")
         body: dict[str, Any] = {"note": "easeml test"}
         if scopes is not None:
             body["scopes"] = scopes
-        return self.api("POST", f"/users/{name}/tokens", body)["token"]
+        return self.api("POST", f"/users/{name}/tokens", body)
 
     def call(self, method: str, path: str, token: str | None = None, **kw: Any):
         return http(self.service_url, method, "/api/v1" + path, token=token, **kw)
@@ -325,24 +343,43 @@ def test_ease_ml_tokens_still_work_in_hub_mode(hub):
     assert me.status == 200 and me.body["name"] == "robot"
 
 
+def _browser_login(hub: Hub, name: str) -> urllib.request.OpenerDirector:
+    """A browser session of hub user ``name``: the hub's login form
+    (DummyAuthenticator: any password), then the service's OAuth redirect;
+    the returned opener holds the service's cookie."""
+    jar = CookieJar()
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    opener.open(hub.url + "/hub/login", timeout=30).read()
+    xsrf = next(c.value for c in jar if c.name == "_xsrf")
+    form = urllib.parse.urlencode({"username": name, "password": "x", "_xsrf": xsrf}).encode()
+    opener.open(hub.url + "/hub/login?next=" + urllib.parse.quote(f"/services/{SERVICE}/"), data=form, timeout=30)
+    with opener.open(hub.service_url + "/", timeout=30) as r:  # -> authorize -> callback -> whoami
+        assert r.status == 200 and json.loads(r.read())["name"] == name
+    return opener
+
+
+def _open(opener: urllib.request.OpenerDirector, method: str, url: str, *, token: str | None = None,
+          body: Any = None) -> tuple[int, Any]:
+    """(status, JSON body) of a request with the opener's cookies (and a token, if given)."""
+    request = urllib.request.Request(url, method=method, data=None if body is None else json.dumps(body).encode(),
+                                     headers={"Authorization": f"token {token}"} if token else {})
+    try:
+        with opener.open(request, timeout=30) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read() or b"null")
+
+
 @pytest.mark.jupyterhub
 def test_browser_login_through_hub_oauth(hub, tokens):
     """A browser: the hub's login form, then the service's OAuth redirect,
     then the service's cookie authenticates GETs."""
-    jar = CookieJar()
-    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
     # not logged in: the service sends the browser to the hub's OAuth page
     no_redirect = urllib.request.build_opener(_NoRedirect, urllib.request.HTTPCookieProcessor(CookieJar()))
     with pytest.raises(urllib.error.HTTPError) as first:
         no_redirect.open(hub.service_url + "/", timeout=30)
     assert first.value.code == 302 and "/hub/api/oauth2/authorize" in first.value.headers["Location"]
-    # log in to the hub (DummyAuthenticator: any password), then follow the OAuth dance
-    opener.open(hub.url + "/hub/login", timeout=30).read()
-    xsrf = next(c.value for c in jar if c.name == "_xsrf")
-    form = urllib.parse.urlencode({"username": "alice", "password": "x", "_xsrf": xsrf}).encode()
-    opener.open(hub.url + "/hub/login?next=" + urllib.parse.quote(f"/services/{SERVICE}/"), data=form, timeout=30)
-    with opener.open(hub.service_url + "/", timeout=30) as r:  # -> authorize -> callback -> whoami
-        assert r.status == 200 and json.loads(r.read())["name"] == "alice"
+    opener = _browser_login(hub, "alice")
     with opener.open(hub.service_url + "/api/v1/whoami", timeout=30) as r:  # the cookie alone
         assert json.loads(r.read())["name"] == "alice"
     # a cookie-authenticated POST without the _xsrf token is not authenticated (cross-site request forgery)
@@ -364,4 +401,127 @@ def test_the_proxy_keeps_the_service_prefix(hub, tokens):
     the service serves its API under $JUPYTERHUB_SERVICE_PREFIX."""
     assert hub.call("GET", "/openapi.json").status == 200
     r = http(hub.url, "GET", "/services/" + SERVICE + "/nothing-here")
-    assert r.status == 404 and r.body["error"]["message"] == f"no route /services/{SERVICE}/nothing-here"
+    assert r.status == 404 and r.body["error"]["code"] == "not_found"  # our JSON error, not the hub's page
+
+
+# ------------------------------------------------------- tokens and accounts
+
+@pytest.mark.jupyterhub
+def test_a_made_up_token_beside_a_cookie_is_refused_and_never_remembered(hub, tokens):
+    """A token alone decides who a request is: a token the hub refuses is a
+    401 even beside alice's valid OAuth cookie, and it never becomes alice's."""
+    opener = _browser_login(hub, "alice")
+    whoami = hub.service_url + "/api/v1/whoami"
+    made_up = "made-up-" + secrets.token_hex(8)
+    status, body = _open(opener, "GET", whoami, token=made_up)
+    assert status == 401 and body["error"]["code"] == "unauthorized"
+    # from anywhere, with no cookie: still nobody's
+    assert hub.call("GET", "/whoami", made_up).status == 401
+    feed = hub.call("POST", "/tasks/secret/feed", made_up, body={"X": [[1, 2, 3, 4]], "y": [0]})
+    assert feed.status == 401
+    # a valid token beside the cookie is its own user; the cookie alone is alice
+    status, body = _open(opener, "GET", whoami, token=tokens["bob"])
+    assert status == 200 and body["name"] == "bob"
+    assert _open(opener, "GET", whoami)[1]["name"] == "alice"
+
+
+@pytest.mark.jupyterhub
+def test_an_account_an_admin_made_is_not_the_hub_user_of_that_name(hub, tokens):
+    """A hub admin's POST /users {"name": "carol"} before carol first logs in
+    makes a local account: carol's hub login is another user, and the token
+    the admin kept reaches none of her data (nor she the planted data)."""
+    minted = hub.call("POST", "/users", tokens["root"], body={"name": "carol"})
+    assert minted.status == 201 and minted.body["origin"] == "local"
+    kept = minted.body["token"]
+    assert hub.call("POST", "/tasks", kept, body={"name": "planted", "input": [4], "output": [3]}).status == 201
+    carol = hub.user("carol")  # carol's first time through the hub
+    assert "planted" not in {t["name"] for t in hub.call("GET", "/tasks", carol).body}
+    me = hub.call("GET", "/whoami", carol).body
+    assert me["id"] != minted.body["id"] and (me["name"], me["origin"]) == ("carol", "hub")
+    assert hub.call("POST", "/tasks", carol, body={"name": "diary", "input": [4], "output": [3]}).status == 201
+    assert hub.call("POST", "/tasks/diary/feed", carol, body={"X": [[1, 2, 3, 4]], "y": [0]}).status == 201
+    for path in ("/tasks/diary", "/tasks/diary/examples", "/tasks/diary/versions"):
+        assert hub.call("GET", path, kept).status == 404, path
+    assert hub.call("POST", "/tasks/diary/feed", kept, body={"X": [[1, 2, 3, 4]], "y": [0]}).status == 404
+    assert "diary" not in {t["name"] for t in hub.call("GET", "/tasks", kept).body}
+    # a CLI account is not taken over by a hub user of its name either
+    out = subprocess.run([sys.executable, "-m", "ease_jupyter", "users", "add", "erin", "--data-dir",
+                          str(hub.tmp / "easeml")], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    cli_erin = hub.call("GET", "/whoami", out.stdout.strip().split()[-1]).body
+    hub_erin = hub.call("GET", "/whoami", hub.user("erin")).body
+    assert (cli_erin["origin"], hub_erin["origin"]) == ("local", "hub") and cli_erin["id"] != hub_erin["id"]
+
+
+@pytest.mark.jupyterhub
+def test_a_demoted_hub_admin_loses_admin_within_the_documented_delay(hub, tokens):
+    from ease_jupyter.service.hub import HUB_CACHE_SECONDS
+
+    token = hub.user("dana")
+    grant = lambda admin: http(hub.url, "PATCH", "/hub/api/users/dana", token=tokens["root"],  # noqa: E731
+                               body={"admin": admin})  # only a hub admin may grant admin
+    assert grant(True).status == 200
+    assert until(lambda: hub.call("GET", "/whoami", token).body["admin"] is True, timeout=HUB_CACHE_SECONDS + 5)
+    assert hub.call("GET", "/users", token).status == 200
+    assert grant(False).status == 200
+    demoted = time.monotonic()
+    assert until(lambda: hub.call("GET", "/users", token).status == 403, timeout=HUB_CACHE_SECONDS + 10, every=0.2)
+    assert time.monotonic() - demoted <= HUB_CACHE_SECONDS + 3  # the cache's lifetime, plus a loaded machine's slack
+    assert hub.call("GET", "/whoami", token).body["admin"] is False
+
+
+@pytest.mark.jupyterhub
+def test_a_hub_token_revoked_in_the_hub_stops_working_within_the_documented_delay(hub):
+    from ease_jupyter.service.hub import HUB_CACHE_SECONDS
+
+    model = hub.token_model("frank")
+    assert hub.call("GET", "/whoami", model["token"]).body["name"] == "frank"
+    hub.api("DELETE", f"/users/frank/tokens/{model['id']}")
+    revoked = time.monotonic()
+    assert until(lambda: hub.call("GET", "/whoami", model["token"]).status == 401, timeout=HUB_CACHE_SECONDS + 10,
+                 every=0.2)
+    assert time.monotonic() - revoked <= HUB_CACHE_SECONDS + 3
+
+
+@pytest.mark.jupyterhub
+def test_ease_ml_tokens_are_revoked_through_the_api_and_the_cli_in_hub_mode(hub, tokens):
+    made = hub.call("POST", "/users", tokens["root"], body={"name": "gina"}).body
+    assert hub.call("GET", "/whoami", made["token"]).status == 200
+    assert hub.call("DELETE", "/users/gina/tokens", tokens["alice"]).status == 403  # hub admins only
+    assert hub.call("DELETE", "/users/gina/tokens", tokens["root"]).status == 200
+    assert hub.call("GET", "/whoami", made["token"]).status == 401  # at once
+    # the CLI writes the database; a token the service has not cached stops at once there too
+    # (one it has cached, within the token cache's lifetime: tests/service/test_tokens.py)
+    data_dir = ["--data-dir", str(hub.tmp / "easeml")]
+    out = subprocess.run([sys.executable, "-m", "ease_jupyter", "users", "add", "hank", *data_dir],
+                         capture_output=True, text=True, timeout=120)
+    hank = out.stdout.strip().split()[-1]
+    out = subprocess.run([sys.executable, "-m", "ease_jupyter", "users", "revoke", "hank", *data_dir],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert hub.call("GET", "/whoami", hank).status == 401
+
+
+@pytest.mark.jupyterhub
+def test_an_admin_link_gives_a_local_account_to_the_hub_user_and_revokes_its_token(hub, tokens):
+    """``easeml users link ivy`` (an upgraded deployment whose accounts all
+    became local): hub user ivy's login then sees the local account's data,
+    and the token that account had stops working."""
+    data_dir = ["--data-dir", str(hub.tmp / "easeml")]
+    out = subprocess.run([sys.executable, "-m", "ease_jupyter", "users", "add", "ivy", *data_dir],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    old = out.stdout.strip().split()[-1]
+    assert hub.call("POST", "/tasks", old, body={"name": "notes", "input": [4], "output": [3]}).status == 201
+    local = hub.call("GET", "/whoami", old).body  # the service now holds the token in its cache
+    out = subprocess.run([sys.executable, "-m", "ease_jupyter", "users", "link", "ivy", *data_dir],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    ivy = hub.user("ivy")  # ivy's first time through the hub
+    me = hub.call("GET", "/whoami", ivy).body
+    assert (me["id"], me["name"], me["origin"]) == (local["id"], "ivy", "hub")
+    assert "notes" in {t["name"] for t in hub.call("GET", "/tasks", ivy).body}
+    assert hub.call("GET", "/tasks/notes", ivy).status == 200
+    gone = hub.call("GET", "/whoami", old)  # at once: reading hub user ivy dropped the cached token
+    assert gone.status == 401, gone.body
+    assert hub.call("GET", "/tasks/notes", old).status == 401

@@ -1,6 +1,8 @@
-"""Load check (issue 5, item 8): 50 concurrent clients, each its own user,
-feeding and polling one ``easeml serve`` subprocess on loopback, bounded in
-time. No request may fail, and no row may be lost or duplicated.
+"""Load check: 200 concurrent clients, each its own user, creating, feeding
+and polling one ``easeml serve`` subprocess on loopback. No request may fail,
+no answer may be a 5xx, every poll sees the feed before it, and every feed is
+stored exactly once. The run is bounded in time (a hung client fails the
+test); how fast it goes is ``benchmarks/service.py``'s business.
 
 ``ServeProcess`` and ``add_user`` live in ``ease_jupyter.service.testing``
 (shared with benchmarks/service.py, test_two_notebooks.py and
@@ -10,7 +12,7 @@ test_postgres_service.py).
 from __future__ import annotations
 
 import threading
-import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -19,10 +21,11 @@ import pytest
 from ease_jupyter.client import Client
 from ease_jupyter.service.testing import ServeProcess, add_user
 
-N_CLIENTS = 50
+N_CLIENTS = 200
 N_FEEDS = 3
 BATCH = 12
-TIME_BOUND = 60.0
+# Every client must be done by then (seconds); a run on 2 busy cores takes far less.
+TIME_BOUND = 180.0
 
 
 def _batch(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -43,10 +46,26 @@ def served(tmp_path):
         assert server.stop() == 0
 
 
-def test_fifty_concurrent_clients_feed_and_poll(served):
+def _check_stored(url: str, token: str, answers: list[dict[str, Any]], X_sent: np.ndarray, y_sent: np.ndarray) -> None:
+    """Each feed made exactly one version, with the running total of examples,
+    and the latest version holds exactly what was sent, in order, once."""
+    assert [v["number"] for v in answers] == list(range(1, N_FEEDS + 1))
+    assert [v["n_examples"] for v in answers] == [BATCH * k for k in range(1, N_FEEDS + 1)]
+    client = Client(url, token)
+    task = client.task("load")
+    assert [(v["number"], v["n_examples"]) for v in task.versions()] == [(k, BATCH * k) for k in range(1, N_FEEDS + 1)]
+    ids, X, y = task.data()
+    assert len(set(ids.tolist())) == len(ids) == N_FEEDS * BATCH
+    np.testing.assert_array_equal(y, y_sent)
+    np.testing.assert_allclose(X, X_sent)
+    assert [t.name for t in client.tasks()] == ["load"]  # each sees its own task only
+
+
+@pytest.mark.slow
+def test_two_hundred_concurrent_clients_feed_and_poll(served):
     server, admin_token = served
     admin = Client(server.url, admin_token)
-    tokens = {f"u{i:02d}": admin.add_user(f"u{i:02d}")["token"] for i in range(N_CLIENTS)}
+    tokens = {f"u{i:03d}": admin.add_user(f"u{i:03d}")["token"] for i in range(N_CLIENTS)}
 
     errors: list[str] = []
     fed: dict[str, tuple[np.ndarray, np.ndarray]] = {}
@@ -60,14 +79,14 @@ def test_fifty_concurrent_clients_feed_and_poll(served):
         rng = np.random.default_rng(i)
         n = 0
         try:
-            start_line.wait(30)
+            start_line.wait(60)
             task = client.task("load", input=[4], output=[3]); n += 1
             Xs, ys, got = [], [], []
             for k in range(1, N_FEEDS + 1):
                 X, y = _batch(rng, BATCH)
                 got.append(task.feed(X, y)); n += 1
                 Xs.append(X); ys.append(y)
-                # Poll until the task shows this version (it must, at once).
+                # Poll: the task shows this version at once (read after write).
                 info = task.refresh(); n += 1
                 assert info["latest_version"]["number"] == k, info["latest_version"]
                 client.leaderboard(); task.jobs(); n += 2
@@ -79,35 +98,19 @@ def test_fifty_concurrent_clients_feed_and_poll(served):
             with count_lock:
                 counts["requests"] += n
 
-    threads = [threading.Thread(target=worker, args=(i, name, tok)) for i, (name, tok) in enumerate(tokens.items())]
-    t0 = time.monotonic()
+    threads = [threading.Thread(target=worker, args=(i, name, tok), daemon=True)
+               for i, (name, tok) in enumerate(tokens.items())]
     for t in threads:
         t.start()
     for t in threads:
-        t.join(TIME_BOUND + 30)
-    elapsed = time.monotonic() - t0
+        t.join(TIME_BOUND)
+    hung = [t.name for t in threads if t.is_alive()]
+    assert not hung, f"{len(hung)} of {N_CLIENTS} clients were not done within {TIME_BOUND:.0f} s"
 
     assert not errors, errors[:5]
-    assert elapsed < TIME_BOUND, f"{N_CLIENTS} clients took {elapsed:.1f} s"
     assert counts["requests"] == N_CLIENTS * (1 + 4 * N_FEEDS)
     assert len(answers) == N_CLIENTS
-
-    # No lost or duplicated rows: each feed made exactly one version, with the
-    # running total of examples, and the latest version holds exactly what was sent.
-    for name, token in tokens.items():
-        versions = answers[name]
-        assert [v["number"] for v in versions] == list(range(1, N_FEEDS + 1))
-        assert [v["n_examples"] for v in versions] == [BATCH * k for k in range(1, N_FEEDS + 1)]
-        task = Client(server.url, token).task("load")
-        stored = task.versions()
-        assert [(v["number"], v["n_examples"]) for v in stored] == [(k, BATCH * k) for k in range(1, N_FEEDS + 1)]
-        ids, X, y = task.data()
-        X_sent, y_sent = fed[name]
-        assert len(set(ids.tolist())) == len(ids) == N_FEEDS * BATCH
-        np.testing.assert_array_equal(y, y_sent)
-        np.testing.assert_allclose(X, X_sent)
-        assert [t.name for t in Client(server.url, token).tasks()] == ["load"]  # each sees its own task only
-
-    progress = admin.progress()
-    assert progress is not None
+    with ThreadPoolExecutor(8) as pool:  # checked a few at a time: 200 in turn would take long on 2 cores
+        list(pool.map(lambda name: _check_stored(server.url, tokens[name], answers[name], *fed[name]), tokens))
+    assert admin.progress() is not None
     assert not server.errors(), server.errors()[:5]

@@ -1,12 +1,18 @@
-"""The hand-written OpenAPI document covers every route of the app."""
+"""The hand-written OpenAPI document covers every route of the app, is valid
+OpenAPI 3.1, and says what the service does (schemathesis checks the rest
+against a live service: test_schemathesis.py)."""
 
 from __future__ import annotations
 
 import re
 
+import pytest
+
+from ease_jupyter.errors import DataError
 from ease_jupyter.service.app import make_app
+from ease_jupyter.service.auth import check_name
 from ease_jupyter.service.handlers import API, NAME
-from ease_jupyter.service.openapi import spec
+from ease_jupyter.service.openapi import NAME_SCHEMA, spec
 
 
 def _template(regex: str) -> str:
@@ -27,3 +33,64 @@ def test_every_route_is_in_the_spec(svc):
         assert set(doc["paths"][path]) == set(ops), path
         seen.add(path)
     assert seen == set(doc["paths"]), "the spec documents routes the app does not have"
+
+
+def test_the_document_is_valid_openapi():
+    from openapi_spec_validator import validate
+
+    validate(spec())
+
+
+def _schema(doc: dict, ref_or_schema: dict) -> dict:
+    """The schema with ``components`` alongside, so that ``$ref``s resolve."""
+    return {**ref_or_schema, "components": doc["components"]}
+
+
+def test_array_forms_match_exactly_one_branch():
+    import jsonschema
+
+    doc = spec()
+    array = _schema(doc, {"$ref": "#/components/schemas/Array"})
+    for value in ([[1, 2], [3, 4]], {"npy_b64": "k05VTVBZ"}, {"upload": "0123abcd"}):
+        jsonschema.validate(value, array)  # oneOf: exactly one branch matches
+    for value in ({"npy_b64": "k05V", "upload": "x"}, {"npy_b64": 3}, {}, {"other": "x"}):
+        assert not jsonschema.Draft202012Validator(array).is_valid(value), value
+
+
+def test_error_fields_may_be_null():
+    import jsonschema
+
+    doc = spec()
+    error = _schema(doc, doc["components"]["responses"]["Error"]["content"]["application/json"]["schema"])
+    jsonschema.validate({"error": {"code": "forbidden", "field": None, "found": None, "expected": None,
+                                   "message": "admin rights needed"}}, error)
+
+
+@pytest.mark.parametrize("name", ["t", "a.b", ".hidden", "end.", "x" * 64, "a-b_c.d", "-"])
+def test_name_pattern_takes_what_the_service_takes(name):
+    assert re.fullmatch(NAME_SCHEMA["pattern"].strip("^$"), name) and check_name("name", name) == name
+
+
+@pytest.mark.parametrize("name", ["..", "a..b", ".", "../etc", "a/b", "sp ace", "é"])
+def test_name_pattern_refuses_what_the_service_refuses(name):
+    assert not re.search(NAME_SCHEMA["pattern"], name)
+    with pytest.raises(DataError):
+        check_name("name", name)
+
+
+def test_statuses_and_parameters_as_served():
+    paths = spec()["paths"]
+    for path, methods in paths.items():
+        for method, op in methods.items():
+            public = op.get("security") == []
+            if path != "/events":
+                assert public or {"401", "403"} <= set(op["responses"]), (method, path)
+    assert {"200", "201"} <= set(paths["/tasks"]["post"]["responses"])
+    assert {"200", "201"} <= set(paths["/tasks/{name}/refine"]["post"]["responses"])
+    assert set(paths["/tasks/{name}/feed"]["post"]["responses"]) & {"200", "201"} == {"201"}
+    offset = next(p for p in paths["/uploads/{id}"]["put"]["parameters"] if p["name"] == "offset")
+    assert not offset.get("required", False)
+    assert not paths["/tasks/{name}/tags"]["put"]["requestBody"]["required"]  # no body: sets nothing
+    assert paths["/tasks/{name}/feed"]["post"]["requestBody"]["content"]["application/json"]["schema"]["required"] == [
+        "X", "y"]
+    assert set(paths["/events"]["get"]["responses"]) == {"101", "401", "426"}

@@ -3,7 +3,13 @@ of a torch (MOP) job, start it again on the same data dir, and check that the
 tasks, data versions, finished jobs, metrics and selector (GP) state come
 back, and that the interrupted job resumes from its last checkpointed MOP
 unit: with 3 partitions an epoch is 3 units per config, the kill lands
-inside an epoch, and no unit recorded before it is trained again."""
+inside an epoch, and no unit recorded before it is trained again.
+
+What the kill left is read after the service is dead, from a store opened
+afresh (as the restarted service opens it), never from a snapshot taken
+while it ran: a unit whose commit was under way at the kill (written to
+SQLite's WAL, not yet visible to other connections) survives the restart,
+so only the state read after the kill says where the job resumes."""
 
 from __future__ import annotations
 
@@ -83,9 +89,29 @@ def _units_done(progress: dict) -> int:
     return sum(len(u["visited"]) for u in progress["units"].values())
 
 
-def _inside_an_epoch(progress: dict | None) -> bool:
-    """Past a finished epoch and some, not all, train units into the next one."""
-    return bool(progress) and 1 <= progress["epoch"] < EPOCHS and 0 < _units_done(progress) < UNITS_PER_EPOCH
+def _inside_an_epoch(progress: dict | None, *, spare: int = 0) -> bool:
+    """Past a finished epoch and some, not all, train units into the next one
+    (with at least ``spare`` more units to go before the epoch ends)."""
+    return (bool(progress) and 1 <= progress["epoch"] < EPOCHS
+            and 0 < _units_done(progress) < UNITS_PER_EPOCH - spare)
+
+
+def _left_by_the_kill(data_dir, job_id: int, tasks: list[dict]) -> tuple[dict | None, dict[str, int]]:
+    """The job's progress record and, per tenant (task/latest version), the
+    finished jobs: what a restart finds. Call it once the service is dead and
+    this process holds no connection to its database: the store opened here is
+    then SQLite's first connection and recovers the WAL, as the restart will."""
+    store, _ = open_store(None, data_dir)
+    try:
+        finished = {}
+        for t in tasks:
+            version = store.latest_dataset_version(t["id"])
+            finished[f"{t['id']}/{version.id}"] = sum(
+                1 for j in store.list_jobs(t["id"])
+                if j.dataset_version_id == version.id and j.status in (JobStatus.SUCCEEDED, JobStatus.FAILED))
+        return _progress(store, job_id), finished
+    finally:
+        store.close()
 
 
 @pytest.mark.slow
@@ -99,8 +125,8 @@ def test_sigkill_mid_training_then_restart(tmp_path, request):
     yd = d.target[:600].astype("int64")
 
     first = Serve(tmp_path)
-    store, _ = open_store(None, tmp_path)  # reads the job tags the service writes (SQLite WAL: never blocks it)
-    request.addfinalizer(store.close)
+    # Polls the job tags the service writes (SQLite WAL: never blocks it); closed before the kill is read.
+    polling, _ = open_store(None, tmp_path)
     try:
         client = Client(first.url, token)
         iris = client.task("iris", input=[4], output=[3])
@@ -109,17 +135,19 @@ def test_sigkill_mid_training_then_restart(tmp_path, request):
         digits = client.task("digits", input=[8, 8, 1], output=[10])
         digits.feed(Xd, yd)
         assert iris.wait(timeout=120)
-        # Wait for a finished torch job and another one inside an epoch (its
-        # progress record shows units past its last full epoch). The service is
-        # stopped (SIGSTOP) before the record is read again, so the record read
-        # is the one the kill leaves behind; if the epoch ended meanwhile, go on.
-        deadline, victim, frozen = time.monotonic() + 300, None, None
+        # Wait for a finished job and a torch job inside an epoch, stop the
+        # service (SIGSTOP) and look again: the kill comes only if the job is
+        # still well inside the epoch. At most one more unit can have been on
+        # its way to the store when the service stopped, so a spare unit keeps
+        # the state the kill leaves inside the epoch too; that state is read
+        # after the kill (below), and the rest of the test checks against it.
+        deadline, victim = time.monotonic() + 300, None
         while time.monotonic() < deadline and victim is None:
             hist = _history(client, "digits")
             running = [h for h in hist.values() if h["status"] == "running"]
             if any(h["status"] == "succeeded" for h in hist.values()) and running:
                 job = running[0]
-                if _inside_an_epoch(_progress(store, job["id"])):
+                if _inside_an_epoch(_progress(polling, job["id"]), spare=1):
                     before = {
                         "tasks": http(first.url, "GET", "/api/v1/tasks", token=token).body,
                         "history": {n: _history(client, n) for n in ("iris", "digits")},
@@ -128,8 +156,8 @@ def test_sigkill_mid_training_then_restart(tmp_path, request):
                                      for n in ("iris", "digits")},
                     }
                     first.proc.send_signal(signal.SIGSTOP)
-                    frozen = _progress(store, job["id"])
-                    if _inside_an_epoch(frozen) and store.get_job(job["id"]).status is JobStatus.RUNNING:
+                    seen = _progress(polling, job["id"])
+                    if _inside_an_epoch(seen, spare=1) and polling.get_job(job["id"]).status is JobStatus.RUNNING:
                         victim = before["history"]["digits"][job["id"]]
                         break
                     first.proc.send_signal(signal.SIGCONT)
@@ -138,8 +166,11 @@ def test_sigkill_mid_training_then_restart(tmp_path, request):
         os.kill(first.proc.pid, signal.SIGKILL)
         assert first.proc.wait(30) == -signal.SIGKILL
     finally:
+        polling.close()
         if first.proc.poll() is None:
             first.stop(signal.SIGKILL)
+    frozen, finished = _left_by_the_kill(tmp_path, victim["id"], before["tasks"])
+    assert _inside_an_epoch(frozen), frozen
     # the record is consistent: every recorded unit is counted once
     assert frozen["trained_units"] == frozen["epoch"] * UNITS_PER_EPOCH + _units_done(frozen)
     assert frozen["partitions"] == PARTITIONS
@@ -154,8 +185,11 @@ def test_sigkill_mid_training_then_restart(tmp_path, request):
             assert versions == before["versions"][n]
             assert len({v["id"] for v in versions}) == len(versions)
         assert [v["number"] for v in before["versions"]["iris"]] == [1, 2]
-        # the selector state came back: the same observations per tenant
-        assert _selector_obs(second.url, token) == before["obs"]
+        # the selector state came back: one observation per finished job, none lost
+        # (a job may have finished between the snapshot of `before` and the kill)
+        restored = _selector_obs(second.url, token)
+        assert restored == finished
+        assert all(restored[name] >= n for name, n in before["obs"].items())
         assert sum(before["obs"].values()) >= 2
         # finished jobs and their metrics are intact
         for n in ("iris", "digits"):
@@ -183,6 +217,8 @@ def test_sigkill_mid_training_then_restart(tmp_path, request):
         assert _selector_obs(second.url, token)[tenant] == 4
     finally:
         assert second.stop() == 0
+    store, _ = open_store(None, tmp_path)
+    request.addfinalizer(store.close)
     tags = store.tags("job", victim["id"])
     # resumed after the epochs and units recorded at the kill, not from the start of the epoch
     assert int(tags[RESUMED_TAG]) == frozen["epoch"] and max(stored, default=0) <= frozen["epoch"]

@@ -29,6 +29,8 @@ from ease_jupyter.store import (
     VersionKind,
 )
 
+from ease_jupyter.store.base import HUB, LOCAL
+
 from .helpers import digest, feed, refine
 
 # -- helpers ------------------------------------------------------------------
@@ -134,10 +136,10 @@ def test_there_is_no_way_to_change_or_delete_a_version() -> None:
         name
         for name in dir(Store)
         if not name.startswith("_")
-        and name.split("_")[0] in {"update", "set", "delete", "remove", "change", "replace", "drop", "edit"}
+        and name.split("_")[0] in {"update", "set", "delete", "remove", "change", "replace", "drop", "edit", "link"}
     }
-    # The only mutators touch tasks, jobs and tags; nothing reaches a dataset version.
-    assert mutators == {"update_job", "set_task_cancelled", "set_tag"}
+    # The only mutators touch users, tasks, jobs and tags; nothing reaches a dataset version.
+    assert mutators == {"set_user_token_hash", "link_user_to_hub", "update_job", "set_task_cancelled", "set_tag"}
 
 
 # -- users ----------------------------------------------------------------------
@@ -162,6 +164,85 @@ def test_user_names_and_token_hashes_are_unique(store: Store) -> None:
     with pytest.raises(AlreadyExistsError):
         store.create_user("eve", "hash-of-ada")
     assert store.list_users() == (ada,)
+
+
+def test_each_origin_is_its_own_namespace_of_names(store: Store) -> None:
+    local = user(store, "carol")
+    hub = store.create_user("carol", None, origin=HUB)
+    assert (local.origin, hub.origin) == (LOCAL, HUB) and local.id != hub.id
+    assert store.user_by_name("carol") == local == store.user_by_name("carol", LOCAL)
+    assert store.user_by_name("carol", HUB) == hub
+    with pytest.raises(AlreadyExistsError):
+        store.create_user("carol", None, origin=HUB)
+    with pytest.raises(NotFoundError):
+        store.user_by_name("ada", HUB)
+    with pytest.raises(DataError) as info:
+        store.create_user("dave", "h", origin="ldap")
+    assert info.value.field == "origin"
+    assert store.list_users() == (local, hub)
+
+
+def test_a_token_hash_can_be_replaced_or_revoked(store: Store) -> None:
+    ada, bob = user(store, "ada"), user(store, "bob")
+    assert store.set_user_token_hash(ada.id, "new-hash") == ada
+    assert store.user_by_token_hash("new-hash") == ada
+    with pytest.raises(NotFoundError):
+        store.user_by_token_hash("hash-of-ada")  # the old one is gone
+    with pytest.raises(AlreadyExistsError):
+        store.set_user_token_hash(ada.id, "hash-of-bob")
+    assert store.user_by_token_hash("new-hash") == ada  # a refused change changes nothing
+    store.set_user_token_hash(ada.id, None)
+    with pytest.raises(NotFoundError):
+        store.user_by_token_hash("new-hash")
+    assert store.get_user(ada.id) == ada and store.user_by_token_hash("hash-of-bob") == bob
+    # users without a token never collide with each other
+    store.set_user_token_hash(bob.id, None)
+    assert store.create_user("eve", None).name == "eve"
+    with pytest.raises(NotFoundError):
+        store.set_user_token_hash(999, None)
+    with pytest.raises(DataError):
+        store.set_user_token_hash(ada.id, "")
+
+
+def test_a_local_account_is_linked_to_the_hub_user_of_its_name(store: Store) -> None:
+    carol = user(store, "carol", is_admin=True)
+    galaxy = task(store, carol)
+    linked = store.link_user_to_hub(carol.id)
+    assert linked == dataclasses.replace(carol, origin=HUB)  # same id, so its tasks come along
+    assert store.user_by_name("carol", HUB) == linked == store.get_user(carol.id)
+    assert store.task_by_name(linked.id, "galaxy") == galaxy
+    with pytest.raises(NotFoundError):
+        store.user_by_token_hash("hash-of-carol")  # its token is revoked
+    with pytest.raises(NotFoundError):
+        store.user_by_name("carol", LOCAL)  # the local name is free again
+    with pytest.raises(InvalidStateError):
+        store.link_user_to_hub(carol.id)
+    with pytest.raises(NotFoundError):
+        store.link_user_to_hub(999)
+
+
+def test_an_empty_hub_account_trades_places_with_the_linked_one(store: Store) -> None:
+    dave = user(store, "dave")
+    task(store, dave)
+    fresh = store.create_user("dave", None, origin=HUB)  # the hub user logged in before the link
+    linked = store.link_user_to_hub(dave.id)
+    assert store.user_by_name("dave", HUB) == linked and linked.id == dave.id
+    # kept, not deleted (so its id is never reused), as a local account no token reaches
+    assert store.user_by_name("dave", LOCAL) == dataclasses.replace(fresh, origin=LOCAL)
+    assert store.list_tasks(fresh.id) == ()
+    assert [(u.name, u.origin) for u in store.list_users()] == [("dave", HUB), ("dave", LOCAL)]
+
+
+def test_a_hub_account_that_owns_tasks_is_never_replaced(store: Store) -> None:
+    erin = user(store, "erin")
+    hub = store.create_user("erin", None, origin=HUB)
+    task(store, hub, "hub-side")
+    with pytest.raises(AlreadyExistsError) as info:
+        store.link_user_to_hub(erin.id)
+    assert "1 task" in str(info.value)
+    # nothing changed
+    assert store.list_users() == (erin, hub)
+    assert store.user_by_token_hash("hash-of-erin") == erin
 
 
 def test_unknown_users_raise_not_found(store: Store) -> None:

@@ -124,3 +124,42 @@ def test_in_memory_sqlite_is_one_shared_database() -> None:
         for thread in threads:
             thread.join()
         assert errors == []
+
+
+def test_upgrading_0001_data_makes_every_user_local_and_keeps_their_tasks(sql_url: str) -> None:
+    from sqlalchemy import text
+
+    from ease_jupyter.store.base import HUB, LOCAL
+    from ease_jupyter.store.sql.engine import make_engine
+
+    engine = make_engine(sql_url)
+    try:
+        upgrade(engine, "0001")
+        with engine.begin() as connection:
+            connection.execute(text("INSERT INTO users (name, token_hash, is_admin, created_at) VALUES "
+                                    "('ada', 'hash-ada', true, '2025-01-01 00:00:00'), "
+                                    "('carol', 'hash-carol', false, '2025-01-01 00:00:00')"))
+            connection.execute(text("INSERT INTO tasks (owner_id, name, program, created_at, cancelled) "
+                                    "SELECT id, 'diary', '', '2025-01-01 00:00:00', false FROM users "
+                                    "WHERE name = 'carol'"))
+    finally:
+        engine.dispose()
+    with SQLStore(sql_url) as store:  # migrates to head
+        assert schema_diffs(store) == []
+        carol = store.user_by_token_hash("hash-carol")
+        assert (carol.name, carol.origin) == ("carol", LOCAL)
+        assert store.user_by_name("ada").is_admin and store.user_by_name("ada").origin == LOCAL
+        assert [t.name for t in store.list_tasks(carol.id)] == ["diary"]
+        # the hub's carol is another user, and revoking leaves the row (and its tasks) in place
+        hub_carol = store.create_user("carol", None, origin=HUB)
+        assert hub_carol.id != carol.id and store.list_tasks(hub_carol.id) == ()
+        store.set_user_token_hash(carol.id, None)
+        assert [t.name for t in store.list_tasks(carol.id)] == ["diary"]
+        with store.engine.connect() as connection:  # the rebuilt table still anchors foreign keys
+            with pytest.raises(Exception, match="(?i)foreign key"):
+                connection.execute(text("INSERT INTO tasks (owner_id, name, program, created_at, cancelled) "
+                                        "VALUES (9999, 'orphan', '', '2025-01-01 00:00:00', false)"))
+                connection.commit()
+        with pytest.raises(RuntimeError, match="'carol' is both a local and a hub user"):
+            downgrade(store.engine, "0001")  # 0001's names are unique across origins
+        assert current_revision(store) == "0002" and schema_diffs(store) == []

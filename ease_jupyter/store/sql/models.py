@@ -33,6 +33,8 @@ from sqlalchemy.types import TypeDecorator
 
 from .._frozen import freeze
 from ..base import (
+    LOCAL,
+    USER_ORIGINS,
     DatasetVersion,
     Edge,
     EdgeKind,
@@ -100,16 +102,20 @@ class Base(DeclarativeBase):
 
 class UserRow(Base):
     __tablename__ = "users"
+    # Each origin (a local account, a hub login) is its own namespace of names.
+    __table_args__ = (UniqueConstraint("origin", "name"), CheckConstraint(_in("origin", USER_ORIGINS), name="origin"))
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    name: Mapped[str] = mapped_column(NAME, unique=True)
+    name: Mapped[str] = mapped_column(NAME)
+    origin: Mapped[str] = mapped_column(String(16), default=LOCAL, server_default=LOCAL)
     # Only a hash of the token is stored; looking a user up by it is the hot path of auth.
-    token_hash: Mapped[str] = mapped_column(String(128), unique=True, index=True)
+    # NULL: revoked, or a hub user (who logs in through the hub).
+    token_hash: Mapped[str | None] = mapped_column(String(128), unique=True, index=True)
     is_admin: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
     def to_record(self) -> User:
-        return User(self.id, self.name, self.is_admin, self.created_at)
+        return User(self.id, self.name, self.is_admin, self.created_at, self.origin)
 
 
 class TaskRow(Base):

@@ -21,12 +21,18 @@ import threading
 from datetime import datetime
 from typing import Any, Iterator, Mapping, TypeVar
 
-from sqlalchemy import func, insert, select
+from sqlalchemy import false, func, insert, select, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from ease_jupyter.errors import AlreadyExistsError, DataError, NotFoundError
+from ease_jupyter.errors import (
+    AlreadyExistsError,
+    DataError,
+    InvalidStateError,
+    NotFoundError,
+    StoreUnavailableError,
+)
 
 from .. import _validate as v
 from .._frozen import FrozenDict
@@ -48,7 +54,9 @@ from ..base import (
     User,
     VersionKind,
 )
+from ..base import HUB, LOCAL, check_origin
 from .engine import is_sqlite_memory, make_engine, upgrade, writer
+from .failures import mapped_errors
 from .models import (
     Base,
     DatasetVersionRow,
@@ -90,7 +98,8 @@ class SQLStore(Store):
         self.engine = make_engine(self.url, **engine_kwargs)
         if migrate:
             try:
-                upgrade(self.engine)
+                with mapped_errors():
+                    upgrade(self.engine)
             except BaseException:
                 self.engine.dispose()
                 raise
@@ -99,6 +108,12 @@ class SQLStore(Store):
         # An in-memory SQLite database is one connection shared by all threads;
         # two transactions on it would interleave, so take turns.
         self._turns = threading.RLock() if is_sqlite_memory(self.url) else contextlib.nullcontext()
+        # SQLite has one writer at a time. This process's writers queue here,
+        # where the next one starts as soon as the lock is free, rather than in
+        # SQLite's busy handler, which polls with sleeps of up to 100 ms (other
+        # processes' writers still meet it there).
+        self._write_turns = threading.RLock() if self.url.get_backend_name() == "sqlite" else contextlib.nullcontext()
+        self._outage = False  # the last write failed as the database could not be written (see _writing)
 
     def __repr__(self) -> str:
         return f"SQLStore({self.url.render_as_string(hide_password=True)!r})"
@@ -106,15 +121,35 @@ class SQLStore(Store):
     def close(self) -> None:
         self.engine.dispose()
 
+    # Every transaction goes through these two, so database outages become
+    # storage errors here and nowhere else (failures.py); the commit is inside.
     @contextlib.contextmanager
     def _reading(self) -> Iterator[Session]:
-        with self._turns, self._reads.begin() as session:
+        with mapped_errors(), self._turns, self._reads.begin() as session:
             yield session
 
     @contextlib.contextmanager
     def _writing(self) -> Iterator[Session]:
-        with self._turns, self._writes.begin() as session:
-            yield session
+        if self._outage and not is_sqlite_memory(self.url):  # (that one connection is the database)
+            # A SQLite connection opened while the file was read-only stays
+            # read-only: write on fresh ones until a write has succeeded again.
+            self.engine.dispose()
+        try:
+            with mapped_errors(), self._turns, self._write_turns, self._writes.begin() as session:
+                yield session
+        except StoreUnavailableError:
+            self._outage = True
+            raise
+        self._outage = False
+
+    def check_writable(self) -> None:
+        """Write in a transaction and roll it back: ``StoreUnavailableError``
+        (or ``StorageFullError``) when the database cannot take writes now."""
+        with self._writing() as s:
+            # A statement that changes no row still takes the write lock (SQLite)
+            # or is refused in a read-only transaction (PostgreSQL).
+            s.execute(update(UserRow.__table__).where(false()).values(name=UserRow.__table__.c.name))
+            s.rollback()
 
     # -- lookups that raise NotFoundError --------------------------------------
     @staticmethod
@@ -159,16 +194,20 @@ class SQLStore(Store):
         return end or 0
 
     # -- users --------------------------------------------------------------
-    def create_user(self, name: str, token_hash: str, *, is_admin: bool = False) -> User:
+    def create_user(self, name: str, token_hash: str | None, *, is_admin: bool = False,
+                    origin: str = LOCAL) -> User:
         v.check_text("name", name)
-        v.check_text("token_hash", token_hash)
+        check_origin(origin)
+        if token_hash is not None:
+            v.check_text("token_hash", token_hash)
         try:
             with self._writing() as s:
-                if s.scalar(select(UserRow.id).where(UserRow.name == name)) is not None:
-                    raise AlreadyExistsError(f"user name {name!r}: already taken")
-                if s.scalar(select(UserRow.id).where(UserRow.token_hash == token_hash)) is not None:
-                    raise AlreadyExistsError("token_hash: already used by another user")
-                row = UserRow(name=name, token_hash=token_hash, is_admin=bool(is_admin), created_at=v.utcnow())
+                taken = select(UserRow.id).where(UserRow.origin == origin, UserRow.name == name)
+                if s.scalar(taken) is not None:
+                    raise AlreadyExistsError(f"user name {name!r}: already taken among {origin} users")
+                self._check_token_hash_free(s, token_hash)
+                row = UserRow(name=name, origin=origin, token_hash=token_hash, is_admin=bool(is_admin),
+                              created_at=v.utcnow())
                 s.add(row)
                 s.flush()
                 return row.to_record()
@@ -176,13 +215,21 @@ class SQLStore(Store):
             # Only a concurrent create_user can get here (PostgreSQL checks at insert time).
             raise AlreadyExistsError(f"user name {name!r} or its token: taken by a concurrent call") from None
 
+    @staticmethod
+    def _check_token_hash_free(session: Session, token_hash: str | None, *, owner_id: int | None = None) -> None:
+        if token_hash is None:
+            return
+        holder = session.scalar(select(UserRow.id).where(UserRow.token_hash == token_hash))
+        if holder is not None and holder != owner_id:
+            raise AlreadyExistsError("token_hash: already used by another user")
+
     def get_user(self, user_id: int) -> User:
         with self._reading() as s:
             return self._user(s, user_id).to_record()
 
-    def user_by_name(self, name: str) -> User:
+    def user_by_name(self, name: str, origin: str = LOCAL) -> User:
         with self._reading() as s:
-            row = s.scalar(select(UserRow).where(UserRow.name == name))
+            row = s.scalar(select(UserRow).where(UserRow.origin == origin, UserRow.name == name))
             if row is None:
                 raise NotFoundError(f"user {name!r}: not found")
             return row.to_record()
@@ -193,6 +240,44 @@ class SQLStore(Store):
             if row is None:
                 raise NotFoundError("no user has this token")
             return row.to_record()
+
+    def set_user_token_hash(self, user_id: int, token_hash: str | None) -> User:
+        if token_hash is not None:
+            v.check_text("token_hash", token_hash)
+        try:
+            with self._writing() as s:
+                row = self._row(s, UserRow, user_id, what="user", field="user_id", lock=True)
+                self._check_token_hash_free(s, token_hash, owner_id=row.id)
+                row.token_hash = token_hash
+                s.flush()
+                return row.to_record()
+        except IntegrityError:
+            raise AlreadyExistsError("token_hash: taken by a concurrent call") from None
+
+    def link_user_to_hub(self, user_id: int) -> User:
+        try:
+            with self._writing() as s:
+                row = self._row(s, UserRow, user_id, what="user", field="user_id", lock=True)
+                if row.origin != LOCAL:
+                    raise InvalidStateError(f"user {row.name!r}: already a {row.origin} user, expected a local one")
+                hub = s.scalar(select(UserRow).where(UserRow.origin == HUB, UserRow.name == row.name)
+                               .with_for_update())
+                if hub is not None:
+                    owned = s.scalar(select(func.count()).select_from(TaskRow).where(TaskRow.owner_id == hub.id))
+                    if owned:
+                        raise AlreadyExistsError(f"hub user {row.name!r}: already owns {owned} task(s)")
+                    # (origin, name) is unique at every statement: park the hub row
+                    # under a name no user can have ('#') while the two trade places.
+                    hub.name = f"#{hub.id}"
+                    s.flush()
+                row.origin, row.token_hash = HUB, None
+                s.flush()
+                if hub is not None:
+                    hub.name, hub.origin = row.name, LOCAL  # hub users hold no token
+                    s.flush()
+                return row.to_record()
+        except IntegrityError:  # a hub login created the hub user meanwhile (PostgreSQL)
+            raise AlreadyExistsError(f"user {user_id}: its hub name was taken by a concurrent call") from None
 
     def list_users(self) -> tuple[User, ...]:
         with self._reading() as s:

@@ -1,0 +1,206 @@
+"""Find (and repair) rows whose blobs cannot be read: ``easeml fsck``.
+
+Three kinds of rows reference blobs, and each has its own repair:
+
+* a dataset version's list of active examples (``members``): rebuilt from
+  the rows, which determine it (a feed's parent plus its chunk, a refine's
+  parent with its toggles); the rebuilt blob has the same digest, so the
+  row needs no change;
+* a feed's arrays (``chunk``): the examples are lost. If the task's latest
+  version uses them, a refine of it that drops them makes a new latest
+  version the service trains on; older versions keep their rows (they are
+  immutable) and stay unloadable, which is reported but is no open problem;
+* a finished job's model (``model``): the job is tagged unusable
+  (``training.UNUSABLE_TAG``: ``best``/``infer`` skip it), and if it was
+  trained on the task's latest version a new queued job retrains the same
+  model and grid.
+
+Every blob is read whole and, in the directory store, checked against its
+digest, so damaged content is found as well as missing files. Repairs are
+picked up by the service when it starts: run ``--repair`` with the service
+stopped, or restart it afterwards.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Iterator
+
+import numpy as np
+
+from .. import datasets, training
+from ..errors import EaseMLError, NotFoundError, StoreCorruptError
+from ..store import BlobStore, DatasetVersion, JobStatus, Store, Task, VersionKind
+
+MEMBERS, CHUNK, MODEL = "members", "chunk", "model"
+
+
+@dataclass
+class Problem:
+    """One row whose blob cannot be read, and what ``--repair`` did about it."""
+
+    kind: str  # MEMBERS, CHUNK or MODEL
+    what: str  # the row, by owner, task, version or job: never a path
+    digest: str
+    task_id: int
+    version_id: int | None = None
+    job_id: int | None = None
+    repair: str | None = None  # what was done, or why nothing could be
+    open: bool = True  # still needs attention (False once repaired or worked around)
+
+
+@dataclass
+class FsckReport:
+    checked: int = 0  # blobs read
+    problems: list[Problem] = field(default_factory=list)
+    repaired: bool = False  # was --repair given
+
+    @property
+    def open(self) -> list[Problem]:
+        return [p for p in self.problems if p.open]
+
+    def as_dict(self) -> dict:
+        return {"checked": self.checked, "repaired": self.repaired, "open": len(self.open),
+                "problems": [asdict(p) for p in self.problems]}
+
+
+@dataclass(frozen=True)
+class _Reference:
+    kind: str
+    digest: str
+    task: Task
+    version: DatasetVersion | None = None
+    job_id: int | None = None
+    what: str = ""
+
+
+def references(store: Store) -> list[_Reference]:
+    """Every (row, blob) pair to check, task by task. Models already tagged
+    unusable are left out: they were dealt with."""
+    unusable = set(store.find_by_tag("job", training.UNUSABLE_TAG))
+    owners = {u.id: u.name for u in store.list_users()}
+    out: list[_Reference] = []
+    for task in store.list_tasks():
+        owner = owners.get(task.owner_id, f"user {task.owner_id}")
+        label = f"{owner}'s task {task.name!r}"
+        versions = {v.id: v for v in store.list_dataset_versions(task.id)}
+        for v in versions.values():
+            out.append(_Reference(MEMBERS, v.members_blob, task, v,
+                                  what=f"{label}, dataset version {v.number}: its list of active examples"))
+        for c in store.list_chunks(task.id):
+            v = versions[c.version_id]
+            what = (f"{label}, dataset version {v.number}: the examples {c.first_example_id} to "
+                    f"{c.first_example_id + c.count - 1}")
+            out.extend(_Reference(CHUNK, d, task, v, what=what) for d in dict.fromkeys((c.x_blob, c.y_blob)))
+        for job in store.list_jobs(task.id, status=JobStatus.SUCCEEDED):
+            if job.artifact_blob is not None and job.id not in unusable:
+                v = versions[job.dataset_version_id]
+                out.append(_Reference(MODEL, job.artifact_blob, task, v, job.id,
+                                      what=f"{label}, job {job.id} ({job.model}, dataset version {v.number}): "
+                                           "its trained model"))
+    return out
+
+
+def check(store: Store, blobs: BlobStore, *, repair: bool = False,
+          progress: Callable[[Iterator[_Reference], int], Iterator[_Reference]] | None = None) -> FsckReport:
+    """Read every referenced blob; report those that cannot be read and,
+    with ``repair``, repair them (see the module docstring). ``progress``
+    wraps the scan (e.g. in a progress bar): (iterator, total) -> iterator."""
+    refs = references(store)
+    report = FsckReport(repaired=repair)
+    readable: dict[str, bool] = {}
+    scan: Iterator[_Reference] = iter(refs) if progress is None else progress(iter(refs), len(refs))
+    for ref in scan:
+        if ref.digest not in readable:
+            readable[ref.digest] = _readable(blobs, ref.digest)
+            report.checked += 1
+        if not readable[ref.digest]:
+            report.problems.append(Problem(ref.kind, ref.what, ref.digest, ref.task.id,
+                                           None if ref.version is None else ref.version.id, ref.job_id))
+    # Members first: a chunk's repair refines the latest version, which needs its members.
+    order = {MEMBERS: 0, CHUNK: 1, MODEL: 2}
+    for problem in sorted(report.problems, key=lambda p: order[p.kind]):
+        if problem.kind == CHUNK:
+            _judge_chunk(store, blobs, problem, repair)
+        elif repair:
+            (_rebuild_members if problem.kind == MEMBERS else _retrain)(store, blobs, problem)
+    return report
+
+
+def _readable(blobs: BlobStore, digest: str) -> bool:
+    try:
+        blobs.get_bytes(digest)  # the directory store re-hashes what it reads
+    except (NotFoundError, StoreCorruptError):
+        return False
+    return True
+
+
+def members_from_rows(store: Store, task_id: int) -> dict[int, np.ndarray]:
+    """Every version's active example ids (version id -> sorted int64 ids),
+    from the rows alone: a feed adds its chunk's ids to its parent's, a
+    refine applies its toggles to its parent's."""
+    chunks: dict[int, list[np.ndarray]] = {}
+    for c in store.list_chunks(task_id):
+        chunks.setdefault(c.version_id, []).append(np.arange(c.first_example_id, c.first_example_id + c.count))
+    members: dict[int, np.ndarray] = {}
+    for v in store.list_dataset_versions(task_id):  # by number: parents first
+        ids = members[v.parent_id] if v.parent_id is not None else np.empty(0, dtype=np.int64)
+        if v.kind is VersionKind.FEED:
+            ids = np.union1d(ids, np.concatenate(chunks.get(v.id, [np.empty(0, dtype=np.int64)])))
+        else:
+            toggles = store.list_toggles(v.id)
+            ids = np.setdiff1d(ids, [t.example_id for t in toggles if not t.active])
+            ids = np.union1d(ids, [t.example_id for t in toggles if t.active])
+        members[v.id] = ids.astype(np.int64)
+    return members
+
+
+def _rebuild_members(store: Store, blobs: BlobStore, problem: Problem) -> None:
+    rebuilt = members_from_rows(store, problem.task_id).get(problem.version_id)
+    if rebuilt is None:
+        problem.repair = "not rebuilt: the version has no rows to rebuild it from"
+        return
+    # Stored exactly as a feed or refine stores it, so equal ids give the same digest.
+    buffer = datasets.npy_bytes(rebuilt)
+    if hashlib.sha256(buffer).hexdigest() != problem.digest:
+        problem.repair = "not rebuilt: the rows give another list than the one stored"
+        return
+    blobs.put_bytes(buffer)
+    problem.repair, problem.open = "rebuilt from the version's rows", False
+
+
+def _judge_chunk(store: Store, blobs: BlobStore, problem: Problem, repair: bool) -> None:
+    """A lost chunk is open only while the task's latest version uses it."""
+    task = store.get_task(problem.task_id)
+    latest = store.latest_dataset_version(task.id)
+    chunk = next(c for c in store.list_chunks(task.id) if problem.digest in (c.x_blob, c.y_blob)
+                 and c.version_id == problem.version_id)
+    lost = np.arange(chunk.first_example_id, chunk.first_example_id + chunk.count)
+    in_use = np.intersect1d(members_from_rows(store, task.id)[latest.id], lost)
+    if in_use.size == 0:
+        problem.repair = f"examples lost; the latest version ({latest.number}) does not use them"
+        problem.open = False
+        return
+    if not repair:
+        return
+    try:
+        version = datasets.refine(store, blobs, task, drop=in_use.tolist())
+    except EaseMLError as error:  # e.g. every example of the task was in the lost chunk
+        problem.repair = f"not dropped: {error}"
+        return
+    problem.repair = f"examples lost; dropped from the latest data by a refine (dataset version {version.number})"
+    problem.open = False
+
+
+def _retrain(store: Store, blobs: BlobStore, problem: Problem) -> None:
+    job = store.get_job(problem.job_id)
+    task = store.get_task(job.task_id)
+    latest = store.latest_dataset_version(task.id)
+    store.set_tag("job", job.id, training.UNUSABLE_TAG, "its trained model is missing or damaged")
+    if task.cancelled or latest is None or latest.id != job.dataset_version_id:
+        problem.repair = "marked unusable (trained on older data: not retrained)"
+    else:
+        again = store.create_job(task.id, job.dataset_version_id, job.model, dict(job.config))
+        problem.repair = f"marked unusable; job {again.id} retrains it"
+    problem.open = False

@@ -1,0 +1,140 @@
+"""A blob that rows reference is missing: the service says which object
+(``store_corrupt``, never a path), refuses to build on it, and a job that
+fails for it is not scored as a bad model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ease_jupyter import datasets, training
+from ease_jupyter.errors import StoreCorruptError
+from ease_jupyter.service.loop import ControlLoop
+from ease_jupyter.service.runner import SklearnExecutor
+from ease_jupyter.store import JobStatus, open_store
+from ease_jupyter.zoo import Engine
+
+from .conftest import start, until
+
+
+def _no_internals(message: str, data_dir) -> None:
+    assert str(data_dir) not in message and "/blobs" not in message
+    assert "Error" not in message  # no exception class names
+
+
+def _blob_files(data_dir) -> set[str]:
+    return {p.name for p in (data_dir / "blobs").glob("*/*")}
+
+
+@pytest.fixture
+def trained(tmp_path, iris):
+    """A service whose alice has a fully explored iris task."""
+    running = start(tmp_path, torch=False)
+    running.user("alice")
+    task = running.client("alice").task("iris", input=[4], output=[3])
+    task.feed(*iris)
+    assert task.wait(timeout=120)
+    try:
+        yield running
+    finally:
+        running.thread.stop()
+
+
+def test_infer_and_best_answer_store_corrupt_naming_the_job(trained, iris):
+    best = trained.call("GET", "/tasks/iris/best", "alice")
+    assert best.status == 200
+    job = trained.service.store.get_job(best.body["job_id"])
+    trained.service.blobs.path(job.artifact_blob).unlink()
+
+    infer = trained.call("POST", "/tasks/iris/infer", "alice", body={"X": iris[0][:3].tolist()})
+    again = trained.call("GET", "/tasks/iris/best", "alice")
+    for reply in (infer, again):  # best and infer agree: both report the lost model
+        assert reply.status == 500, reply.body
+        error = reply.body["error"]
+        assert error["code"] == "store_corrupt"
+        assert "task 'iris'" in error["message"] and f"job {job.id}" in error["message"]
+        _no_internals(error["message"], trained.service.data_dir)
+
+
+def test_a_feed_over_a_missing_chunk_is_refused_before_anything_is_stored(tmp_path, iris):
+    running = start(tmp_path, torch=False)
+    try:
+        running.user("alice")
+        service = running.service
+        assert running.call("POST", "/tasks", "alice", body={"name": "t", "input": [4], "output": [3]}).status == 201
+        assert running.call("POST", "/tasks/t/cancel", "alice").status == 200  # no training meanwhile
+        task = service.store.task_by_name(service.store.user_by_name("alice").id, "t")
+        datasets.feed(service.store, service.blobs, task, *iris)
+        chunk = service.store.list_chunks(task.id)[0]
+        service.blobs.path(chunk.x_blob).unlink()
+        assert running.call("POST", "/tasks/t/resume", "alice").status == 200
+        blobs_before = _blob_files(tmp_path)
+
+        reply = running.call("POST", "/tasks/t/feed", "alice", body={"X": iris[0][:5].tolist(), "y": [0, 1, 2, 0, 1]})
+
+        assert reply.status == 500 and reply.body["error"]["code"] == "store_corrupt"
+        message = reply.body["error"]["message"]
+        assert "task 't', dataset version 1" in message and "examples 0 to 149" in message
+        _no_internals(message, tmp_path)
+        assert len(service.store.list_dataset_versions(task.id)) == 1
+        assert _blob_files(tmp_path) == blobs_before
+    finally:
+        running.thread.stop()
+
+
+def test_a_missing_members_blob_is_store_corrupt_for_feed_and_refine(tmp_path, iris):
+    store, blobs = open_store(None, tmp_path)
+    try:
+        user = store.create_user("alice", "h" * 64)
+        task = store.create_task(user.id, "t", "input: [4] output: [3]")
+        version = datasets.feed(store, blobs, task, *iris)
+        blobs.path(version.members_blob).unlink()
+        with pytest.raises(StoreCorruptError, match="task 't', dataset version 1: its list of active examples"):
+            datasets.feed(store, blobs, task, iris[0][:2], iris[1][:2])
+        with pytest.raises(StoreCorruptError, match="dataset version 1"):
+            datasets.refine(store, blobs, task, drop=[0])
+        with pytest.raises(StoreCorruptError):
+            datasets.load(store, blobs, version)
+        assert len(store.list_dataset_versions(task.id)) == 1
+    finally:
+        store.close()
+
+
+def test_a_job_failing_for_a_missing_blob_is_not_scored_as_a_bad_model(tmp_path, iris):
+    """The selector gets no quality-0 observation for it: the arm stays
+    untried, and the task gets no new pick for a while (no failure storm)."""
+    store, blobs = open_store(None, tmp_path)
+    user = store.create_user("alice", "h" * 64)
+    task = store.create_task(user.id, "t", "input: [4] output: [3]")
+    datasets.feed(store, blobs, task, *iris)
+    blobs.path(store.list_chunks(task.id)[0].y_blob).unlink()
+    loop = ControlLoop(store, blobs, executors={Engine.SKLEARN: SklearnExecutor(store, blobs, 1)}, tick_seconds=0.02)
+    loop.start()
+    try:
+        assert until(lambda: any(j.status is JobStatus.FAILED for j in store.list_jobs(task.id)), 60)
+        assert until(lambda: loop.n_running() == 0, 60)
+        loop.step()
+        jobs = store.list_jobs(task.id)
+        failed = [j for j in jobs if j.status is JobStatus.FAILED]
+        assert len(jobs) == len(failed) == 1  # held back: no second job fails the same way
+        assert training.failure_code(store, failed[0]) == "store_corrupt"
+        assert "task 't', dataset version 1" in failed[0].error
+        tenant = f"{task.id}/{store.latest_dataset_version(task.id).id}"
+        with loop._lock:
+            stats = loop.selector.stats(tenant)
+        assert stats["n_obs"] == 0 and stats["pending"] == [] and stats["eligible"]
+        assert not loop.is_idle(task.id)  # untrained arms: not idle
+    finally:
+        loop.stop()
+        store.close()
+
+
+def test_a_model_failure_is_still_scored(tmp_path):
+    """The other side: a failure of the model itself carries no storage code."""
+    store, blobs = open_store("memory://")
+    user = store.create_user("alice", "h" * 64)
+    task = store.create_task(user.id, "t", "input: [2] output: [2]")
+    version = datasets.feed(store, blobs, task, np.zeros((4, 2), "float32"), np.array([0, 1, 0, 1]))
+    job = store.update_job(store.create_job(task.id, version.id, "m", {}).id, JobStatus.RUNNING)
+    failed = training.fail_job(store, job.id, ValueError("the fit diverged"))
+    assert failed.status is JobStatus.FAILED and training.failure_code(store, failed) is None

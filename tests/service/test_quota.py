@@ -1,0 +1,131 @@
+"""Per-user storage quotas (``service/quota.py``): uploads, feeds and
+trained models count; a write over the quota is 413 ``quota_exceeded``
+naming the limit and the usage, and leaves nothing behind."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from ease_jupyter import datasets, training
+from ease_jupyter.cli import main
+from ease_jupyter.service import ServiceConfig
+from ease_jupyter.service.arrays import to_npy_bytes
+from ease_jupyter.service.quota import Quota
+from ease_jupyter.service.runner import grid_engine, run_sklearn_job
+from ease_jupyter.store import JobStatus, open_store
+
+from .conftest import start
+
+KIB = 1024
+QUOTA = 20 * KIB
+
+
+@pytest.fixture
+def small_quota(tmp_path):
+    running = start(tmp_path, torch=False, quota_bytes=QUOTA)
+    running.user("alice")
+    running.user("bob")
+    try:
+        yield running
+    finally:
+        running.thread.stop()
+
+
+def _quota_error(reply) -> str:
+    assert reply.status == 413, reply.body
+    error = reply.body["error"]
+    assert error["code"] == "quota_exceeded" and error["field"] == "quota"
+    assert error["expected"] == f"at most {QUOTA} bytes"
+    assert "quota of 20.0 KiB" in error["message"] and "in use:" in error["message"]
+    return error["message"]
+
+
+def test_a_feed_over_the_quota_is_refused_and_stores_nothing(small_quota, iris):
+    s = small_quota
+    for who in ("alice", "bob"):
+        assert s.call("POST", "/tasks", who, body={"name": "t", "input": [4], "output": [3]}).status == 201
+    assert s.call("POST", "/tasks/t/feed", "alice", body={"X": iris[0].tolist(), "y": iris[1].tolist()}).status == 201
+    versions = s.call("GET", "/tasks/t/versions", "alice").body
+    # 500 examples: X 8 KB, y 4 KB and the example list: 17 KB more, with iris's 5 KB over 20 KiB.
+    X = np.random.default_rng(0).normal(size=(500, 4)).astype("float32")
+
+    message = _quota_error(s.call("POST", "/tasks/t/feed", "alice", body={"X": X.tolist(), "y": [0] * 500}))
+
+    assert "feed of task 't'" in message
+    assert s.call("GET", "/tasks/t/versions", "alice").body == versions
+    x_digest = hashlib.sha256(datasets.npy_bytes(X)).hexdigest()
+    assert s.service.blobs.exists(x_digest) is False  # the refused arrays were not written
+    # Quotas are per user: bob's feed of the same data fits his.
+    assert s.call("POST", "/tasks/t/feed", "bob", body={"X": X.tolist(), "y": [0] * 500}).status == 201
+
+
+def test_uploads_count_and_a_chunk_over_the_quota_is_refused_whole(small_quota):
+    s = small_quota
+    uid = s.call("POST", "/uploads", "alice").body["id"]
+    assert s.call("PUT", f"/uploads/{uid}?offset=0", "alice", raw=b"x" * (15 * KIB)).status == 200
+
+    message = _quota_error(s.call("PUT", f"/uploads/{uid}?offset={15 * KIB}", "alice", raw=b"x" * (10 * KIB)))
+
+    assert "uploads not fed yet 15.0 KiB" in message
+    assert s.call("GET", f"/uploads/{uid}", "alice").body["size"] == 15 * KIB
+    # bob's uploads are his own: alice's 15 KiB do not count for him.
+    other = s.call("POST", "/uploads", "bob").body["id"]
+    assert s.call("PUT", f"/uploads/{other}?offset=0", "bob", raw=b"x" * (15 * KIB)).status == 200
+
+
+def test_a_feed_from_an_upload_counts_the_upload_as_freed(small_quota):
+    s = small_quota
+    assert s.call("POST", "/tasks", "alice", body={"name": "u", "input": [4], "output": [3]}).status == 201
+    X = np.random.default_rng(0).normal(size=(550, 4)).astype("float32")  # 9 KB .npy
+    data = to_npy_bytes(X)
+    uid = s.call("POST", "/uploads", "alice").body["id"]
+    assert s.call("PUT", f"/uploads/{uid}?offset=0", "alice", raw=data).status == 200
+    # The feed's 18 KB (X, y, example list) with the upload's 9 KB would be over
+    # 20 KiB, but the upload goes once fed.
+    reply = s.call("POST", "/tasks/u/feed", "alice", body={"X": {"upload": uid}, "y": [0] * 550})
+    assert reply.status == 201, reply.body
+
+
+def test_a_model_over_the_quota_fails_its_job_with_a_storage_code(tmp_path, iris):
+    store, blobs = open_store("memory://")
+    user = store.create_user("alice", "h" * 64)
+    task = store.create_task(user.id, "t", "input: [4] output: [3]")
+    version = datasets.feed(store, blobs, task, *iris)
+    candidate = training.sklearn_candidates(task)[0]
+    job = store.create_job(task.id, version.id, candidate.name, {"grid": {k: [v] for k, v in candidate.configs[0].options.items()}})
+    used = Quota(None).usage(store, blobs, user.id).total
+    quota = Quota(used + 10)  # room for 10 bytes: no model fits
+    engine = grid_engine("local")
+    try:
+        done = run_sklearn_job(store, blobs, job.id, engine, quota)
+    finally:
+        engine.close()
+    assert done.status is JobStatus.FAILED and done.artifact_blob is None
+    assert training.failure_code(store, done) == "quota_exceeded"
+    assert f"task 't', job {job.id}" in done.error and "quota of" in done.error
+    assert Quota(None).usage(store, blobs, user.id).models == 0
+
+
+def test_usage_counts_each_blob_once_by_kind(tmp_path, iris):
+    store, blobs = open_store("memory://")
+    user = store.create_user("alice", "h" * 64)
+    task = store.create_task(user.id, "t", "input: [4] output: [3]")
+    datasets.feed(store, blobs, task, *iris)
+    first = Quota(None).usage(store, blobs, user.id)
+    datasets.feed(store, blobs, task, *iris)  # the same arrays again: their blobs exist once
+    second = Quota(None).usage(store, blobs, user.id)
+    version = store.latest_dataset_version(task.id)
+    assert second.data - first.data == blobs.size(version.members_blob)
+    assert second.models == second.uploads == 0
+
+
+def test_the_quota_is_configurable():
+    assert ServiceConfig().quota_bytes == 4 * 1024**3
+    with pytest.raises(ValueError, match="quota_bytes"):
+        ServiceConfig(quota_bytes=-1)
+    help_text = CliRunner().invoke(main, ["serve", "--help"]).output
+    assert "--quota-gb" in help_text

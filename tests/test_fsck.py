@@ -1,0 +1,127 @@
+"""``easeml fsck``: report the rows whose blobs cannot be read; ``--repair``
+rebuilds, drops or retrains them; exit code 1 while problems remain."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from ease_jupyter import datasets, training
+from ease_jupyter.cli import main
+from ease_jupyter.store import JobStatus, open_store
+
+
+@pytest.fixture
+def data_dir(tmp_path):
+    """alice's task 't': two feeds (versions 1, 2) and one trained model on version 2."""
+    store, blobs = open_store(None, tmp_path)
+    try:
+        user = store.create_user("alice", "h" * 64)
+        task = store.create_task(user.id, "t", "input: [4] output: [3]")
+        rng = np.random.default_rng(0)
+        for _ in range(2):
+            datasets.feed(store, blobs, task, rng.normal(size=(60, 4)).astype("float32"), np.arange(60) % 3)
+        data = datasets.load(store, blobs, store.latest_dataset_version(task.id))
+        candidate = training.sklearn_candidates(task)[0]
+        job = training.train_config(store, blobs, task, data, candidate, candidate.configs[0])
+        assert job.status is JobStatus.SUCCEEDED
+    finally:
+        store.close()
+    return tmp_path
+
+
+def _fsck(data_dir, *args):
+    return CliRunner().invoke(main, ["fsck", "--data-dir", str(data_dir), *args])
+
+
+def _lose(data_dir, *digests):
+    store, blobs = open_store(None, data_dir)
+    for digest in digests:
+        blobs.path(digest).unlink()
+    store.close()
+
+
+def _rows(data_dir):
+    store, blobs = open_store(None, data_dir)
+    task = store.list_tasks()[0]
+    return store, blobs, task, store.list_dataset_versions(task.id), store.list_jobs(task.id)
+
+
+def test_a_sound_store_passes(data_dir):
+    result = _fsck(data_dir)
+    assert result.exit_code == 0, result.output
+    assert "0 unreadable" in result.output
+
+
+def test_report_then_repair_every_kind(data_dir):
+    store, blobs, task, versions, jobs = _rows(data_dir)
+    first_chunk = store.list_chunks(task.id)[0]
+    model, members = jobs[0].artifact_blob, versions[1].members_blob
+    store.close()
+    _lose(data_dir, members, first_chunk.x_blob, model)
+
+    report = _fsck(data_dir, "--json")
+    assert report.exit_code == 1
+    found = json.loads(report.output)
+    assert found["open"] == 3 and {p["kind"] for p in found["problems"]} == {"members", "chunk", "model"}
+    assert all(str(data_dir) not in p["what"] for p in found["problems"])
+    table = _fsck(data_dir)
+    assert table.exit_code == 1 and "alice's task 't', dataset version 2" in table.output
+    assert "needs --repair" in table.output
+
+    repaired = _fsck(data_dir, "--repair")
+    assert repaired.exit_code == 0, repaired.output
+
+    store, blobs, task, after, jobs_after = _rows(data_dir)
+    try:
+        assert blobs.exists(members)  # rebuilt with the same digest: the row is unchanged
+        # The lost examples 0-59 are dropped from the latest data by a refine.
+        assert len(after) == 3 and after[-1].kind.value == "refine"
+        latest = datasets.load(store, blobs, after[-1])
+        assert latest.example_ids.min() == 60 and latest.example_ids.size == 60
+        # The lost model is unusable (its data is no longer the latest: not retrained).
+        assert training.best_job(store, task) is None
+        assert store.tags("job", jobs[0].id)[training.UNUSABLE_TAG]
+    finally:
+        store.close()
+    again = _fsck(data_dir)  # the lost chunk stays in the old versions: reported, not open
+    assert again.exit_code == 0, again.output
+    assert "1 unreadable, 0 needing attention" in again.output
+
+
+def test_a_lost_model_on_the_latest_data_is_retrained(data_dir):
+    store, blobs, task, versions, jobs = _rows(data_dir)
+    store.close()
+    _lose(data_dir, jobs[0].artifact_blob)
+
+    result = _fsck(data_dir, "--repair", "--json")
+
+    assert result.exit_code == 0, result.output
+    problem = json.loads(result.output)["problems"][0]
+    store, blobs, task, _, after = _rows(data_dir)
+    try:
+        retrain = after[-1]
+        assert problem["repair"] == f"marked unusable; job {retrain.id} retrains it"
+        assert retrain.status is JobStatus.QUEUED and retrain.model == jobs[0].model
+        assert retrain.dataset_version_id == versions[-1].id
+        assert training.best_job(store, task) is None  # best and infer skip the lost model
+    finally:
+        store.close()
+
+
+def test_damaged_content_counts_as_unreadable(data_dir):
+    store, blobs, task, versions, _ = _rows(data_dir)
+    blobs.path(versions[0].members_blob).write_bytes(b"not the list it was")
+    store.close()
+    result = _fsck(data_dir, "--repair", "--json")
+    assert result.exit_code == 0
+    assert json.loads(result.output)["problems"][0]["repair"] == "rebuilt from the version's rows"
+
+
+def test_help():
+    result = CliRunner().invoke(main, ["fsck", "--help"])
+    assert result.exit_code == 0 and "--repair" in result.output
+    assert "fsck" in CliRunner().invoke(main, ["--help"]).output
