@@ -266,6 +266,15 @@ def server_times(log_text: str) -> dict[str, list[float]]:
     return out
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """CPU time (user + system) the process has used so far; None where /proc is missing."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def many_clients(service: Service, admin: Client, n_clients: int, n_feeds: int) -> dict[str, Any]:
     """Step 5: ``n_clients`` users at once, each creating, feeding and polling
     its own task; latencies on both sides, errors, and an exactly-once check."""
@@ -308,12 +317,12 @@ def many_clients(service: Service, admin: Client, n_clients: int, n_feeds: int) 
 
     threads = [threading.Thread(target=one_client, args=(i, n, t), daemon=True)
                for i, (n, t) in enumerate(tokens.items())]
-    t0 = time.monotonic()
+    t0, cpu0 = time.monotonic(), cpu_seconds(service.pid)
     for t in threads:
         t.start()
     for t in threads:
         t.join(600)
-    wall = time.monotonic() - t0
+    wall, cpu1 = time.monotonic() - t0, cpu_seconds(service.pid)
     with open(service.log) as handle:
         handle.seek(log_start)
         server_ms = server_times(handle.read())
@@ -330,6 +339,8 @@ def many_clients(service: Service, admin: Client, n_clients: int, n_feeds: int) 
     return {
         "clients": n_clients, "feeds_per_client": n_feeds, "rows_per_feed": MANY_ROWS,
         "wall_seconds": round(wall, 2), "errors": len(errors), "error_examples": errors[:5],
+        # the service process's CPU time over the phase: near wall_seconds, it is bound by one core (the GIL)
+        "service_cpu_seconds": None if cpu0 is None or cpu1 is None else round(cpu1 - cpu0, 2),
         "server_5xx": len(server_ms["errors"]),
         "exactly_once": not mismatched and len(sent) == n_clients, "tasks_mismatched": mismatched[:5],
         "server_ms": {"reads": pct(reads), **{k: pct(v) for k, v in server_ms.items() if k != "errors"}},
@@ -344,7 +355,8 @@ def many_clients(service: Service, admin: Client, n_clients: int, n_feeds: int) 
 
 def print_many(result: dict[str, Any]) -> None:
     server = result["server_ms"]
-    print(f"{result['clients']} clients: {result['wall_seconds']} s, errors {result['errors']}, "
+    print(f"{result['clients']} clients: {result['wall_seconds']} s (service CPU {result['service_cpu_seconds']} s), "
+          f"errors {result['errors']}, "
           f"5xx {result['server_5xx']}, exactly once: {result['exactly_once']}")
     for kind in ("reads", "task", "other_reads", "feed", "create"):
         s = server[kind]

@@ -50,7 +50,11 @@ class InvalidStateError(EaseMLError, ValueError):
 
 
 class StorageError(EaseMLError, OSError):
-    """The store cannot take or give what was asked; ``limit`` names the bound where there is one."""
+    """The store cannot take or give what was asked. ``code`` and
+    ``http_status`` are the JSON error the API answers with (one place for
+    both the API and a failed job's record)."""
+
+    code, http_status = "storage_error", 500
 
     def __init__(self, message: str, *, field: str | None = None, found: str | None = None,
                  expected: str | None = None):
@@ -61,15 +65,23 @@ class StorageError(EaseMLError, OSError):
 class QuotaExceededError(StorageError):
     """A user's write would take her over her storage quota (HTTP 413 ``quota_exceeded``)."""
 
+    code, http_status = "quota_exceeded", 413
+
 
 class StorageFullError(StorageError):
     """The data dir's filesystem has no room left (HTTP 507 ``storage_full``)."""
+
+    code, http_status = "storage_full", 507
 
 
 class StoreUnavailableError(StorageError):
     """The database cannot be written (read-only, locked, gone; HTTP 503 ``store_unavailable``)."""
 
+    code, http_status = "store_unavailable", 503
+
 
 class StoreCorruptError(StorageError):
     """A stored object (blob) that rows refer to cannot be read (HTTP 500 ``store_corrupt``).
     The message names the object (task, version, job), never a path."""
+
+    code, http_status = "store_corrupt", 500

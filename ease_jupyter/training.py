@@ -26,8 +26,7 @@ import numpy as np
 
 from . import job_config
 from .datasets import LoadedData, load, program_of
-from .errors import (DataError, NotFoundError, QuotaExceededError, StorageError, StorageFullError,
-                     StoreCorruptError, StoreUnavailableError)
+from .errors import DataError, NotFoundError, StorageError
 from .execution.holdout import validation_mask
 from .execution.sklearn_fit import fit_and_score
 from .schema import check_data
@@ -40,16 +39,10 @@ ProgressCallback = Callable[[Job], None]
 FAILURE_TAG = "easeml.failure"  # the error code of a job that failed for want of storage
 UNUSABLE_TAG = "easeml.unusable"  # why a finished job's model cannot be used (set by `easeml fsck --repair`)
 # Storage errors and their codes (the HTTP error codes of the same errors), most specific first.
-_STORAGE_CODES = ((QuotaExceededError, "quota_exceeded"), (StorageFullError, "storage_full"),
-                  (StoreUnavailableError, "store_unavailable"), (StoreCorruptError, "store_corrupt"),
-                  (StorageError, "storage_error"))
-
-
 def storage_code(error: BaseException) -> str | None:
     """The error code of a storage failure; None for any other error."""
-    for kind, code in _STORAGE_CODES:
-        if isinstance(error, kind):
-            return code
+    if isinstance(error, StorageError):
+        return error.code
     return "storage_full" if is_disk_full(error) else None
 
 

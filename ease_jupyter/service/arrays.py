@@ -30,8 +30,8 @@ def to_npy_bytes(array: Any) -> bytes:
 def from_npy_bytes(field: str, data: bytes) -> np.ndarray:
     try:
         return np.load(io.BytesIO(data), allow_pickle=False)
-    except Exception as error:  # noqa: BLE001 - any unreadable payload is the caller's data
-        raise DataError(field, f"bytes that are not a .npy array ({type(error).__name__})", ".npy bytes (numpy.save, no pickles)") from None
+    except Exception:  # noqa: BLE001 - any unreadable payload is the caller's data
+        raise DataError(field, "bytes that are not a .npy array", ".npy bytes (numpy.save, no pickles)") from None
 
 
 def encode(array: Any) -> dict[str, str]:
@@ -48,7 +48,12 @@ def decode(field: str, value: Any, uploads: "Uploads | None" = None, owner_id: i
             raise DataError(field, "invalid base64", "base64 of .npy bytes") from None
         return from_npy_bytes(field, raw)
     if isinstance(value, dict) and "upload" in value and uploads is not None and owner_id is not None:
-        return from_npy_bytes(field, uploads.read(owner_id, value["upload"]))
+        try:
+            data = uploads.read(owner_id, value["upload"])
+        except NotFoundError:  # the body names it, so it is the body that is wrong (400), not the route (404)
+            raise DataError(f"{field}.upload", repr(value["upload"])[:80],
+                            "the id of one of your uploads that has not been fed yet") from None
+        return from_npy_bytes(field, data)
     raise DataError(field, type(value).__name__ if value is not None else "nothing", ARRAY_EXPECTED)
 
 

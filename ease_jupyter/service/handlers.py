@@ -18,7 +18,7 @@ import tornado.web
 from tornado.ioloop import IOLoop
 
 from ..errors import (AlreadyExistsError, DataError, InvalidStateError, NotFoundError, ProgramSyntaxError,
-                      QuotaExceededError, StorageError, StorageFullError, StoreCorruptError, StoreUnavailableError)
+                      StorageError)
 from ..zoo import NoCandidatesError
 from .auth import parse_authorization
 from .core import Service
@@ -48,11 +48,6 @@ class Reply:
         self.status, self.data = status, data
 
 
-_STORAGE_ERRORS = [(QuotaExceededError, 413, "quota_exceeded"), (StorageFullError, 507, "storage_full"),
-                   (StoreUnavailableError, 503, "store_unavailable"), (StoreCorruptError, 500, "store_corrupt"),
-                   (StorageError, 500, "storage_error")]
-
-
 def error_of(exc: BaseException, error_id: str | None = None) -> ApiError:
     """Our exceptions -> (status, code, field, found, expected, message).
 
@@ -69,8 +64,7 @@ def error_of(exc: BaseException, error_id: str | None = None) -> ApiError:
     if isinstance(exc, NoCandidatesError):
         return ApiError(400, "no_candidates", str(exc), field="program")
     if isinstance(exc, StorageError):
-        status, code = next((s, c) for cls, s, c in _STORAGE_ERRORS if isinstance(exc, cls))
-        return ApiError(status, code, str(exc), field=exc.field, found=exc.found, expected=exc.expected)
+        return ApiError(exc.http_status, exc.code, str(exc), field=exc.field, found=exc.found, expected=exc.expected)
     if isinstance(exc, NotFoundError):
         return ApiError(404, "not_found", str(exc))
     if isinstance(exc, AlreadyExistsError):

@@ -403,7 +403,7 @@ class Store(abc.ABC):
         self.close()
 
 
-def unreadable_blob(what: str, digest: str) -> "StoreCorruptError":
+def unreadable_blob(what: str, digest: str) -> Exception:
     """The error for a blob that ``what`` (a row: "task 'iris', job 7")
     references and that is missing or damaged: it names the row, never a path."""
     from ease_jupyter.errors import StoreCorruptError

@@ -154,6 +154,16 @@ def test_chunked_upload_then_feed(svc):
     r = svc.call("POST", "/tasks/big/feed", "alice", body={"X": {"upload": uid}, "y": npy_b64(np.arange(3000) % 3)})
     assert r.status == 201 and r.body["n_examples"] == 3000
     assert svc.call("GET", f"/uploads/{uid}", "alice").status == 404  # consumed
+    again = svc.call("POST", "/tasks/big/feed", "alice", body={"X": {"upload": uid}, "y": [0, 1, 2]})
+    assert again.status == 400 and again.body["error"]["field"] == "X.upload"  # a body naming a spent upload
+
+
+def test_unreadable_npy_payload_names_no_internals(svc):
+    svc.call("POST", "/tasks", "alice", body={"name": "t", "input": [2], "output": [2]})
+    raw = base64.b64encode(b"\x93NUMPY garbage").decode()
+    r = svc.call("POST", "/tasks/t/feed", "alice", body={"X": {"npy_b64": raw}, "y": [0]})
+    assert r.status == 400 and r.body["error"]["field"] == "X"
+    assert "Error" not in r.body["error"]["message"]  # no exception class name
 
 
 def test_request_size_limits(tmp_path):

@@ -166,7 +166,7 @@ class _FakeHub:
     """The parts of jupyterhub's HubAuth that ``HubTokens.user`` uses: the hub
     token ``hub-<name>`` belongs to hub user <name>."""
 
-    access_scopes = {"access:services!service=easeml"}
+    access_scopes = frozenset({"access:services!service=easeml"})
 
     def user_for_token(self, token, sync=True):
         return {"kind": "user", "name": token[4:], "admin": False} if token.startswith("hub-") else None
