@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from .. import datasets, training
-from ..errors import AlreadyExistsError, DataError, InvalidStateError, NotFoundError
+from ..errors import AlreadyExistsError, DataError, InvalidStateError, NotFoundError, StoreCorruptError
 from ..schema import format_program, parse
 from ..schema.limits import check_program_size, check_program_text
 from ..store import DatasetVersion, Edge, Job, Node, NodeKind, Store, BlobStore, Task, User, open_store
@@ -311,11 +311,14 @@ class Service:
     def leaderboard(self, caller: User) -> list[dict[str, Any]]:
         rows = []
         for task in self.store.list_tasks(caller.id):
+            row: dict[str, Any] = {"task": task.name, "best": None}
             try:
-                best = training.best(self.store, task)
+                row["best"] = training.best(self.store, task, self.blobs)
             except NotFoundError:
-                best = None
-            rows.append({"task": task.name, "best": best})
+                pass
+            except StoreCorruptError as error:  # one lost model must not hide the other tasks' rows
+                row["error"] = {"code": error.code, "message": str(error)}
+            rows.append(row)
         return rows
 
     def infer(self, caller: User, name: str, body: dict[str, Any]) -> dict[str, Any]:

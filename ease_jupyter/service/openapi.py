@@ -82,8 +82,9 @@ TAG_KEY = {"pattern": r"[^\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2
 
 def spec() -> dict[str, Any]:
     task_paths = {
-        "/tasks/{name}": {"get": _op("A task with its latest version, job counts and whether it is idle", params=[NAME],
-                                     response={"$ref": "#/components/schemas/Task"})},
+        "/tasks/{name}": {"get": _op("A task with its latest version, job counts, its candidate models and its "
+                                     "status (idle, training, blocked, no_data, no_candidates, cancelled)",
+                                     params=[NAME], response={"$ref": "#/components/schemas/TaskStatus"})},
         "/tasks/{name}/cancel": {"post": _op("Cancel the task: queued jobs are cancelled, running ones ignored", params=[NAME])},
         "/tasks/{name}/resume": {"post": _op("Undo a cancel", params=[NAME])},
         "/tasks/{name}/feed": {"post": _op("Add examples: a new dataset version", params=[NAME], ok=201,
@@ -134,7 +135,8 @@ def spec() -> dict[str, Any]:
         "/health": {"get": _op("Liveness (no token needed): only {status: ok}, except that an admin also sees "
                                "the version, workers and WebSocket subscribers", public=True,
                                response=_obj("status", status={"enum": ["ok"]}, version={"type": "string"},
-                                             workers={"type": "integer"}, subscribers={"type": "integer"}))},
+                                             workers={"type": "integer"}, subscribers={"type": "integer"},
+                                             store={"$ref": "#/components/schemas/StoreStatus"}))},
         "/openapi.json": {"get": _op("This document (no token needed)", public=True)},
         "/whoami": {"get": _op("The caller")},
         "/users": {"get": _op("All users (admin)"),
@@ -204,6 +206,17 @@ def spec() -> dict[str, Any]:
                                     _only("upload", {"type": "string"})]},
                 "Task": _obj(id={"type": "integer"}, name={"type": "string"}, program={"type": "string"},
                              cancelled={"type": "boolean"}),
+                "TaskStatus": {"allOf": [{"$ref": "#/components/schemas/Task"}, _obj(
+                    "latest_version", "jobs", "idle", "arms", "candidates", "blocked", "status", "reason",
+                    latest_version={"oneOf": [{"$ref": "#/components/schemas/Version"}, {"type": "null"}]},
+                    jobs={"type": "object", "additionalProperties": {"type": "integer"}},
+                    idle={"type": "boolean"}, arms={"type": "integer"}, candidates={"type": "integer"},
+                    blocked={"enum": ["store_unavailable", "storage_full", None]},
+                    status={"enum": ["cancelled", "no_candidates", "no_data", "blocked", "training", "idle"]},
+                    reason={"type": "string"})]},
+                "StoreStatus": _obj("writable", writable={"type": "boolean"},
+                                    blocked={"enum": ["store_unavailable", "storage_full", None]},
+                                    since={"type": ["number", "string", "null"]}, message={"type": ["string", "null"]}),
                 "Version": _obj(id={"type": "integer"}, number={"type": "integer"}, kind={"enum": ["feed", "refine"]},
                                 parent_id={"type": ["integer", "null"]}, n_examples={"type": "integer"}),
                 "Decision": {**_obj(user={"type": "string"}, task={"type": ["string", "null"]},

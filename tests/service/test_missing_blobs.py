@@ -60,6 +60,10 @@ def test_infer_and_best_answer_store_corrupt_naming_the_job(trained, iris):
         assert error["code"] == "store_corrupt"
         assert "task 'iris'" in error["message"] and f"job {job.id}" in error["message"]
         _no_internals(error["message"], trained.service.data_dir)
+    board = trained.call("GET", "/leaderboard", "alice")
+    assert board.status == 200  # the lost model is reported on its own row, not as a failed leaderboard
+    (row,) = board.body
+    assert row["best"] is None and row["error"]["code"] == "store_corrupt" and f"job {job.id}" in row["error"]["message"]
 
 
 def test_a_feed_over_a_missing_chunk_is_refused_before_anything_is_stored(tmp_path, iris):
