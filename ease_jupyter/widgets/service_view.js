@@ -5,14 +5,19 @@ const num = (v, d) => (v === null || v === undefined ? "" : Number(v).toFixed(d)
 function render({ model, el }) {
   el.classList.add("easeml-service");
   const head = document.createElement("div");
+  const store = document.createElement("div");
+  store.className = "easeml-store";
   const why = document.createElement("div");
   const table = document.createElement("table");
   const cands = document.createElement("table");
-  el.append(head, why, table, cands);
+  el.append(head, store, why, table, cands);
 
   function draw() {
     head.innerHTML = `<b>scheduler</b>: policy ${esc(model.get("policy"))}, mode ${esc(model.get("mode"))}` +
       `, ${model.get("decisions")} decision(s) seen`;
+    const st = model.get("store");  // admins only; null for everyone else
+    store.textContent = st && st.blocked ? `training paused (${st.blocked}): ${st.message ?? ""}` : "";
+    store.classList.toggle("easeml-blocked", Boolean(st && st.blocked));
     why.textContent = model.get("reason");
     const serving = model.get("serving");
     table.innerHTML = "<thead><tr><th>user</th><th>tasks</th><th>running</th><th>best accuracy</th>" +
@@ -29,7 +34,7 @@ function render({ model, el }) {
         `<td>${esc(r.task)}</td>` +
         `<td>${num(r.gap, 4)}</td></tr>`).join("") + "</tbody>";
   }
-  for (const name of ["users", "serving", "reason", "candidates", "policy", "mode", "decisions"]) {
+  for (const name of ["users", "serving", "reason", "candidates", "policy", "mode", "decisions", "store"]) {
     model.on(`change:${name}`, draw);
   }
   draw();

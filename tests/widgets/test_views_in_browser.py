@@ -141,4 +141,9 @@ def test_service_view_marks_the_served_user(page, service, trained):
     assert page.locator("table").first.locator("tbody tr").count() == len(view.users)
     serving = page.locator("tr.easeml-serving td").first.inner_text()
     assert serving.startswith(view.serving)
+    assert view.store["writable"] and page.locator(".easeml-store").inner_text() == ""
+    page.evaluate("""window.model.set("store", {writable: false, blocked: "store_unavailable",
+                                                 message: "the database is read-only"})""")
+    assert page.locator(".easeml-store.easeml-blocked").inner_text() == (
+        "training paused (store_unavailable): the database is read-only")
     view.close()
