@@ -32,19 +32,11 @@ def command(db_url, data_dir, repair, as_json) -> None:
     the repairs in when it starts.
     """
     from ease_jupyter.service.fsck import check
-    from ease_jupyter.store import default_data_dir, open_store
 
-    if db_url == "memory://":
-        raise click.BadParameter("a memory:// store lives in its service's process; nothing to check here",
-                                 param_hint="--db")
-    directory = (data_dir or default_data_dir()).expanduser()
-    if not directory.is_dir():
-        raise click.ClickException(f"no data dir at {directory}")
-    store, blobs = open_store(db_url, directory)
-    try:
+    from ._data_dir import existing_store
+
+    with existing_store(db_url, data_dir, "check") as (store, blobs, directory):
         report = check(store, blobs, repair=repair, progress=None if as_json else _progress_bar)
-    finally:
-        store.close()
     if as_json:
         click.echo(json.dumps(report.as_dict(), indent=2))
     else:

@@ -36,19 +36,11 @@ def command(db_url, data_dir, grace_seconds, dry_run, as_json) -> None:
     (`easeml serve --blob-gc`).
     """
     from ease_jupyter.service.gc import collect_garbage
-    from ease_jupyter.store import default_data_dir, open_store
 
-    if db_url == "memory://":
-        raise click.BadParameter("a memory:// store lives in its service's process; nothing to collect here",
-                                 param_hint="--db")
-    directory = (data_dir or default_data_dir()).expanduser()
-    if not directory.is_dir():
-        raise click.ClickException(f"no data dir at {directory}")
-    store, blobs = open_store(db_url, directory)
-    try:
+    from ._data_dir import existing_store
+
+    with existing_store(db_url, data_dir, "collect") as (store, blobs, directory):
         report = collect_garbage(store, blobs, grace_seconds=grace_seconds, dry_run=dry_run)
-    finally:
-        store.close()
     if as_json:
         click.echo(json.dumps({"data_dir": str(directory), **report.as_dict()}, indent=2))
         return
