@@ -1,8 +1,9 @@
-"""Benchmark of the scheduler service (issue 5, item 8): API latency and the
-delay of events, measured from a separate client process on loopback.
+"""Benchmark of the scheduler service: API latency and event delays.
 
-    python benchmarks/service.py            # full: ~3 min on 2 cores
-    python benchmarks/service.py --quick    # ~1 minute
+Measured from a separate client process on loopback.
+
+    python benchmarks/service.py            # full: about 1 minute on 2 quiet cores
+    python benchmarks/service.py --quick    # about 30 s
     python benchmarks/service.py --clients-only [--db postgresql://...]
 
 Target: p99 under 100 ms for reads, with events under 1 s (steps 1-4); at
@@ -33,13 +34,16 @@ requests.
    ``version`` event.
 5. Many clients (``--clients``, 200 by default): that many users, each on its
    own thread, start together; each creates a task, then feeds it 12 rows
-   ``FEEDS`` times, and after every feed reads the task (which must show the
-   new version at once), the leaderboard and the task's jobs. Latency is
-   taken on the server (tornado's request time, from the service's access
-   log: the client process's 200 threads share one GIL and would measure
-   themselves) and in the client. Afterwards every task must hold exactly
-   what was sent, once. Target: server-side p99 under 500 ms for reads and
-   under 1 s for feeds.
+   3 times (2 with ``--quick``), and after every feed reads the task (which
+   must show the new version at once), the leaderboard and the task's jobs,
+   with no pause between requests. Latency is taken on the server
+   (tornado's request time, from the service's access log: the client
+   process's 200 threads share one GIL and would measure themselves) and in
+   the client. ``service_cpu_seconds`` is the service process's CPU time
+   over the step: close to ``wall_seconds``, the service is bound by one
+   core (the GIL), and the latency is about clients / requests per second.
+   Afterwards every task must hold exactly what was sent, once. Target:
+   server-side p99 under 500 ms for reads and under 1 s for feeds.
 
 ``--clients-only`` runs only step 5 (profiling, comparing stores); ``--db
 URL`` runs on PostgreSQL: a fresh database is made on the server at URL for
@@ -369,10 +373,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer requests, iris only (< 1 minute)")
     parser.add_argument("--out", type=Path, default=None,
-                        help="default: benchmarks/results/service.json (service_quick.json with --quick)")
+                        help="default: benchmarks/results/service[_quick][_clients][_postgres].json")
     parser.add_argument("--clients", type=int, default=200, help="step 5: concurrent clients (0: skip it)")
     parser.add_argument("--clients-only", action="store_true", help="run only step 5")
-    parser.add_argument("--db", default=os.environ.get("EASEML_BENCH_DB") or None, metavar="URL",
+    parser.add_argument("--db", default=None, metavar="URL",
                         help="PostgreSQL server URL: run on a fresh database there (default: SQLite)")
     args = parser.parse_args()
     if args.out is None:  # a quick run never replaces the full run's figures

@@ -156,6 +156,7 @@ class ControlLoop:
         self.outage_since: float | None = None
         self._collecting: _Running | None = None  # the finished job _collect is recording
         self._candidate_counts: dict[int, int] = {}  # task id -> arms it can ever have (see candidates)
+        self._task_candidates: dict[int, dict[str, Candidate]] = {}  # see _candidates_by_name
 
     # ------------------------------------------------------------ life cycle
     @property
@@ -673,13 +674,26 @@ class ControlLoop:
     def _candidate_flops(self, task: Task, name: str, n: int) -> float:
         """A pick's estimated work: every config of the candidate (and for
         torch, every epoch)."""
-        for cand in [*sklearn_candidates(task), *torch_candidates(task)]:
-            if cand.name == name:
-                flops = max(cand.cost(n), 1.0) * len(cand.configs)
-                if cand.engine is Engine.TORCH:
-                    flops *= self.torch_epochs
-                return flops
-        return 1e6
+        cand = self._candidates_by_name(task).get(name)
+        if cand is None:
+            return 1e6
+        flops = max(cand.cost(n), 1.0) * len(cand.configs)
+        if cand.engine is Engine.TORCH:
+            flops *= self.torch_epochs
+        return flops
+
+    def _candidates_by_name(self, task: Task) -> dict[str, Candidate]:
+        """The task's scikit-learn and torch candidates by name, made once per
+        task: a program never changes, and a turn that takes in a new version
+        asks for every arm's cost (parsing the program and building the
+        candidates each time was a large part of a busy loop's work)."""
+        found = self._task_candidates.get(task.id)
+        if found is None:
+            found = {}
+            for cand in [*sklearn_candidates(task), *torch_candidates(task)]:
+                found.setdefault(cand.name, cand)
+            self._task_candidates[task.id] = found
+        return found
 
     def _cost_seconds(self, task: Task, config: tuple[str, dict], n: int) -> float:
         """Candidate.cost (FLOPs) times the median measured seconds per FLOP

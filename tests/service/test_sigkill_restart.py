@@ -1,4 +1,4 @@
-"""Restart recovery (issue 5 item 3): SIGKILL ``easeml serve`` in the middle
+"""Restart recovery: SIGKILL ``easeml serve`` in the middle
 of a torch (MOP) job, start it again on the same data dir, and check that the
 tasks, data versions, finished jobs, metrics and selector (GP) state come
 back, and that the interrupted job resumes from its last checkpointed MOP
@@ -7,9 +7,10 @@ inside an epoch, and no unit recorded before it is trained again.
 
 What the kill left is read after the service is dead, from a store opened
 afresh (as the restarted service opens it), never from a snapshot taken
-while it ran: a unit whose commit was under way at the kill (written to
-SQLite's WAL, not yet visible to other connections) survives the restart,
-so only the state read after the kill says where the job resumes."""
+while it ran: a unit whose write was under way as the service was stopped
+can be missing from such a snapshot and still be in the store the restart
+reads (SQLite's WAL holds it), so only the state read after the kill says
+where the job resumes."""
 
 from __future__ import annotations
 
