@@ -26,7 +26,7 @@ import numpy as np
 
 from .errors import DataError
 from .schema import Program, check_data, check_inputs, parse
-from .store import BlobStore, DatasetVersion, NewChunk, Store, Task, VersionKind
+from .store import BlobStore, DatasetVersion, ExampleChunk, NewChunk, Store, Task, VersionKind
 from .store.base import unreadable_blob
 from .store.space import storage_full
 
@@ -61,9 +61,10 @@ def feed(store: Store, blobs: BlobStore, task: Task, X: Any, y: Any, *,
     """
     checked = check_data(program_of(task), X, y)
     parent = store.latest_dataset_version(task.id)
-    first_id = store.next_example_id(task.id)
+    chunks = store.list_chunks(task.id)  # read once: the next example id, and the blobs to check
+    first_id = chunks[-1].first_example_id + chunks[-1].count if chunks else 0
     new_ids = np.arange(first_id, first_id + checked.n, dtype=np.int64)
-    members = new_ids if parent is None else np.concatenate([_readable_members(store, blobs, task, parent), new_ids])
+    members = new_ids if parent is None else np.concatenate([_readable_members(blobs, task, parent, chunks), new_ids])
     x_bytes, y_bytes, members_bytes = _input_bytes(checked.X), npy_bytes(checked.y), npy_bytes(members)
     if reserve is not None:
         reserve(len(x_bytes) + len(y_bytes) + len(members_bytes))
@@ -84,12 +85,14 @@ def version_name(task: Task, version: DatasetVersion) -> str:
     return f"task {task.name!r}, dataset version {version.number}"
 
 
-def _readable_members(store: Store, blobs: BlobStore, task: Task, version: DatasetVersion) -> np.ndarray:
+def _readable_members(blobs: BlobStore, task: Task, version: DatasetVersion,
+                      chunks: Iterable[ExampleChunk]) -> np.ndarray:
     """``version``'s members, after checking that every blob it needs (its
-    members and the arrays of each chunk it uses) is there. Chunks are only
-    checked for presence: reading them would cost a feed a pass over all data."""
+    members and the arrays of each of the task's ``chunks`` it uses) is there.
+    Chunks are only checked for presence: reading them would cost a feed a
+    pass over all data."""
     members = _members(blobs, version, task)
-    for chunk in store.list_chunks(task.id, up_to_version=version.id):
+    for chunk in chunks:
         start, stop = np.searchsorted(members, [chunk.first_example_id, chunk.first_example_id + chunk.count])
         missing = [d for d in (chunk.x_blob, chunk.y_blob) if not blobs.exists(d)] if stop > start else []
         if missing:

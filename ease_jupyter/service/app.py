@@ -82,7 +82,8 @@ def _server(app: tornado.web.Application, config: ServiceConfig) -> tuple[tornad
     # handlers that do not stream (the WebSocket and the hub's login pages,
     # all GETs), so it is the smallest route limit.
     server = tornado.httpserver.HTTPServer(app, max_body_size=config.max_json_bytes, xheaders=False)
-    # Handlers run their work on the IOLoop's default executor (see handlers._dispatch).
+    # Handlers run their work on the IOLoop's default executor (see handlers._dispatch;
+    # GETs have their own threads there).
     asyncio.get_running_loop().set_default_executor(
         ThreadPoolExecutor(REQUEST_THREADS, thread_name_prefix="easeml-request"))
     sockets = tornado.netutil.bind_sockets(config.port, address=config.host, family=socket.AF_INET)

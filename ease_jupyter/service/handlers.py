@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import secrets
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 import tornado.httputil
@@ -30,6 +31,10 @@ NAME = r"([^/]+)"
 # What tornado itself still accepts past a route's body limit: one read of
 # its stream, so that a chunked body crossing the limit meets our JSON 413.
 STREAM_SLACK_BYTES = 64 * 1024
+# GETs run on their own threads, so a read never queues behind the writes
+# (feeds, uploads) that fill the IOLoop's default executor (app.REQUEST_THREADS).
+READ_THREADS = 8
+_READS = ThreadPoolExecutor(READ_THREADS, thread_name_prefix="easeml-read")
 _JSON_KINDS = {list: "a JSON array", str: "a JSON string", int: "a JSON number", float: "a JSON number",
                bool: "a JSON boolean", type(None): "null"}
 
@@ -224,7 +229,8 @@ class BaseHandler(tornado.web.RequestHandler):
         fn = self.ops[method]  # prepare() answered 405 for any other method
         # A bytearray, not bytes: json.loads and file writes take it, and an upload chunk is not copied.
         self.request.body = self._body
-        result = await IOLoop.current().run_in_executor(None, fn, self.service, self.user, self, *args)
+        executor = _READS if method == "get" else None
+        result = await IOLoop.current().run_in_executor(executor, fn, self.service, self.user, self, *args)
         status, data = (result.status, result.data) if isinstance(result, Reply) else (200, result)
         self.set_status(status)
         self.finish(json.dumps(data))

@@ -29,7 +29,7 @@ from collections import Counter
 from concurrent.futures import Future
 from dataclasses import dataclass
 from queue import Empty, SimpleQueue
-from typing import Callable
+from typing import Callable, Iterable
 
 import numpy as np
 
@@ -157,6 +157,8 @@ class ControlLoop:
         self._collecting: _Running | None = None  # the finished job _collect is recording
         self._candidate_counts: dict[int, int] = {}  # task id -> arms it can ever have (see candidates)
         self._task_candidates: dict[int, dict[str, Candidate]] = {}  # see _candidates_by_name
+        self._task_configs: dict[int, dict[str, tuple[str, dict]]] = {}  # see _configs
+        self._rate_median: float | None = None  # of _rate, kept by _learn_rate: each new tenant's arms ask it
 
     # ------------------------------------------------------------ life cycle
     @property
@@ -503,8 +505,12 @@ class ControlLoop:
                     self.selector.remove_user(name)
                     del self._tenants[name]
                     changed = True
-            self._cancel_queued(task, keep_version=None if latest is None else latest.id)
-            if wanted is None or wanted in self._tenants:
+            new_tenant = wanted is not None and wanted not in self._tenants
+            # One read of the task's jobs serves both the cancelling and the
+            # replay, and a feed of a task with nothing queued needs neither.
+            jobs = self.store.list_jobs(task_id) if new_tenant or self._may_have_queued(task_id) else ()
+            self._cancel_queued(task, jobs, keep_version=None if latest is None else latest.id)
+            if not new_tenant:
                 continue
             configs = self._configs(task)
             known = set(self.selector.model_names)
@@ -515,15 +521,15 @@ class ControlLoop:
             costs = {k: self._cost_seconds(task, configs[k], latest.n_examples) for k in arms}
             self.selector.add_user(wanted, models=arms, costs=costs)
             self._tenants[wanted] = _Tenant(task_id, task.owner_id, latest.id, configs)
-            self._replay(wanted, task_id, latest.id, set(arms))
+            self._replay(wanted, jobs, latest.id, set(arms))
             changed = True
         return changed
 
-    def _replay(self, tenant: str, task_id: int, version_id: int, arms: set[str]) -> None:
+    def _replay(self, tenant: str, jobs: Iterable[Job], version_id: int, arms: set[str]) -> None:
         """Report results that already exist for this version (a resumed task,
         or a restart without a saved state), so no config is trained twice."""
         seen: set[str] = set()
-        for job in self.store.list_jobs(task_id):
+        for job in jobs:
             if job.dataset_version_id != version_id or job.status not in (JobStatus.SUCCEEDED, JobStatus.FAILED):
                 continue
             key = arm_key(job.model, dict(job.config))
@@ -532,9 +538,15 @@ class ControlLoop:
                 self.selector.observe(tenant, key, job.accuracy if ok else 0.0, cost=job.cost_seconds)
                 seen.add(key)
 
-    def _cancel_queued(self, task: Task, keep_version: int | None) -> None:
-        for job in self.store.list_jobs(task.id, status=JobStatus.QUEUED):
-            if job.dataset_version_id != keep_version:
+    def _may_have_queued(self, task_id: int) -> bool:
+        """Whether a job of the task may be QUEUED: one launched and not
+        started yet, or one re-queued (``_maybe_queued``)."""
+        return self._maybe_queued or any(r.task_id == task_id for r in self._running.values())
+
+    def _cancel_queued(self, task: Task, jobs: Iterable[Job], keep_version: int | None) -> None:
+        """Cancel the task's queued ``jobs`` (its jobs, as read this turn) of other versions than ``keep_version``."""
+        for job in jobs:
+            if job.status is JobStatus.QUEUED and job.dataset_version_id != keep_version:
                 try:
                     job = self.store.update_job(job.id, JobStatus.CANCELLED)
                 except InvalidStateError:
@@ -659,7 +671,14 @@ class ControlLoop:
 
     # ------------------------------------------------------------ costs
     def _configs(self, task: Task) -> dict[str, tuple[str, dict]]:
-        """The task's arms: candidate name -> (candidate name, job config)."""
+        """The task's arms: candidate name -> (candidate name, job config);
+        made once per task, like ``_candidates_by_name``."""
+        found = self._task_configs.get(task.id)
+        if found is None:
+            found = self._task_configs[task.id] = self._make_configs(task)
+        return found
+
+    def _make_configs(self, task: Task) -> dict[str, tuple[str, dict]]:
         out: dict[str, tuple[str, dict]] = {}
         try:
             cands: list[Candidate] = sklearn_candidates(task)
@@ -698,7 +717,7 @@ class ControlLoop:
     def _cost_seconds(self, task: Task, config: tuple[str, dict], n: int) -> float:
         """Candidate.cost (FLOPs) times the median measured seconds per FLOP
         (a first guess of 1 GFLOP/s before anything was measured)."""
-        rate = float(np.median(self._rate)) if self._rate else 1.0 / FLOPS_PER_SECOND
+        rate = self._rate_median if self._rate_median is not None else 1.0 / FLOPS_PER_SECOND
         return max(self._candidate_flops(task, config[0], n) * rate, 1e-3)
 
     def _learn_rate(self, job: Job) -> None:
@@ -711,6 +730,7 @@ class ControlLoop:
             return
         self._rate.append(job.cost_seconds / self._candidate_flops(task, job.model, n))
         del self._rate[:-200]
+        self._rate_median = float(np.median(self._rate))
 
     # ------------------------------------------------------------ queries
     def _emit_job(self, job: Job, owner_id: int) -> None:

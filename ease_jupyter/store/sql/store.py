@@ -48,6 +48,7 @@ from ..base import (
     NewChunk,
     Node,
     NodeKind,
+    OwnerBlobs,
     Store,
     Task,
     Toggle,
@@ -346,7 +347,20 @@ class SQLStore(Store):
         with self._writing() as s:
             # Locking the task queues concurrent creators of versions of this task.
             task = self._task(s, task_id, lock=True)
-            parent = None if parent_id is None else self._version(s, parent_id, field="parent_id", task_id=task.id)
+            # One statement for the version's number, the chunk's first example
+            # id and the parent's task: the write lock is held for each round trip.
+            last, end, parent_task = s.execute(select(
+                select(func.max(DatasetVersionRow.number)).where(DatasetVersionRow.task_id == task.id)
+                .scalar_subquery(),
+                select(func.max(ExampleChunkRow.first_example_id + ExampleChunkRow.count))
+                .where(ExampleChunkRow.task_id == task.id).scalar_subquery(),
+                select(DatasetVersionRow.task_id).where(DatasetVersionRow.id == parent_id).scalar_subquery(),
+            )).one()
+            if parent_id is not None and parent_task is None:
+                raise NotFoundError(f"dataset version {parent_id}: not found")
+            if parent_id is not None and parent_task != task.id:
+                raise NotFoundError(f"dataset version {parent_id}: not found in task {task.id}")
+            parent = self._version(s, parent_id, field="parent_id") if toggles else None
             if toggles:
                 known = self._examples_known_at(s, parent)  # a refine always has a parent
                 for example_id in toggles:
@@ -356,7 +370,6 @@ class SQLStore(Store):
                             f" (it had examples 0..{known - 1})"
                         )
             now = v.utcnow()
-            last = s.scalar(select(func.max(DatasetVersionRow.number)).where(DatasetVersionRow.task_id == task.id))
             row = DatasetVersionRow(
                 task_id=task.id, number=(last or 0) + 1, kind=kind.value, parent_id=parent_id,
                 members_blob=members_blob, n_examples=int(n_examples), created_at=now,
@@ -364,11 +377,6 @@ class SQLStore(Store):
             s.add(row)
             s.flush()  # assigns row.id
             if chunk is not None:
-                end = s.scalar(
-                    select(func.max(ExampleChunkRow.first_example_id + ExampleChunkRow.count)).where(
-                        ExampleChunkRow.task_id == task.id
-                    )
-                )
                 s.add(
                     ExampleChunkRow(
                         task_id=task.id, version_id=row.id, first_example_id=end or 0,
@@ -381,7 +389,7 @@ class SQLStore(Store):
                     insert(ToggleRow),
                     [{"version_id": row.id, "example_id": e, "active": a} for e, a in sorted(toggles.items())],
                 )
-            src = None if parent is None else Node(NodeKind.DATASET, parent.id)
+            src = None if parent_id is None else Node(NodeKind.DATASET, parent_id)
             s.add(self._new_edge(EdgeKind(kind.value), src, Node(NodeKind.DATASET, row.id), None, now))
             s.flush()
             return row.to_record()
@@ -418,6 +426,35 @@ class SQLStore(Store):
                     DatasetVersionRow.number <= limit.number
                 )
             return tuple(r.to_record() for r in s.scalars(query.order_by(ExampleChunkRow.first_example_id)))
+
+    # The three below answer what the base class computes from whole lists,
+    # each in one transaction: every feed (and the control loop's reaction
+    # to it) asks them, and a task's history only grows.
+    def latest_dataset_version(self, task_id: int) -> DatasetVersion | None:
+        with self._reading() as s:
+            task = self._task(s, task_id)
+            query = select(DatasetVersionRow).where(DatasetVersionRow.task_id == task.id)
+            row = s.scalars(query.order_by(DatasetVersionRow.number.desc()).limit(1)).first()
+            return None if row is None else row.to_record()
+
+    def next_example_id(self, task_id: int) -> int:
+        with self._reading() as s:
+            task = self._task(s, task_id)
+            end = s.scalar(select(func.max(ExampleChunkRow.first_example_id + ExampleChunkRow.count))
+                           .where(ExampleChunkRow.task_id == task.id))
+            return end or 0
+
+    def owner_blobs(self, owner_id: int) -> OwnerBlobs:
+        with self._reading() as s:
+            owner = self._user(s, owner_id).id
+            owned = select(TaskRow.id).where(TaskRow.owner_id == owner).scalar_subquery()
+            data = set(s.scalars(select(DatasetVersionRow.members_blob).where(DatasetVersionRow.task_id.in_(owned))))
+            for x_blob, y_blob in s.execute(select(ExampleChunkRow.x_blob, ExampleChunkRow.y_blob)
+                                            .where(ExampleChunkRow.task_id.in_(owned))):
+                data.update((x_blob, y_blob))
+            models = set(s.scalars(select(JobRow.artifact_blob).where(JobRow.task_id.in_(owned),
+                                                                      JobRow.artifact_blob.is_not(None))))
+            return OwnerBlobs(frozenset(data), frozenset(models - data))
 
     def list_toggles(self, version_id: int) -> tuple[Toggle, ...]:
         with self._reading() as s:
