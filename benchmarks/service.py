@@ -79,7 +79,6 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -91,7 +90,7 @@ sys.path.insert(0, str(ROOT))
 
 from ease_jupyter.client import Client  # noqa: E402
 from ease_jupyter.errors import NotFoundError  # noqa: E402
-from ease_jupyter.service.testing import ServeProcess, add_user  # noqa: E402
+from ease_jupyter.service.testing import ServeProcess, add_user, fresh_postgres_database  # noqa: E402
 
 READ_TARGET_P99_MS = 100.0
 EVENT_TARGET_MS = 1000.0
@@ -232,19 +231,8 @@ def fresh_database(server_url: str | None):
     if not server_url:
         yield None
         return
-    from sqlalchemy import create_engine
-    from sqlalchemy.engine import make_url
-
-    name = f"easeml_bench_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(server_url, isolation_level="AUTOCOMMIT")  # CREATE DATABASE needs no transaction
-    try:
-        with admin.connect() as connection:
-            connection.exec_driver_sql(f'CREATE DATABASE "{name}"')
-        yield make_url(server_url).set(database=name).render_as_string(hide_password=False)
-        with admin.connect() as connection:
-            connection.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        admin.dispose()
+    with fresh_postgres_database(server_url, prefix="easeml_bench") as url:
+        yield url
 
 
 _ACCESS = re.compile(r"tornado\.access \w+ (\d{3}) (GET|POST|PUT|DELETE) (\S+) \([^)]*\) ([\d.]+)ms")

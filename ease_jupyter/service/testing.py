@@ -18,12 +18,14 @@ printed token.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import signal
 import subprocess
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 
 _LISTENING = re.compile(r"listening on (http://[\d.]+:\d+)/api/v1")
@@ -99,3 +101,23 @@ def flat_models(n_features: int, n_classes: int) -> int:
 
     program = Program(DataType((TensorField((n_features,)),)), DataType((TensorField((n_classes,)),)))
     return sum(c.engine is Engine.SKLEARN for c in candidates(program))
+
+
+@contextlib.contextmanager
+def fresh_postgres_database(server_url: str, prefix: str = "easeml_test"):
+    """The URL of a new, empty database on the PostgreSQL server at
+    ``server_url``, dropped afterwards (tests, benchmarks)."""
+    from sqlalchemy import create_engine
+    from sqlalchemy.engine import make_url
+
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(server_url, isolation_level="AUTOCOMMIT")  # CREATE/DROP DATABASE take no transaction
+    try:
+        with admin.connect() as connection:
+            connection.exec_driver_sql(f'CREATE DATABASE "{name}"')
+        yield make_url(server_url).set(database=name).render_as_string(hide_password=False)
+        with admin.connect() as connection:
+            # FORCE (PostgreSQL 13+) ends connections a test may have leaked.
+            connection.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        admin.dispose()
