@@ -3,7 +3,7 @@ a token hash may be cleared (revoked).
 
 Revision ID: 0002
 Revises: 0001
-Create Date: 2025-02-01
+Create Date: 2026-11-25
 
 * ``users.origin`` ("local" or "hub"). Every existing row becomes "local":
   the rows JupyterHub mode created cannot be told from ``easeml users add``
