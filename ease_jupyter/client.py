@@ -29,7 +29,8 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from .errors import AlreadyExistsError, DataError, EaseMLError, InvalidStateError, NotFoundError, ProgramSyntaxError
+from .errors import (AlreadyExistsError, DataError, EaseMLError, InvalidStateError, NotFoundError, ProgramSyntaxError,
+                     QuotaExceededError, StorageFullError, StoreCorruptError, StoreUnavailableError)
 
 URL_ENV, TOKEN_ENV = "EASEML_URL", "EASEML_TOKEN"
 INLINE_BYTES = 512 * 1024  # arrays above this go through a chunked upload
@@ -54,6 +55,10 @@ class NoModelError(InvalidStateError):
     ``Task.suspicion`` right after the first feed; retry once a job finished."""
 
 
+_STORAGE_ERRORS = {cls.code: cls for cls in (QuotaExceededError, StorageFullError, StoreUnavailableError,
+                                             StoreCorruptError)}
+
+
 def _raise_for(status: int, payload: dict[str, Any]) -> None:
     err = payload.get("error") if isinstance(payload, dict) else None
     if not isinstance(err, dict):
@@ -64,6 +69,9 @@ def _raise_for(status: int, payload: dict[str, Any]) -> None:
         _, line, column = (str(field).split(":") + ["0", "0"])[:3]
         raise ProgramSyntaxError(message, line=int(line or 0), column=int(column or 0), found=str(found),
                                  expected=str(expected))
+    storage_error = _STORAGE_ERRORS.get(code)
+    if storage_error is not None:  # the service's whole sentence: the limit, the usage, the object
+        raise storage_error(message, field=field, found=found, expected=expected)
     if status in (400, 413) and field is not None:
         raise DataError(str(field), str(found), str(expected))
     if status in (401, 403):

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from ease_jupyter import datasets, training
 from ease_jupyter.cli import main
+from ease_jupyter.errors import QuotaExceededError
 from ease_jupyter.service import ServiceConfig
 from ease_jupyter.service.arrays import to_npy_bytes
 from ease_jupyter.service.quota import Quota
@@ -61,6 +62,15 @@ def test_a_feed_over_the_quota_is_refused_and_stores_nothing(small_quota, iris):
     assert s.service.blobs.exists(x_digest) is False  # the refused arrays were not written
     # Quotas are per user: bob's feed of the same data fits his.
     assert s.call("POST", "/tasks/t/feed", "bob", body={"X": X.tolist(), "y": [0] * 500}).status == 201
+
+
+def test_the_client_raises_the_quota_error_with_the_services_sentence(small_quota, iris):
+    task = small_quota.client("alice").task("t", input=[4], output=[3])
+    task.feed(*iris)
+    X = np.random.default_rng(0).normal(size=(500, 4)).astype("float32")
+    with pytest.raises(QuotaExceededError, match="over your quota of 20.0 KiB") as caught:
+        task.feed(X, np.zeros(500, dtype="int64"))
+    assert caught.value.field == "quota" and caught.value.expected == f"at most {QUOTA} bytes"
 
 
 def test_uploads_count_and_a_chunk_over_the_quota_is_refused_whole(small_quota):
