@@ -217,10 +217,18 @@ class FailOnce:
     always: bool = False
 
     def __call__(self, net, opt, X, y, spec, generator):
-        if self.always or not os.path.exists(self.marker):
-            open(self.marker, "w").close()
+        if self.always or self._first():
             raise RuntimeError("injected failure")
         return default_train_fn(net, opt, X, y, spec, generator)
+
+    def _first(self) -> bool:
+        """True for exactly one unit: creating the marker is atomic (O_EXCL),
+        so two units training at once on two workers cannot both fail."""
+        try:
+            os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return False
+        return True
 
 
 def test_a_failing_unit_is_retried_then_reported(engine, digits, tmp_path):
