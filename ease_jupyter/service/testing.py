@@ -27,6 +27,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 _LISTENING = re.compile(r"listening on (http://[\d.]+:\d+)/api/v1")
 
@@ -116,8 +117,24 @@ def fresh_postgres_database(server_url: str, prefix: str = "easeml_test"):
         with admin.connect() as connection:
             connection.exec_driver_sql(f'CREATE DATABASE "{name}"')
         yield make_url(server_url).set(database=name).render_as_string(hide_password=False)
-        with admin.connect() as connection:
-            # FORCE (PostgreSQL 13+) ends connections a test may have leaked.
-            connection.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        _drop_database(admin, name)
     finally:
         admin.dispose()
+
+
+def _drop_database(admin: Any, name: str, attempts: int = 40) -> None:
+    """DROP DATABASE ... WITH (FORCE) (PostgreSQL 13+ ends the connections a
+    test may have leaked). An autovacuum worker on that database cannot be
+    ended by a role that is not a superuser ("must be a member of the role
+    whose process is being terminated"); it finishes in moments, so retry."""
+    from sqlalchemy.exc import DBAPIError
+
+    for attempt in range(attempts):
+        try:
+            with admin.connect() as connection:
+                connection.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            return
+        except DBAPIError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.25)

@@ -17,6 +17,8 @@ On PostgreSQL the store locks the rows it is about to change
 
 from __future__ import annotations
 
+import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -64,13 +66,33 @@ def _sqlite_on_connect(dbapi_connection: Any, connection_record: Any) -> None:
     try:
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-        cursor.execute("PRAGMA journal_mode=WAL")  # answers 'memory' for in-memory databases
+        _switch_to_wal(cursor)
         # With WAL, NORMAL syncs at checkpoints, not at every commit: a killed
         # process loses nothing, a power cut at most the last commits, and
         # the database stays consistent either way.
         cursor.execute("PRAGMA synchronous=NORMAL")
     finally:
         cursor.close()
+
+
+def _switch_to_wal(cursor: Any) -> None:
+    """``PRAGMA journal_mode=WAL`` (it answers 'memory' for in-memory databases).
+
+    Switching a new database to WAL needs an exclusive lock, and SQLite then
+    answers "database is locked" at once instead of calling the busy handler;
+    so a connection opened while another one creates or migrates the
+    database retries here, for as long as the busy timeout."""
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as error:
+            code = getattr(error, "sqlite_errorcode", None)  # Python 3.11+
+            busy = code & 0xFF == sqlite3.SQLITE_BUSY if code is not None else "locked" in str(error)
+            if not busy or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 def _sqlite_on_begin(connection: Any) -> None:
