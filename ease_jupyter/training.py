@@ -38,7 +38,8 @@ ProgressCallback = Callable[[Job], None]
 
 FAILURE_TAG = "easeml.failure"  # the error code of a job that failed for want of storage
 UNUSABLE_TAG = "easeml.unusable"  # why a finished job's model cannot be used (set by `easeml fsck --repair`)
-# Storage errors and their codes (the HTTP error codes of the same errors), most specific first.
+
+
 def storage_code(error: BaseException) -> str | None:
     """The error code of a storage failure; None for any other error."""
     if isinstance(error, StorageError):

@@ -127,14 +127,13 @@ class ControlLoop:
         self._done: SimpleQueue[int] = SimpleQueue()
         self._dirty: set[int] = set()
         # What readers see without waiting for a turn (see _publish_view): per
-        # task, idle or not and its arm count, as of the end of the last turn;
-        # tasks notified since then ("settling") are never idle.
+        # task, idle or not, as of the end of the last turn; tasks notified
+        # since then ("settling") are never idle.
         self._view_lock = threading.Lock()
         self._view_changed = threading.Condition(self._view_lock)
         self._settling: set[int] = set()
         self._synced: set[int] = set()
         self._idle_view: dict[int, bool] = {}
-        self._arms_view: dict[int, int] = {}
         self._lock = threading.RLock()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -155,7 +154,6 @@ class ControlLoop:
         self.outage: StorageError | None = None
         self.outage_since: float | None = None
         self._collecting: _Running | None = None  # the finished job _collect is recording
-        self._candidate_counts: dict[int, int] = {}  # task id -> arms it can ever have (see candidates)
         self._task_candidates: dict[int, dict[str, Candidate]] = {}  # see _candidates_by_name
         self._task_configs: dict[int, dict[str, tuple[str, dict]]] = {}  # see _configs
         self._rate_median: float | None = None  # of _rate, kept by _learn_rate: each new tenant's arms ask it
@@ -380,21 +378,17 @@ class ControlLoop:
             self._dirty |= self._synced  # taken by _sync, perhaps not brought in line: look again
 
     def _publish_view(self) -> list[tuple[int, int]]:
-        """At the end of a turn: each task's idleness and arm count for
-        ``is_idle``/``arms``, which read it without the loop's lock (a read
-        never waits for a turn). Returns the (task, owner) pairs that just
+        """At the end of a turn: each task's idleness for ``is_idle``, which
+        reads it without the loop's lock (a read never waits for a turn). Returns the (task, owner) pairs that just
         became idle; the caller announces them as ``task`` events with status
         ``idle`` (``Task.wait`` wakes on them)."""
         busy = {r.task_id for r in self._running.values()}
         if self._maybe_queued:
             busy |= {j.task_id for j in self.store.list_jobs(status=JobStatus.QUEUED)}
-        known = set(self.selector.model_names) if self.selector is not None else set()
         idle: dict[int, bool] = {task_id: False for task_id in busy}
-        arms: dict[int, int] = {}
         owners: dict[int, int] = {r.task_id: r.owner_id for r in self._running.values()}
         for name, t in self._tenants.items():
             owners[t.task_id] = t.owner_id
-            arms[t.task_id] = arms.get(t.task_id, 0) + len(known.intersection(t.configs))
             if t.task_id not in busy:
                 stats = self.selector.stats(name)
                 # A pick still pending has not been trained yet, even with no job behind it.
@@ -402,7 +396,7 @@ class ControlLoop:
         with self._view_lock:
             before, settled = self._idle_view, self._synced - self._dirty
             was_settling = self._settling & settled
-            self._idle_view, self._arms_view = idle, arms
+            self._idle_view = idle
             self._settling -= settled
             self._synced = set()
             self._view_changed.notify_all()
@@ -754,25 +748,13 @@ class ControlLoop:
     def n_running(self) -> int:
         return len(self._running)
 
-    def arms(self, task_id: int, timeout: float = 5.0) -> int:
-        """How many configs the selector explores for the task's latest version.
-        Right after a change to the task (a feed, say) this waits for the turn
-        that takes it in (at most ``timeout`` s); otherwise it never waits."""
-        with self._view_changed:
-            # No turn ends while the store cannot be written: do not wait for one then.
-            self._view_changed.wait_for(lambda: task_id not in self._settling or self.outage is not None, timeout)
-            return self._arms_view.get(task_id, 0)
-
     def candidates(self, task: Task) -> int:
         """How many candidate models (arms) the task can ever have in this
-        service: 0 when no model fits its program here. A program never
-        changes, so this is computed once per task."""
-        count = self._candidate_counts.get(task.id)
-        if count is None:
-            configs = self._configs(task)
-            known = set(self.selector.model_names) if self.selector is not None else set(configs)
-            count = self._candidate_counts[task.id] = sum(key in known for key in configs)
-        return count
+        service: 0 when no model fits its program here (its configs are made
+        once per task, see ``_configs``)."""
+        configs = self._configs(task)
+        known = set(self.selector.model_names) if self.selector is not None else set(configs)
+        return sum(key in known for key in configs)
 
     def task_status(self, task: Task, has_data: bool) -> dict:
         """``idle``, ``candidates``, ``blocked`` (why the loop cannot go on with

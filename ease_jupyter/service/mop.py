@@ -66,7 +66,7 @@ from ..execution.mop.runner import EpochMetrics, MOPRunner, ResumeState, TrialPr
 from ..execution.units import Hooks, UnitSpec, load_model
 from ..schema import check_data
 from ..store import BlobStore, Job, JobStatus, JobUpdate, Store, Task
-from ..training import fail_job, model_name, read_model
+from ..training import fail_job, read_model
 from ..zoo import Candidate, Engine, candidates
 
 log = logging.getLogger(__name__)
@@ -139,8 +139,8 @@ def run_torch_job(store: Store, blobs: BlobStore, engine: Any, job_id: int, *,
     task = store.get_task(job.task_id)
     started = time.monotonic()
     try:
-        if quota is not None:  # no training for a model that could not be kept
-            quota.check(store, blobs, task.owner_id, 1, what=f"{model_name(task, job)}: its model")
+        if quota is not None:
+            quota.check_model(store, blobs, task, job, 1)
         cand = next(c for c in torch_candidates(task) if c.name == job.model)
         config = dict(job.config)
         lrs = [float(x) for x in config.get("lrs", candidate_lrs(cand))]
@@ -232,7 +232,7 @@ def run_torch_job(store: Store, blobs: BlobStore, engine: Any, job_id: int, *,
             raise RuntimeError("no config produced a finite validation score")
         score, trial, digest = max(ranked, key=lambda r: (r[0], -list(trial_lr).index(r[1])))
         if quota is not None:
-            quota.check(store, blobs, task.owner_id, blobs.size(digest) or 0, what=f"{model_name(task, job)}: its model")
+            quota.check_model(store, blobs, task, job, blobs.size(digest) or 0)
         store.set_tag("job", job_id, ARTIFACT_TAG, "torch-checkpoint")
         store.set_tag("job", job_id, BEST_TRIAL_TAG, json.dumps({"trial": trial, "lr": trial_lr[trial]}))
         seconds = cost + time.monotonic() - started

@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import QuotaExceededError
-from ..store import BlobStore, Store
+from ..store import BlobStore, Job, Store, Task
 from ..store.space import human_size
+from ..training import model_name
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,11 @@ class Quota:
             f"of {human_size(self.limit_bytes)} (in use: {human_size(usage.total)}: data {human_size(usage.data)}, "
             f"models {human_size(usage.models)}, uploads not fed yet {human_size(usage.uploads)})",
             field="quota", found=f"{after} bytes", expected=f"at most {self.limit_bytes} bytes")
+
+    def check_model(self, store: Store, blobs: BlobStore, task: Task, job: Job, size: int) -> None:
+        """``check`` for a job's trained model of ``size`` bytes (1 before
+        training: no training for a model that could not be kept)."""
+        self.check(store, blobs, task.owner_id, size, what=f"{model_name(task, job)}: its model")
 
     def reserve(self, store: Store, blobs: BlobStore, owner_id: int, *, what: str,
                 releasing: int = 0) -> Callable[[int], None]:

@@ -37,7 +37,7 @@ from ..errors import EaseMLError
 from ..execution.grid import GridResult, grid_search
 from ..execution.holdout import validation_mask
 from ..store import BlobStore, Job, JobStatus, JobUpdate, Store, open_store
-from ..training import fail_job, model_name, sklearn_candidates
+from ..training import fail_job, sklearn_candidates
 from ..zoo import Candidate
 
 GRID_BEST_TAG = "easeml.grid.best"
@@ -134,13 +134,13 @@ def run_sklearn_job(store: Store, blobs: BlobStore, job_id: int, engine: Any, qu
         grid = config["grid"] if "grid" in config else {k: [v] for k, v in config.items()}
         if not isinstance(grid, Mapping) or not grid:
             raise EaseMLError(f"config: found {config!r}, expected {{'grid': {{option: [values]}}}}")
-        if quota is not None:  # no training for a model that could not be kept
-            quota.check(store, blobs, task.owner_id, 1, what=f"{model_name(task, job)}: its model")
+        if quota is not None:
+            quota.check_model(store, blobs, task, job, 1)
         data = load(store, blobs, store.get_dataset_version(job.dataset_version_id))
         result = evaluate_grid(candidate, grid, data, program_of(task).num_classes is not None, engine)
         model = pickle.dumps(result.best_model, protocol=pickle.HIGHEST_PROTOCOL)
         if quota is not None:
-            quota.check(store, blobs, task.owner_id, len(model), what=f"{model_name(task, job)}: its model")
+            quota.check_model(store, blobs, task, job, len(model))
         artifact = blobs.put_bytes(model)
     except Exception as error:  # noqa: BLE001 - recorded on the job; one bad pick must not stop the rest
         return fail_job(store, job_id, error)
