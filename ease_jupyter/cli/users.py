@@ -13,6 +13,7 @@ links them (``link``).
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import click
@@ -28,6 +29,23 @@ def _open(db_url, data_dir):
     return open_store(db_url, data_dir)[0]
 
 
+@contextlib.contextmanager
+def _naming(db_url, data_dir):
+    """The store for a command on user NAME, closed on exit: a NAME that is
+    no user name is a usage error, an unknown one a plain error."""
+    from ease_jupyter.errors import DataError, NotFoundError
+
+    store = _open(db_url, data_dir)
+    try:
+        yield store
+    except DataError as error:
+        raise click.BadParameter(f"found {error.found}, expected {error.expected}", param_hint="NAME") from None
+    except NotFoundError as error:
+        raise click.ClickException(str(error)) from None
+    finally:
+        store.close()
+
+
 @click.group("users")
 def command() -> None:
     """Add, list, revoke and link users of the service."""
@@ -40,18 +58,14 @@ def command() -> None:
 @_dir
 def add(name, admin, db_url, data_dir) -> None:
     """Create user NAME and print its token (shown only this once)."""
-    from ease_jupyter.errors import AlreadyExistsError, DataError
+    from ease_jupyter.errors import AlreadyExistsError
     from ease_jupyter.service.auth import create_user
 
-    store = _open(db_url, data_dir)
-    try:
-        _, token = create_user(store, name, admin=admin)
-    except DataError as error:
-        raise click.BadParameter(f"found {error.found}, expected {error.expected}", param_hint="NAME") from None
-    except AlreadyExistsError:
-        raise click.ClickException(f"user {name!r} already exists") from None
-    finally:
-        store.close()
+    with _naming(db_url, data_dir) as store:
+        try:
+            _, token = create_user(store, name, admin=admin)
+        except AlreadyExistsError:
+            raise click.ClickException(f"user {name!r} already exists") from None
     click.echo(token)
 
 
@@ -80,18 +94,10 @@ def revoke(name, new_token, db_url, data_dir) -> None:
     Its tasks and data stay. A running service that already saw the token
     stops accepting it within its token cache's lifetime (30 s); the API's
     DELETE /users/NAME/tokens acts at once."""
-    from ease_jupyter.errors import DataError, NotFoundError
     from ease_jupyter.service.auth import revoke_token
 
-    store = _open(db_url, data_dir)
-    try:
+    with _naming(db_url, data_dir) as store:
         _, token = revoke_token(store, name, replace=new_token)
-    except DataError as error:
-        raise click.BadParameter(f"found {error.found}, expected {error.expected}", param_hint="NAME") from None
-    except NotFoundError as error:
-        raise click.ClickException(str(error)) from None
-    finally:
-        store.close()
     click.echo(token if token else f"the token of {name!r} is revoked", err=not token)
 
 
@@ -114,32 +120,27 @@ def link(name, db_url, data_dir) -> None:
 
     A running service sees the link within 30 s (its caches of tokens and of
     hub users), or at once after a restart."""
-    from ease_jupyter.errors import AlreadyExistsError, DataError, NotFoundError
+    from ease_jupyter.errors import AlreadyExistsError, NotFoundError
     from ease_jupyter.service.auth import local_user
     from ease_jupyter.store.base import HUB
 
-    store = _open(db_url, data_dir)
-    try:
+    with _naming(db_url, data_dir) as store:
         account = local_user(store, name)
         try:
             replaced = store.user_by_name(name, HUB)
         except NotFoundError:
             replaced = None
-        store.link_user_to_hub(account.id)
-    except DataError as error:
-        raise click.BadParameter(f"found {error.found}, expected {error.expected}", param_hint="NAME") from None
-    except NotFoundError as error:
-        raise click.ClickException(str(error)) from None
-    except AlreadyExistsError:
-        owned = len(store.list_tasks(store.user_by_name(name, HUB).id))
-        if not owned:  # a hub login created the hub account between our look-up and the link
-            raise click.ClickException(f"hub user {name!r} logged in meanwhile; run the command again") from None
-        raise click.ClickException(
-            f"hub user {name!r} already owns {owned} task(s) here, so linking would hide one account's data; "
-            f"nothing was changed. Both accounts keep working: hub user {name!r} through the hub, local account "
-            f"{name!r} with its ease.ml token ('easeml users revoke {name} --new-token' prints a new one).") from None
-    finally:
-        store.close()
+        try:
+            store.link_user_to_hub(account.id)
+        except AlreadyExistsError:
+            owned = len(store.list_tasks(store.user_by_name(name, HUB).id))
+            if not owned:  # a hub login created the hub account between our look-up and the link
+                raise click.ClickException(f"hub user {name!r} logged in meanwhile; run the command again") from None
+            raise click.ClickException(
+                f"hub user {name!r} already owns {owned} task(s) here, so linking would hide one account's data; "
+                f"nothing was changed. Both accounts keep working: hub user {name!r} through the hub, local "
+                f"account {name!r} with its ease.ml token ('easeml users revoke {name} --new-token' prints a new "
+                "one).") from None
     click.echo(f"local account {name!r} is now hub user {name!r}: its tasks follow the hub login, "
                "its ease.ml token is revoked", err=True)
     if replaced is not None:
