@@ -70,8 +70,11 @@ def test_image_task_trains_torch_jobs_over_http(tmp_path, digits_images, executo
         assert predictions.shape == (50,) and predictions.dtype.kind in "iu"
         assert (predictions == y[:50]).mean() > 0.5
         # The refine panel's scores come from the torch net too (softmax of its logits).
+        # Jobs keep finishing meanwhile, so the best model may change between the two reads.
         scores = task.suspicion()
-        assert scores["loss_kind"] == "cross_entropy" and scores["model"]["job_id"] == best["job_id"]
+        best_after = task.best()
+        assert scores["loss_kind"] == "cross_entropy"
+        assert scores["model"]["job_id"] in {best["job_id"], best_after["job_id"]}
         assert len(scores["loss"]) == 600 and np.isfinite(scores["loss"]).all()
         wrong = predictions != y[:50]
         assert np.all(scores["loss"][:50][wrong] > np.log(2) - 1e-6)  # p(label) <= 1/2 where argmax is wrong
