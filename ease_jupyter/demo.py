@@ -36,7 +36,8 @@ from typing import Any, Callable
 import numpy as np
 from sklearn import datasets as sk_datasets
 
-from . import job_config
+from .jobspec import best_point, parse_job
+from .zoo import Engine
 
 
 def _digits_images() -> tuple[np.ndarray, np.ndarray]:
@@ -109,9 +110,10 @@ class DemoRun:
 def config_label(model: str, config: dict[str, Any], best: str | None = None) -> str:
     """``knn[n_neighbors=7] (best of grid n_neighbors=3|7|15)``, or the pick's configs before it finished."""
     if best is not None:
-        engine = ", MOP" if "lrs" in config else ""
-        return f"{model}[{best}] (best of {job_config.describe(config)}{engine})"
-    return f"{model}[{job_config.describe(config)}]"
+        spec = parse_job(model, config)
+        engine = ", MOP" if spec.engine is Engine.TORCH else ""
+        return f"{model}[{best}] (best of {spec.describe()}{engine})"
+    return f"{model}[{parse_job(model, config).describe()}]"
 
 
 def _time(value: str | None) -> float | None:
@@ -260,7 +262,7 @@ def _render_html(run: DemoRun) -> str:
         # it, or plotly would stack them onto the newer job's bar.
         newest = max((j["dataset_version"] for j in done), default=None)
         labels = [
-            config_label(j["model"], j["config"], job_config.best_point(j.get("metrics", [])))
+            config_label(j["model"], j["config"], best_point(j.get("metrics", [])))
             + ("" if j["dataset_version"] == newest else f" (v{j['dataset_version']})")
             for j in done
         ]

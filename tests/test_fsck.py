@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from ease_jupyter import datasets, training
+from ease_jupyter import datasets
+from ease_jupyter.service import models
+from ease_jupyter.service.testing import train_now
 from ease_jupyter.cli import main
 from ease_jupyter.store import JobStatus, open_store
 
@@ -24,9 +26,7 @@ def data_dir(tmp_path):
         rng = np.random.default_rng(0)
         for _ in range(2):
             datasets.feed(store, blobs, task, rng.normal(size=(60, 4)).astype("float32"), np.arange(60) % 3)
-        data = datasets.load(store, blobs, store.latest_dataset_version(task.id))
-        candidate = training.sklearn_candidates(task)[0]
-        job = training.train_config(store, blobs, task, data, candidate, candidate.configs[0])
+        job = train_now(store, blobs, task, "logreg", {"C": 0.1})
         assert job.status is JobStatus.SUCCEEDED
     finally:
         store.close()
@@ -83,8 +83,8 @@ def test_report_then_repair_every_kind(data_dir):
         latest = datasets.load(store, blobs, after[-1])
         assert latest.example_ids.min() == 60 and latest.example_ids.size == 60
         # The lost model is unusable (its data is no longer the latest: not retrained).
-        assert training.best_job(store, task) is None
-        assert store.tags("job", jobs[0].id)[training.UNUSABLE_TAG]
+        assert models.best_job(store, task) is None
+        assert store.tags("job", jobs[0].id)[models.UNUSABLE_TAG]
     finally:
         store.close()
     again = _fsck(data_dir)  # the lost chunk stays in the old versions: reported, not open
@@ -107,7 +107,7 @@ def test_a_lost_model_on_the_latest_data_is_retrained(data_dir):
         assert problem["repair"] == f"marked unusable; job {retrain.id} retrains it"
         assert retrain.status is JobStatus.QUEUED and retrain.model == jobs[0].model
         assert retrain.dataset_version_id == versions[-1].id
-        assert training.best_job(store, task) is None  # best and infer skip the lost model
+        assert models.best_job(store, task) is None  # best and infer skip the lost model
     finally:
         store.close()
 

@@ -18,6 +18,7 @@ PURE = {
     "execution/automl": set(),
     "execution/mop/scheduler.py": set(),
     "execution/mop/simulation.py": set(),
+    "jobspec.py": {"zoo", "schema"},
 }
 
 
@@ -48,7 +49,17 @@ def test_pure_layers_import_no_outer_layer(layer):
         for name in _imports(path):
             parts = name.split(".")
             if parts[0] == "ease_jupyter" and len(parts) > 1:
-                inside = parts[1 : 1 + len(own)] == own or (root.suffix == ".py" and parts[1:len(own)] == own[:-1])
+                inside = parts[1 : 1 + len(own)] == own or (
+                    root.suffix == ".py" and len(own) > 1 and parts[1:len(own)] == own[:-1])
                 assert inside or parts[1] in allowed, f"{path.relative_to(PACKAGE)} imports {name}"
                 assert parts[1] not in OUTER
             assert parts[0] not in FORBIDDEN_THIRD_PARTY, f"{path.relative_to(PACKAGE)} imports {name}"
+
+
+def test_the_service_has_one_training_path():
+    """Jobs train only through the executors: no in-process second path
+    (a local workspace, a per-config training module) is imported by the service."""
+    for path in sorted((PACKAGE / "service").rglob("*.py")):
+        for name in _imports(path):
+            assert name.split(".")[:2] not in (["ease_jupyter", "local"], ["ease_jupyter", "training"]), (
+                f"{path.relative_to(PACKAGE)} imports {name}")

@@ -46,12 +46,6 @@ def _shape_callback(ctx: click.Context, param: click.Parameter, value: str | Non
     return parse_shape(value, f"--{param.name.replace('_shape', '')}" if param.name else "shape")
 
 
-def _program_from_shapes(inp: tuple[int, ...], out: tuple[int, ...]) -> Any:
-    from ease_jupyter.schema.types import DataType, Program, TensorField
-
-    return Program(DataType((TensorField(inp),)), DataType((TensorField(out),)))
-
-
 def _program_from_text(text: str) -> Any:
     try:
         from ease_jupyter.schema import parse  # written in parallel; imported only when needed
@@ -120,7 +114,12 @@ def command(input_shape: tuple[int, ...] | None, output_shape: tuple[int, ...] |
         if input_shape is None or output_shape is None:
             missing = "--input" if input_shape is None else "--output"
             raise click.UsageError(f"missing {missing}: give --input and --output shapes, or --program")
-        program = _program_from_shapes(input_shape, output_shape)
+        from ease_jupyter.schema import program_from_shapes
+
+        try:
+            program = program_from_shapes(input_shape, output_shape)
+        except EaseMLError as e:  # over the size limits a task may declare
+            raise click.BadParameter(str(e), param_hint="--input/--output") from e
 
     try:
         workload = match_workload(program)

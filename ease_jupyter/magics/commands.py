@@ -12,7 +12,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..client import Client, Task
-from ..job_config import describe
+from ..jobspec import describe_job
 from .display import Result
 
 
@@ -99,7 +99,7 @@ def _best_config(best: dict | None) -> str | None:
     """The best model's config: the grid point that won, else the pick's configs."""
     if not best:
         return None
-    return best.get("best_config") or describe(best.get("config") or {})
+    return best.get("best_config") or describe_job(best["model"], best.get("config") or {})
 
 
 def status(session: Session, args: Any, user_ns: dict) -> Result:
@@ -170,7 +170,7 @@ def provenance(session: Session, args: Any, user_ns: dict) -> Result:
 
 def models(session: Session, args: Any, user_ns: dict) -> Result:
     jobs = session.get().task(_need(args)).jobs()
-    rows = sorted(({"model": j["model"], "config": describe(j["config"]), "status": j["status"], "accuracy": j["accuracy"],
+    rows = sorted(({"model": j["model"], "config": describe_job(j["model"], j["config"]), "status": j["status"], "accuracy": j["accuracy"],
                     "seconds": j["cost_seconds"], "version": j["dataset_version"]} for j in jobs),
                   key=lambda r: -(r["accuracy"] if r["accuracy"] is not None else -1e9))
     return Result(f"{args.name}: {len(rows)} model(s) trained or queued", jobs, rows)

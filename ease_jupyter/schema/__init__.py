@@ -6,6 +6,7 @@ This layer is pure: it imports nothing from the rest of ease_jupyter except
 """
 
 from .check import CheckedData, check_data, check_inputs
+from .limits import program_from_shapes
 from .parser import parse
 from .printer import format_program
 from .types import DataType, Program, TensorField
@@ -19,4 +20,5 @@ __all__ = [
     "check_data",
     "check_inputs",
     "CheckedData",
+    "program_from_shapes",
 ]

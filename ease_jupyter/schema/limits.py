@@ -9,15 +9,18 @@ rather than accepted and left idle.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from ..errors import DataError
 from .parser import MAX_RANK
-from .types import DataType, Program
+from .types import DataType, Program, TensorField
 
 MAX_PROGRAM_CHARS = 8_192  # the text of a program
 MAX_EXAMPLE_ELEMENTS = 2**24  # numbers in one input (or output) object: 64 MiB as float32
 MAX_CLASSES = 10_000  # size of a 1-D output tensor (classes, or values of a multi-output regression)
 
-__all__ = ["MAX_PROGRAM_CHARS", "MAX_EXAMPLE_ELEMENTS", "MAX_CLASSES", "check_program_text", "check_program_size"]
+__all__ = ["MAX_PROGRAM_CHARS", "MAX_EXAMPLE_ELEMENTS", "MAX_CLASSES", "check_program_text", "check_program_size",
+           "program_from_shapes"]
 
 
 def check_program_text(text: str) -> str:
@@ -51,3 +54,12 @@ def check_program_size(program: Program, *, field: str | None = None) -> Program
 def _elements(data_type: DataType) -> int:
     """Numbers in one object of the type (one node of a chain or tree)."""
     return sum(tensor.size for tensor in data_type.tensors)
+
+
+def program_from_shapes(input: Sequence[int], output: Sequence[int]) -> Program:
+    """The program of one input tensor and one output tensor (the short form
+    ``input: [64]  output: [10]``); a ``DataError`` naming ``input`` or
+    ``output`` when a shape is over the limits."""
+    program = Program(DataType((TensorField(tuple(int(d) for d in input)),)),
+                      DataType((TensorField(tuple(int(d) for d in output)),)))
+    return check_program_size(program)

@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from .. import datasets, training
+from .. import datasets
 from ..errors import AlreadyExistsError, DataError, InvalidStateError, NotFoundError, StoreCorruptError
-from ..schema import format_program, parse
+from ..schema import format_program, parse, program_from_shapes
 from ..schema.limits import check_program_size, check_program_text
 from ..store import DatasetVersion, Edge, Job, Node, NodeKind, Store, BlobStore, Task, User, open_store
 from . import arrays
@@ -25,8 +25,10 @@ from .config import ServiceConfig
 from .events import EventBus
 from .quota import Quota
 from .loop import ControlLoop
-from .mop import TorchExecutor, TorchProcessExecutor, is_torch_job, torch_infer
-from .runner import SklearnExecutor, SklearnProcessExecutor
+from . import models
+from .executors import JobExecutor, JobRunner, ProcessExecutor, ThreadExecutor
+from .mop import TorchJobs
+from .runner import SklearnJobs
 from .scheduler_view import decision_event, scheduler_view
 from .suspicion import DEFAULT_TOP_K, MAX_TOP_K, NoModelError, SuspicionScorer
 from ..zoo import Engine
@@ -73,9 +75,7 @@ def _program_text(body: dict[str, Any]) -> str | None:
     for field, shape in (("input", inp), ("output", out)):
         if not (isinstance(shape, list) and shape and all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape)):
             raise DataError(field, repr(shape)[:80], "a non-empty list of positive integers, e.g. [64]")
-    from ..local import program_from_shapes  # checks the size limits
-
-    return format_program(program_from_shapes(inp, out))
+    return format_program(program_from_shapes(inp, out))  # checks the size limits
 
 
 class Service:
@@ -98,18 +98,17 @@ class Service:
         self.started_at = time.time()
         processes = config.executor == "process" and config.db_url != "memory://"
         engine = self._engine_address(config)
-        if processes:
-            executor = SklearnProcessExecutor(config.db_url, data_dir, config.workers, nice=config.worker_nice,
-                                              engine=engine, quota=self.quota)
-        else:
-            executor = SklearnExecutor(self.store, self.blobs, config.workers, engine=engine, quota=self.quota)
-        executors = {Engine.SKLEARN: executor}
-        if config.torch:
-            torch_kwargs = dict(engine=engine, engine_workers=config.workers, publish=self.events.publish,
-                                seed=config.seed or 0, partitions=config.mop_partitions, quota=self.quota)
-            executors[Engine.TORCH] = (TorchProcessExecutor(config.db_url, data_dir, nice=config.worker_nice,
-                                                            **torch_kwargs) if processes
-                                       else TorchExecutor(self.store, self.blobs, **torch_kwargs))
+
+        def executor(runner: JobRunner, workers: int) -> JobExecutor:
+            if processes:
+                return ProcessExecutor(runner, config.db_url, data_dir, workers, nice=config.worker_nice,
+                                       publish=self.events.publish)
+            return ThreadExecutor(runner, self.store, self.blobs, workers, publish=self.events.publish)
+
+        executors = {Engine.SKLEARN: executor(SklearnJobs(engine, self.quota), config.workers)}
+        if config.torch:  # one MOP workload at a time, on an engine of `workers` workers
+            executors[Engine.TORCH] = executor(TorchJobs(engine, config.workers, config.seed or 0,
+                                                         config.mop_partitions, self.quota), 1)
         self.loop = ControlLoop(self.store, self.blobs, executors=executors, torch_epochs=config.torch_epochs,
                                 max_running_per_user=config.max_running_per_user,
                                 publish=self.events.publish, tick_seconds=config.tick_seconds, seed=config.seed,
@@ -306,14 +305,14 @@ class Service:
         return rows
 
     def best(self, caller: User, name: str) -> dict[str, Any]:
-        return training.best(self.store, self._task(caller, name), self.blobs)
+        return models.best(self.store, self._task(caller, name), self.blobs)
 
     def leaderboard(self, caller: User) -> list[dict[str, Any]]:
         rows = []
         for task in self.store.list_tasks(caller.id):
             row: dict[str, Any] = {"task": task.name, "best": None}
             try:
-                row["best"] = training.best(self.store, task, self.blobs)
+                row["best"] = models.best(self.store, task, self.blobs)
             except NotFoundError:
                 pass
             except StoreCorruptError as error:  # one lost model must not hide the other tasks' rows
@@ -324,11 +323,7 @@ class Service:
     def infer(self, caller: User, name: str, body: dict[str, Any]) -> dict[str, Any]:
         task = self._task(caller, name)
         X = arrays.decode("X", body.get("X"), self.uploads, caller.id)
-        job = training.best_job(self.store, task)
-        if job is not None and job.artifact_blob is not None and is_torch_job(self.store, job):
-            predictions = torch_infer(self.store, self.blobs, task, job, X)
-        else:
-            predictions = training.infer(self.store, self.blobs, task, X)
+        predictions = models.infer(self.store, self.blobs, task, X)
         out: dict[str, Any] = {"predictions": arrays.encode(predictions)}
         if predictions.size <= 10_000:
             out["list"] = predictions.tolist()
@@ -404,7 +399,7 @@ class Service:
             for task in tasks:
                 for job in self.store.list_jobs(task.id):
                     counts[job.status.value] = counts.get(job.status.value, 0) + 1
-                job = training.best_job(self.store, task)
+                job = models.best_job(self.store, task)
                 if job is not None:
                     best.append(job.accuracy)
             users.append({"name": user.name, "tasks": len(tasks), "jobs": counts,

@@ -11,7 +11,7 @@ Three kinds of rows reference blobs, and each has its own repair:
   version the service trains on; older versions keep their rows (they are
   immutable) and stay unloadable, which is reported but is no open problem;
 * a finished job's model (``model``): the job is tagged unusable
-  (``training.UNUSABLE_TAG``: ``best``/``infer`` skip it), and if it was
+  (``models.UNUSABLE_TAG``: ``best``/``infer`` skip it), and if it was
   trained on the task's latest version a new queued job retrains the same
   model and grid.
 
@@ -29,9 +29,10 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from .. import datasets, training
+from .. import datasets
 from ..errors import EaseMLError, NotFoundError, StoreCorruptError
 from ..store import BlobStore, DatasetVersion, JobStatus, Store, Task, VersionKind
+from . import models
 
 MEMBERS, CHUNK, MODEL = "members", "chunk", "model"
 
@@ -78,7 +79,7 @@ class _Reference:
 def references(store: Store) -> list[_Reference]:
     """Every (row, blob) pair to check, task by task. Models already tagged
     unusable are left out: they were dealt with."""
-    unusable = set(store.find_by_tag("job", training.UNUSABLE_TAG))
+    unusable = set(store.find_by_tag("job", models.UNUSABLE_TAG))
     owners = {u.id: u.name for u in store.list_users()}
     out: list[_Reference] = []
     for task in store.list_tasks():
@@ -197,7 +198,7 @@ def _retrain(store: Store, blobs: BlobStore, problem: Problem) -> None:
     job = store.get_job(problem.job_id)
     task = store.get_task(job.task_id)
     latest = store.latest_dataset_version(task.id)
-    store.set_tag("job", job.id, training.UNUSABLE_TAG, "its trained model is missing or damaged")
+    store.set_tag("job", job.id, models.UNUSABLE_TAG, "its trained model is missing or damaged")
     if task.cancelled or latest is None or latest.id != job.dataset_version_id:
         problem.repair = "marked unusable (trained on older data: not retrained)"
     else:

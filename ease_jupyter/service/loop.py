@@ -34,13 +34,15 @@ from typing import Callable, Iterable
 import numpy as np
 
 from ..errors import InvalidStateError, NotFoundError, StorageError, StorageFullError, StoreUnavailableError
-from ..schema import DataType, Program, TensorField, parse
+from ..jobspec import DEFAULT_EPOCHS, JobSpec, parse_job
+from ..schema import parse, program_from_shapes
 from ..selection.selector import Selector
 from ..store import BlobStore, Job, JobStatus, JobUpdate, Store, Task
-from ..training import failure_code, sklearn_candidates
-from ..zoo import Candidate, Engine, ModelConfig, candidates
-from .mop import DEFAULT_EPOCHS, torch_arms, torch_candidates
-from .runner import JobExecutor, candidate_grid, one_blas_thread
+from ..zoo import Engine, candidates
+from .candidates import arm_specs, task_candidates
+from .failures import failure_code
+from .executors import JobExecutor
+from .runner import one_blas_thread
 
 log = logging.getLogger(__name__)
 
@@ -55,18 +57,12 @@ MAX_BACKOFF_SECONDS = 30.0  # the longest wait between turns while the store can
 STORE_OUTAGES = (StoreUnavailableError, StorageFullError)
 
 
-def arm_key(model: str, config: dict) -> str:
-    """A job's selector arm: its candidate model (ease.ml pvldb §3: a pick is
-    a (user, model) pair; its configs are trained within the job). A job
-    from before picks trained grids (one scikit-learn config, no ``grid``)
-    keeps its config key, which is no arm: it is never reported."""
-    if _engine_of(config) is Engine.TORCH or "grid" in config:
-        return model
-    return ModelConfig.of(model, dict(config)).key
-
-
-def _program(inp: tuple[int, ...], out: tuple[int, ...]) -> Program:
-    return Program(DataType((TensorField(inp),)), DataType((TensorField(out),)))
+def arm_key(job: Job) -> str:
+    """A job's selector arm (``JobSpec.arm``): its candidate model (ease.ml
+    pvldb §3: a pick is a (user, model) pair; its configs are trained within
+    the job). A job from before picks trained grids keeps its config key,
+    which is no arm: it is never reported."""
+    return parse_job(job.model, job.config).arm
 
 
 def catalogue() -> tuple[list[str], np.ndarray]:
@@ -75,7 +71,7 @@ def catalogue() -> tuple[list[str], np.ndarray]:
     keys: list[str] = []
     rows: list[list[float]] = []
     for inp, out in (*NOMINAL_PROGRAMS, *NOMINAL_TORCH_PROGRAMS):
-        for cand in candidates(_program(inp, out)):
+        for cand in candidates(program_from_shapes(inp, out)):
             if cand.name not in keys:
                 keys.append(cand.name)
                 rows.append(list(cand.descriptor))
@@ -90,7 +86,7 @@ class _Tenant:
     task_id: int
     owner_id: int
     version_id: int
-    configs: dict[str, tuple[str, dict]]  # key -> (candidate name, options)
+    configs: dict[str, JobSpec]  # arm key -> the job a pick of it trains
 
 
 @dataclass
@@ -101,10 +97,6 @@ class _Running:
     owner_id: int
     task_id: int
     engine: Engine = Engine.SKLEARN
-
-
-def _engine_of(config) -> Engine:
-    return Engine.TORCH if "lrs" in config and "epochs" in config else Engine.SKLEARN
 
 
 class ControlLoop:
@@ -154,8 +146,7 @@ class ControlLoop:
         self.outage: StorageError | None = None
         self.outage_since: float | None = None
         self._collecting: _Running | None = None  # the finished job _collect is recording
-        self._task_candidates: dict[int, dict[str, Candidate]] = {}  # see _candidates_by_name
-        self._task_configs: dict[int, dict[str, tuple[str, dict]]] = {}  # see _configs
+        self._task_configs: dict[int, dict[str, JobSpec]] = {}  # see _configs
         self._rate_median: float | None = None  # of _rate, kept by _learn_rate: each new tenant's arms ask it
 
     # ------------------------------------------------------------ life cycle
@@ -304,7 +295,7 @@ class ControlLoop:
             for job in self.store.list_jobs(tenant.task_id):
                 if job.dataset_version_id != tenant.version_id:
                     continue
-                key = arm_key(job.model, dict(job.config))
+                key = arm_key(job)
                 if key not in tenant.configs or key not in models:
                     continue
                 if job.status is JobStatus.QUEUED:
@@ -462,7 +453,7 @@ class ControlLoop:
                 pass
 
     def _hold_after_storage_failure(self, run: _Running) -> None:
-        """A job failed for want of storage (``training.fail_job``), which says
+        """A job failed for want of storage (``failures.fail_job``), which says
         nothing of its model: the arm goes back to the pool unscored, and the
         tenant gets no new pick for ``storage_retry_seconds``, so a missing
         blob or a full disk does not fail one job after another."""
@@ -526,7 +517,7 @@ class ControlLoop:
         for job in jobs:
             if job.dataset_version_id != version_id or job.status not in (JobStatus.SUCCEEDED, JobStatus.FAILED):
                 continue
-            key = arm_key(job.model, dict(job.config))
+            key = arm_key(job)
             if key in arms and key not in seen and failure_code(self.store, job) is None:
                 ok = job.status is JobStatus.SUCCEEDED and job.accuracy is not None
                 self.selector.observe(tenant, key, job.accuracy if ok else 0.0, cost=job.cost_seconds)
@@ -578,9 +569,10 @@ class ControlLoop:
             info = self._tenants.get(tenant)
             if info is None:
                 continue
-            if per_owner[info.owner_id] >= self.cap or self._engine_full(_engine_of(job.config)):
+            spec = parse_job(job.model, job.config)
+            if per_owner[info.owner_id] >= self.cap or self._engine_full(spec.engine):
                 continue
-            self._launch(job, tenant, arm_key(job.model, dict(job.config)), info.owner_id)
+            self._launch(job, spec, tenant, info.owner_id)
             per_owner[info.owner_id] += 1
             started = True
         return started
@@ -614,13 +606,13 @@ class ControlLoop:
                     break
                 for n, (tenant, key, why) in enumerate(picks):
                     info = self._tenants[tenant]
-                    name, options = info.configs[key]
-                    if (per_owner[info.owner_id] >= self.cap or self._engine_full(_engine_of(options))
+                    spec = info.configs[key]
+                    if (per_owner[info.owner_id] >= self.cap or self._engine_full(spec.engine)
                             or self._on_hold(tenant)):
                         held.append((tenant, key))
                         continue
                     try:
-                        job = self.store.create_job(info.task_id, info.version_id, name, options)
+                        job = self.store.create_job(info.task_id, info.version_id, spec.model, spec.config())
                     except StorageError:
                         # Not launched: back to the pool. A pick left pending with no job
                         # would never be trained, and its task would look finished.
@@ -628,7 +620,7 @@ class ControlLoop:
                         raise
                     self._last_job_id = max(self._last_job_id, job.id)
                     self._emit_job(job, info.owner_id)
-                    self._launch(job, tenant, key, info.owner_id)
+                    self._launch(job, spec, tenant, info.owner_id)
                     self._decided(why, tenant, job)
                     per_owner[info.owner_id] += 1
                     asked = True  # only a launch changes the state worth saving (held picks go back below)
@@ -641,7 +633,7 @@ class ControlLoop:
         """Keep and announce the explanation of a launched pick: the selector's
         ``last_decision`` (tenants by name) plus the task, owner and job."""
         info = self._tenants[tenant]
-        why = dict(why or {"user": tenant, "model": arm_key(job.model, dict(job.config)), "phase": None,
+        why = dict(why or {"user": tenant, "model": arm_key(job), "phase": None,
                            "policy": None, "candidates": None, "decision": None})
         candidates = why.get("candidates")
         why.update(tenant=tenant, mode=self.selector.mode, task_id=info.task_id, owner_id=info.owner_id,
@@ -655,64 +647,41 @@ class ControlLoop:
         except Exception:  # noqa: BLE001 - a view must never stop the loop
             log.exception("publishing a decision failed")
 
-    def _launch(self, job: Job, tenant: str, key: str, owner_id: int) -> None:
-        engine = _engine_of(job.config)
-        self._running[job.id] = _Running(job.id, tenant, key, owner_id, job.task_id, engine)
+    def _launch(self, job: Job, spec: JobSpec, tenant: str, owner_id: int) -> None:
+        engine = spec.engine
+        self._running[job.id] = _Running(job.id, tenant, spec.arm, owner_id, job.task_id, engine)
         self.publish(owner_id, {"type": "job", "task_id": job.task_id, "job_id": job.id, "status": "running",
                                 "model": job.model, "config": dict(job.config)})
         future: Future = self.executors[engine].submit(job.id)
         future.add_done_callback(lambda _f, job_id=job.id: (self._done.put(job_id), self._wake.set()))
 
     # ------------------------------------------------------------ costs
-    def _configs(self, task: Task) -> dict[str, tuple[str, dict]]:
-        """The task's arms: candidate name -> (candidate name, job config);
-        made once per task, like ``_candidates_by_name``."""
+    def _configs(self, task: Task) -> dict[str, JobSpec]:
+        """The task's arms: arm key -> the job a pick of it trains
+        (``candidates.arm_specs``); made once per task."""
         found = self._task_configs.get(task.id)
         if found is None:
-            found = self._task_configs[task.id] = self._make_configs(task)
+            epochs = self.torch_epochs if Engine.TORCH in self.executors else None
+            found = self._task_configs[task.id] = arm_specs(task, torch_epochs=epochs)
         return found
 
-    def _make_configs(self, task: Task) -> dict[str, tuple[str, dict]]:
-        out: dict[str, tuple[str, dict]] = {}
-        try:
-            cands: list[Candidate] = sklearn_candidates(task)
-        except Exception:  # noqa: BLE001 - a program with no candidates has no arms
-            return out
-        for cand in cands:
-            out[cand.name] = (cand.name, {"grid": candidate_grid(cand)})
-        if Engine.TORCH in self.executors:
-            out.update(torch_arms(task, self.torch_epochs))
-        return out
-
-    def _candidate_flops(self, task: Task, name: str, n: int) -> float:
-        """A pick's estimated work: every config of the candidate (and for
-        torch, every epoch)."""
-        cand = self._candidates_by_name(task).get(name)
+    @staticmethod
+    def _spec_flops(task: Task, spec: JobSpec, n: int) -> float:
+        """A pick's estimated work: every config of its grid (and for torch,
+        every epoch)."""
+        cand = task_candidates(task).get(spec.model)
         if cand is None:
             return 1e6
-        flops = max(cand.cost(n), 1.0) * len(cand.configs)
-        if cand.engine is Engine.TORCH:
-            flops *= self.torch_epochs
+        flops = max(cand.cost(n), 1.0) * len(spec.points())
+        if spec.engine is Engine.TORCH:
+            flops *= spec.epochs
         return flops
 
-    def _candidates_by_name(self, task: Task) -> dict[str, Candidate]:
-        """The task's scikit-learn and torch candidates by name, made once per
-        task: a program never changes, and a turn that takes in a new version
-        asks for every arm's cost (parsing the program and building the
-        candidates each time was a large part of a busy loop's work)."""
-        found = self._task_candidates.get(task.id)
-        if found is None:
-            found = {}
-            for cand in [*sklearn_candidates(task), *torch_candidates(task)]:
-                found.setdefault(cand.name, cand)
-            self._task_candidates[task.id] = found
-        return found
-
-    def _cost_seconds(self, task: Task, config: tuple[str, dict], n: int) -> float:
+    def _cost_seconds(self, task: Task, spec: JobSpec, n: int) -> float:
         """Candidate.cost (FLOPs) times the median measured seconds per FLOP
         (a first guess of 1 GFLOP/s before anything was measured)."""
         rate = self._rate_median if self._rate_median is not None else 1.0 / FLOPS_PER_SECOND
-        return max(self._candidate_flops(task, config[0], n) * rate, 1e-3)
+        return max(self._spec_flops(task, spec, n) * rate, 1e-3)
 
     def _learn_rate(self, job: Job) -> None:
         if not job.cost_seconds:
@@ -722,7 +691,7 @@ class ControlLoop:
             n = self.store.get_dataset_version(job.dataset_version_id).n_examples
         except NotFoundError:
             return
-        self._rate.append(job.cost_seconds / self._candidate_flops(task, job.model, n))
+        self._rate.append(job.cost_seconds / self._spec_flops(task, parse_job(job.model, job.config), n))
         del self._rate[:-200]
         self._rate_median = float(np.median(self._rate))
 

@@ -9,7 +9,7 @@ the service keeps for itself (selector states, the checkpoints of a torch job
 still training) is not hers. Three writes are checked: an upload chunk, a
 feed (its new arrays; the uploads it consumes are counted as freed) and a
 trained model (the job fails, and the selector is not told, see
-``training.fail_job``). A refine writes only a list of example ids: it is
+``failures.fail_job``). A refine writes only a list of example ids: it is
 counted, never refused. The check and the write are not one transaction, so
 concurrent writes of one user may pass the limit by what they write at once.
 """
@@ -23,7 +23,7 @@ from typing import Callable
 from ..errors import QuotaExceededError
 from ..store import BlobStore, Job, Store, Task
 from ..store.space import human_size
-from ..training import model_name
+from .models import model_name
 
 
 @dataclass(frozen=True)

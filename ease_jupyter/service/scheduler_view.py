@@ -10,7 +10,7 @@ Per user with tasks:
 * ``running``: her jobs running now (the loop's view).
 * ``best_accuracy``: the mean over her tasks of each task's best validation
   score (the best finished job on the newest version that has one, as
-  ``training.best_job``); None before her first model.
+  ``models.best_job``); None before her first model.
 * ``accuracy_loss``: an estimate of how much she still stands to gain, from
   the selector's GP posterior. Per task (its latest version, a selector
   tenant): the highest posterior mean over the task's arms minus the best

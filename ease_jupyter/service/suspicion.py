@@ -17,7 +17,7 @@ client, and nothing is trained again):
 
 Which models. The finished models trained on that version; when the version
 has none yet (a fresh refine), those of the newest version that has some,
-like ``training.best_job`` (the schema of a task never changes, so they
+like ``models.best_job`` (the schema of a task never changes, so they
 predict on any version). ``model`` names the one used for ``loss`` and
 ``models`` all those used for ``disagreement``.
 
@@ -32,7 +32,6 @@ finished jobs never change.
 
 from __future__ import annotations
 
-import pickle
 import threading
 from collections import OrderedDict
 from typing import Any
@@ -43,7 +42,9 @@ from ..datasets import load, program_of
 from ..errors import InvalidStateError
 from ..execution.holdout import validation_mask
 from ..store import BlobStore, DatasetVersion, Job, JobStatus, Store, Task
-from .mop import is_torch_job, torch_outputs
+from ..jobspec import parse_job
+from ..zoo import Engine
+from .models import load_estimator, torch_outputs
 
 DEFAULT_TOP_K = 5
 MAX_TOP_K = 50
@@ -119,12 +120,12 @@ class SuspicionScorer:
     # ------------------------------------------------------------ internals
     def _outputs(self, task: Task, job: Job, X: np.ndarray, classification: bool, n_classes: int | None,
                  want_proba: bool) -> _Outputs:
-        if is_torch_job(self.store, job):
+        if parse_job(job.model, job.config).engine is Engine.TORCH:
             out = torch_outputs(self.store, self.blobs, task, job, X)
             if classification:
                 return _Outputs(out.argmax(axis=1), _softmax(out.astype(np.float64)) if want_proba else None)
             return _Outputs(out.reshape(len(X), -1), None)
-        model = pickle.loads(self.blobs.get_bytes(job.artifact_blob))  # our own artifact (runner.py)
+        model = load_estimator(self.blobs, task, job)
         flat = X.reshape(len(X), -1)
         raw = None
         if classification and want_proba:

@@ -1,5 +1,6 @@
 """``easeml serve`` as a subprocess, for tests and benchmarks (and the job
-count of a fully explored flat task, ``flat_models``).
+count of a fully explored flat task, ``flat_models``; one scikit-learn job
+trained at once, behind the control loop, ``train_now``).
 
 ``ServeProcess`` starts the real service (``python -m ease_jupyter serve``)
 on a free loopback port and reads its URL from the announcement line;
@@ -138,3 +139,24 @@ def _drop_database(admin: Any, name: str, attempts: int = 40) -> None:
             if attempt == attempts - 1:
                 raise
             time.sleep(0.25)
+
+
+def train_now(store: Any, blobs: Any, task: Any, model: str, options: dict[str, Any] | None = None) -> Any:
+    """Train one scikit-learn job of ``task``'s latest version here, through
+    the executors' own path (``runner.run_sklearn_job``): the candidate
+    ``model``'s whole grid, or only ``options`` (a one-point grid)."""
+    from ..jobspec import SklearnGrid
+    from .candidates import task_candidates
+    from .runner import grid_engine, run_sklearn_job
+
+    version = store.latest_dataset_version(task.id)
+    if options is None:
+        config = SklearnGrid.of(task_candidates(task)[model]).config()
+    else:
+        config = {"grid": {k: [v] for k, v in options.items()}}
+    job = store.create_job(task.id, version.id, model, config)
+    engine = grid_engine("local")
+    try:
+        return run_sklearn_job(store, blobs, job.id, engine)
+    finally:
+        engine.close()

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import ipywidgets as widgets
 
-from ..job_config import describe
+from ..jobspec import describe_job, parse_job, split_metric
+from ..zoo import Engine
 from ._hub import Event
 from ._live import Live
 
-_PER_LR = re.compile(r"^(train_loss|val_accuracy)\[lr=([^\]]+)\]$")
+_PLOTTED = ("train_loss", "val_accuracy")  # per-config metrics of a torch job, one point per epoch
 LOSS, ACC = 0, 1  # subplot columns
+
+
+def _is_torch(model: str, config: dict[str, Any]) -> bool:
+    """Torch jobs are drawn as curves (per epoch), the others as one marker."""
+    return parse_job(model, config).engine is Engine.TORCH
 
 
 def _lr(value: Any) -> str:
@@ -62,13 +67,13 @@ class Curves(Live, widgets.VBox):
         with self.figure.batch_update():
             for job in self.task.history():
                 self._jobs[job["id"]] = job
-                if "lrs" in job["config"]:
+                if _is_torch(job["model"], job["config"]):
                     for row in job.get("metrics", []):
                         for key, value in row.items():
-                            match = _PER_LR.match(key)
-                            if match and value is not None:
-                                self._point(job["id"], job["model"], match.group(2), row["epoch"],
-                                            **{match.group(1): value})
+                            metric, label = split_metric(key)
+                            if metric in _PLOTTED and label is not None and label.startswith("lr=") and value is not None:
+                                self._point(job["id"], job["model"], label.removeprefix("lr="), row["epoch"],
+                                            **{metric: value})
                 elif job["status"] == "succeeded" and job["accuracy"] is not None:
                     self._marker(job["id"], job["model"], job["config"], job["accuracy"])
 
@@ -84,7 +89,8 @@ class Curves(Live, widgets.VBox):
             with self.figure.batch_update():
                 self._point(event["job_id"], event["model"], _lr(event["lr"]), event["epoch"],
                             train_loss=event.get("train_loss"), val_accuracy=event.get("val_accuracy"))
-        elif kind == "job" and event.get("status") == "succeeded" and "lrs" not in (event.get("config") or {}):
+        elif (kind == "job" and event.get("status") == "succeeded"
+              and not _is_torch(event.get("model", ""), event.get("config") or {})):
             if event.get("accuracy") is not None:
                 self._marker(event["job_id"], event["model"], event.get("config") or {}, event["accuracy"])
 
@@ -122,7 +128,7 @@ class Curves(Live, widgets.VBox):
             self._set(acc_i, int(epoch), float(val_accuracy))
 
     def _marker(self, job_id: int, model: str, config: dict[str, Any], accuracy: float) -> None:
-        _, acc_i = self._pair((job_id, None), model, f"{model} #{job_id} {describe(config)}".strip(), loss=False)
+        _, acc_i = self._pair((job_id, None), model, f"{model} #{job_id} {describe_job(model, config)}".strip(), loss=False)
         self._set(acc_i, 1, float(accuracy))
 
     # ------------------------------------------------------------ views

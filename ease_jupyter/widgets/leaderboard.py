@@ -8,7 +8,7 @@ from typing import Any
 import anywidget
 import traitlets as t
 
-from ..job_config import describe
+from ..jobspec import describe_job
 from ._hub import Event
 from ._live import Live
 
@@ -116,7 +116,7 @@ class Leaderboard(Live, anywidget.AnyWidget):
 
     def _row(self, job_id: int, model: str, config: dict, status: str, accuracy: float | None, cost: float | None,
              version: int | None) -> dict[str, Any]:
-        return {"job_id": job_id, "model": model, "config": describe(config or {}), "accuracy": accuracy,
+        return {"job_id": job_id, "model": model, "config": describe_job(model, config or {}), "accuracy": accuracy,
                 "cost": cost, "state": _state(status, version, self.latest_version), "version": version,
                 "status": status}
 

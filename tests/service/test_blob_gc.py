@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from ease_jupyter import datasets
 from ease_jupyter.cli import main
-from ease_jupyter.local import program_from_shapes
+from ease_jupyter.schema import program_from_shapes
 from ease_jupyter.schema import format_program
 from ease_jupyter.service import ServiceConfig
 from ease_jupyter.service.gc import collect_garbage, references

@@ -15,10 +15,12 @@ from ease_jupyter.datasets import load
 from ease_jupyter.execution.engine import LocalEngine
 from ease_jupyter.execution.grid import cartesian
 from ease_jupyter.service.loop import STATE_TAG, catalogue
-from ease_jupyter.service.runner import GRID_BEST_TAG, GRID_COST_TAG, candidate_grid, evaluate_grid, grid_label
+from ease_jupyter.jobspec import SklearnGrid, point_label
+from ease_jupyter.service.runner import GRID_BEST_TAG, GRID_COST_TAG, evaluate_grid
 from ease_jupyter.store import JobStatus
 from ease_jupyter.store._frozen import thaw
-from ease_jupyter.training import sklearn_candidates
+from ease_jupyter.service.candidates import task_candidates
+from ease_jupyter.zoo import Engine
 
 from .conftest import start
 
@@ -37,21 +39,21 @@ def test_a_pick_evaluates_its_candidates_whole_grid(tmp_path, iris):
         assert task.wait(timeout=120)
         store, blobs = r.service.store, r.service.blobs
         stored = store.get_task(task.refresh()["id"])
-        cands = {c.name: c for c in sklearn_candidates(stored)}
+        cands = {n: c for n, c in task_candidates(stored).items() if c.engine is Engine.SKLEARN}
         jobs = store.list_jobs(stored.id)
         assert sorted(j.model for j in jobs) == sorted(cands)  # one job per candidate model
         data = load(store, blobs, store.get_dataset_version(jobs[0].dataset_version_id))
         with LocalEngine(1, torch_threads=None) as engine:
             for job in jobs:
                 assert job.status is JobStatus.SUCCEEDED
-                grid = candidate_grid(cands[job.model])
+                grid = SklearnGrid.of(cands[job.model]).options
                 assert thaw(job.config) == {"grid": grid}
                 metrics = _metrics(store, job.id)
-                points = {grid_label(p): metrics[f"val_score[{grid_label(p)}]"] for p in cartesian(grid)}
+                points = {point_label(p): metrics[f"val_score[{point_label(p)}]"] for p in cartesian(grid)}
                 assert len(points) == len(cands[job.model].configs) >= 2
                 assert job.accuracy == max(points.values()) == metrics["val_score"]
                 best = json.loads(store.tags("job", job.id)[GRID_BEST_TAG])["params"]
-                assert points[grid_label(best)] == job.accuracy
+                assert points[point_label(best)] == job.accuracy
                 assert GRID_COST_TAG not in store.tags("job", job.id)  # one local worker: no memory sizing
                 # the same grid on the same split, evaluated again outside the service
                 again = evaluate_grid(cands[job.model], grid, data, True, engine)
@@ -60,7 +62,7 @@ def test_a_pick_evaluates_its_candidates_whole_grid(tmp_path, iris):
                 assert repr(model) == repr(again.best_model)
                 assert np.array_equal(model.predict(X), again.best_model.predict(X))
         top = max(jobs, key=lambda j: (j.accuracy, -j.id))
-        assert task.best()["best_config"] == grid_label(json.loads(store.tags("job", top.id)[GRID_BEST_TAG])["params"])
+        assert task.best()["best_config"] == point_label(json.loads(store.tags("job", top.id)[GRID_BEST_TAG])["params"])
     finally:
         r.thread.stop()
 

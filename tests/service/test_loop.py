@@ -13,7 +13,8 @@ from ease_jupyter.errors import NotFoundError
 from ease_jupyter.execution.engine import LocalEngine
 from ease_jupyter.service.loop import STATE_TAG
 from ease_jupyter.service.runner import evaluate_grid
-from ease_jupyter.training import sklearn_candidates
+from ease_jupyter.service.candidates import task_candidates
+from ease_jupyter.zoo import Engine
 from ease_jupyter.store import JobStatus, open_store
 
 from .conftest import IRIS_MODELS, start
@@ -82,7 +83,7 @@ def test_cap_on_running_jobs_per_user(tmp_path, iris):
         stop.set()
         sampler.join()
         assert seen_max and max(seen_max.values()) == 1
-        n_models = len(sklearn_candidates(r.service.store.get_task(ta.refresh()["id"])))
+        n_models = sum(c.engine is Engine.SKLEARN for c in task_candidates(r.service.store.get_task(ta.refresh()["id"])).values())
         assert n_models == 6  # one pick per candidate model (its grid trains within the job)
         assert len(ta.jobs()) == len(tb.jobs()) == len(tc.jobs()) == n_models
     finally:
@@ -156,7 +157,6 @@ def test_a_killed_worker_process_is_survived(tmp_path):
     import os
     import signal
 
-    from ease_jupyter import training
     from ease_jupyter.datasets import load
 
     rng = np.random.default_rng(0)
@@ -188,7 +188,7 @@ def test_a_killed_worker_process_is_survived(tmp_path):
     store, blobs = open_store(None, tmp_path)
     t = store.get_task(job.task_id)
     data = load(store, blobs, store.get_dataset_version(job.dataset_version_id))
-    cand = next(c for c in training.sklearn_candidates(t) if c.name == job.model)
+    cand = task_candidates(t)[job.model]
     with LocalEngine(1, torch_threads=None) as engine:
         clean = evaluate_grid(cand, dict(job.config)["grid"], data, True, engine)
     assert clean.best_score == job.accuracy

@@ -9,7 +9,7 @@ from concurrent.futures import Future
 import numpy as np
 
 from ease_jupyter import datasets
-from ease_jupyter.local import program_from_shapes
+from ease_jupyter.schema import program_from_shapes
 from ease_jupyter.schema import format_program
 from ease_jupyter.service.loop import ControlLoop
 from ease_jupyter.store import InMemoryStore, JobStatus, JobUpdate, MemoryBlobStore

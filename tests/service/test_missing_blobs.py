@@ -7,10 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ease_jupyter import datasets, training
+from ease_jupyter import datasets
+from ease_jupyter.service.failures import fail_job, failure_code
 from ease_jupyter.errors import StoreCorruptError
 from ease_jupyter.service.loop import ControlLoop
-from ease_jupyter.service.runner import SklearnExecutor
+from ease_jupyter.service.executors import ThreadExecutor
+from ease_jupyter.service.runner import SklearnJobs
 from ease_jupyter.store import JobStatus, open_store
 from ease_jupyter.zoo import Engine
 
@@ -118,7 +120,7 @@ def test_a_job_failing_for_a_missing_blob_is_not_scored_as_a_bad_model(tmp_path,
     task = store.create_task(user.id, "t", "input: [4] output: [3]")
     datasets.feed(store, blobs, task, *iris)
     blobs.path(store.list_chunks(task.id)[0].y_blob).unlink()
-    loop = ControlLoop(store, blobs, executors={Engine.SKLEARN: SklearnExecutor(store, blobs, 1)}, tick_seconds=0.02)
+    loop = ControlLoop(store, blobs, executors={Engine.SKLEARN: ThreadExecutor(SklearnJobs(), store, blobs, 1)}, tick_seconds=0.02)
     loop.start()
     try:
         assert until(lambda: any(j.status is JobStatus.FAILED for j in store.list_jobs(task.id)), 60)
@@ -127,7 +129,7 @@ def test_a_job_failing_for_a_missing_blob_is_not_scored_as_a_bad_model(tmp_path,
         jobs = store.list_jobs(task.id)
         failed = [j for j in jobs if j.status is JobStatus.FAILED]
         assert len(jobs) == len(failed) == 1  # held back: no second job fails the same way
-        assert training.failure_code(store, failed[0]) == "store_corrupt"
+        assert failure_code(store, failed[0]) == "store_corrupt"
         assert "task 't', dataset version 1" in failed[0].error
         tenant = f"{task.id}/{store.latest_dataset_version(task.id).id}"
         with loop._lock:
@@ -146,5 +148,5 @@ def test_a_model_failure_is_still_scored(tmp_path):
     task = store.create_task(user.id, "t", "input: [2] output: [2]")
     version = datasets.feed(store, blobs, task, np.zeros((4, 2), "float32"), np.array([0, 1, 0, 1]))
     job = store.update_job(store.create_job(task.id, version.id, "m", {}).id, JobStatus.RUNNING)
-    failed = training.fail_job(store, job.id, ValueError("the fit diverged"))
-    assert failed.status is JobStatus.FAILED and training.failure_code(store, failed) is None
+    failed = fail_job(store, job.id, ValueError("the fit diverged"))
+    assert failed.status is JobStatus.FAILED and failure_code(store, failed) is None

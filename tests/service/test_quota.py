@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from ease_jupyter import datasets, training
+from ease_jupyter import datasets
+from ease_jupyter.service.failures import failure_code
 from ease_jupyter.cli import main
 from ease_jupyter.errors import QuotaExceededError
 from ease_jupyter.service import ServiceConfig
@@ -105,8 +106,7 @@ def test_a_model_over_the_quota_fails_its_job_with_a_storage_code(tmp_path, iris
     user = store.create_user("alice", "h" * 64)
     task = store.create_task(user.id, "t", "input: [4] output: [3]")
     version = datasets.feed(store, blobs, task, *iris)
-    candidate = training.sklearn_candidates(task)[0]
-    job = store.create_job(task.id, version.id, candidate.name, {"grid": {k: [v] for k, v in candidate.configs[0].options.items()}})
+    job = store.create_job(task.id, version.id, "logreg", {"grid": {"C": [0.1]}})
     used = Quota(None).usage(store, blobs, user.id).total
     quota = Quota(used + 10)  # room for 10 bytes: no model fits
     engine = grid_engine("local")
@@ -115,7 +115,7 @@ def test_a_model_over_the_quota_fails_its_job_with_a_storage_code(tmp_path, iris
     finally:
         engine.close()
     assert done.status is JobStatus.FAILED and done.artifact_blob is None
-    assert training.failure_code(store, done) == "quota_exceeded"
+    assert failure_code(store, done) == "quota_exceeded"
     assert f"task 't', job {job.id}" in done.error and "quota of" in done.error
     assert Quota(None).usage(store, blobs, user.id).models == 0
 

@@ -8,25 +8,29 @@ import time
 import numpy as np
 
 from ease_jupyter import datasets
-from ease_jupyter.local import LocalWorkspace
+from ease_jupyter.schema import format_program, program_from_shapes
+from ease_jupyter.store import open_store
 
 from .conftest import until
 
 
-def test_datasets_refine_reuses_the_latest_version_when_nothing_changes():
-    ws = LocalWorkspace.open(url="memory://")
-    task = ws.task("t", input=[2], output=[2])
-    fed = task.feed(np.zeros((6, 2), "float32"), np.arange(6) % 2)
-    record = task.record
-    for keep, drop in (([], None), (None, []), ([0, 1], None)):  # nothing, nothing, ids already on
-        version, created = datasets.refine_or_reuse(ws.store, ws.blobs, record, keep=keep, drop=drop)
-        assert (version.id, created) == (fed.id, False)
-    dropped, created = datasets.refine_or_reuse(ws.store, ws.blobs, record, drop=[0, 1])
-    assert created and dropped.n_examples == 4
-    again, created = datasets.refine_or_reuse(ws.store, ws.blobs, record, drop=[1, 0])  # already off
-    assert (again.id, created) == (dropped.id, False)
-    assert task.refine(keep=[2], drop=[0]).id == dropped.id  # the public refine agrees
-    assert [v.number for v in task.versions()] == [1, 2]
+def test_datasets_refine_reuses_the_latest_version_when_nothing_changes(tmp_path):
+    store, blobs = open_store("memory://", tmp_path)
+    try:
+        user = store.create_user("alice", None)
+        record = store.create_task(user.id, "t", format_program(program_from_shapes([2], [2])))
+        fed = datasets.feed(store, blobs, record, np.zeros((6, 2), "float32"), np.arange(6) % 2)
+        for keep, drop in (([], None), (None, []), ([0, 1], None)):  # nothing, nothing, ids already on
+            version, created = datasets.refine_or_reuse(store, blobs, record, keep=keep, drop=drop)
+            assert (version.id, created) == (fed.id, False)
+        dropped, created = datasets.refine_or_reuse(store, blobs, record, drop=[0, 1])
+        assert created and dropped.n_examples == 4
+        again, created = datasets.refine_or_reuse(store, blobs, record, drop=[1, 0])  # already off
+        assert (again.id, created) == (dropped.id, False)
+        assert datasets.refine(store, blobs, record, keep=[2], drop=[0]).id == dropped.id  # the plain refine agrees
+        assert [v.number for v in store.list_dataset_versions(record.id)] == [1, 2]
+    finally:
+        store.close()
 
 
 def test_http_refine_unchanged_answers_200_and_starts_no_job(svc):

@@ -29,7 +29,7 @@ from sqlalchemy import event, exc
 
 from ease_jupyter import datasets
 from ease_jupyter.errors import StorageFullError, StoreUnavailableError
-from ease_jupyter.local import program_from_shapes
+from ease_jupyter.schema import program_from_shapes
 from ease_jupyter.schema import format_program
 from ease_jupyter.service.loop import ControlLoop
 from ease_jupyter.store import JobStatus, JobUpdate, open_store

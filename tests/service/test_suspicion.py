@@ -9,7 +9,8 @@ import time
 import numpy as np
 import pytest
 
-from ease_jupyter import datasets, training
+from ease_jupyter import datasets
+from ease_jupyter.service.testing import train_now
 from ease_jupyter.client import NoModelError
 from ease_jupyter.errors import DataError, InvalidStateError, NotFoundError
 
@@ -155,10 +156,8 @@ def test_fifty_thousand_examples(svc):
     store, blobs = svc.service.store, svc.service.blobs
     stored = store.task_by_name(store.user_by_name("alice").id, "big")
     version = datasets.feed(store, blobs, stored, X, y)
-    data = datasets.load(store, blobs, version)
-    (cand,) = [c for c in training.sklearn_candidates(stored) if c.name == "logreg"]
-    for config in cand.configs[:2]:
-        job = training.train_config(store, blobs, stored, data, cand, config)
+    for C in (0.1, 1.0):
+        job = train_now(store, blobs, stored, "logreg", {"C": C})
         assert job.status.value == "succeeded"
 
     started = time.perf_counter()
@@ -186,8 +185,7 @@ def test_a_best_model_without_probabilities_gives_the_zero_one_loss(svc):
     store, blobs = svc.service.store, svc.service.blobs
     stored = store.task_by_name(store.user_by_name("alice").id, "svm")
     version = datasets.feed(store, blobs, stored, X, y)  # behind the loop: only the SVM below trains
-    (cand,) = [c for c in training.sklearn_candidates(stored) if c.name == "svm_rbf"]
-    job = training.train_config(store, blobs, stored, datasets.load(store, blobs, version), cand, cand.configs[1])
+    job = train_now(store, blobs, stored, "svm_rbf", {"C": 1.0})
     out = task.suspicion()
     assert out["loss_kind"] == "zero_one" and out["model"]["job_id"] == job.id
     np.testing.assert_array_equal(out["loss"], (task.infer(X) != y).astype(float))

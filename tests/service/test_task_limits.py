@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from ease_jupyter.errors import DataError
-from ease_jupyter.local import program_from_shapes
+from ease_jupyter.schema import program_from_shapes
 from ease_jupyter.schema import parse
 from ease_jupyter.schema.limits import MAX_CLASSES, MAX_EXAMPLE_ELEMENTS, MAX_PROGRAM_CHARS, check_program_size
 

@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from ease_jupyter.service.mop import TorchProcessExecutor
+from ease_jupyter.service.executors import ProcessExecutor
 from ease_jupyter.zoo import Engine
 
 from .conftest import start
@@ -80,11 +80,11 @@ def test_image_task_trains_torch_jobs_over_http(tmp_path, digits_images, executo
         assert np.all(scores["loss"][:50][wrong] > np.log(2) - 1e-6)  # p(label) <= 1/2 where argmax is wrong
         executor_used = running.service.loop.executors[Engine.TORCH]
         if executor == "process":
-            assert isinstance(executor_used, TorchProcessExecutor)
+            assert isinstance(executor_used, ProcessExecutor)
             pids = executor_used.worker_pids()
             assert pids and os.getpid() not in pids
         else:
-            assert type(executor_used._engine).__name__ == ("DaskEngine" if engine == "dask" else "LocalEngine")
+            assert type(executor_used.engines()[0]).__name__ == ("DaskEngine" if engine == "dask" else "LocalEngine")
     finally:
         running.thread.stop()
 
@@ -95,7 +95,7 @@ def recorded_job(digits_images):
     it wrote (``easeml.mop.progress`` after each train unit and each epoch)."""
     from ease_jupyter import datasets
     from ease_jupyter.execution.engine import LocalEngine
-    from ease_jupyter.local import program_from_shapes
+    from ease_jupyter.schema import program_from_shapes
     from ease_jupyter.schema import format_program
     from ease_jupyter.service.mop import PROGRESS_TAG, run_torch_job
     from ease_jupyter.store import InMemoryStore, MemoryBlobStore

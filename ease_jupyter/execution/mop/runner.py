@@ -7,10 +7,11 @@ loop (Cerebro §4.2, the protocol in ``automl/base.py``):
 1. Shuffle the training data once and cut it into p partitions (default:
    one per worker); cut the validation data (given, or a stable 80/20 split
    by example id, ``holdout.validation_mask``) into p partitions too. Place
-   each on ``replication`` workers; never broadcast.
+   each on ``replication`` workers; never broadcast (``partitions``,
+   ``placement``).
 2. ``procedure.start()`` gives the trials. Each gets fresh weights built
    under its own seed and adapted to the training data, or, with
-   ``init_from``, a copy of that trial's latest checkpoint.
+   ``init_from``, a copy of that trial's latest checkpoint (``checkpoints``).
 3. Each epoch, every live trial visits every partition through training
    units pinned to the partition's workers (Alg. 1-2); the model hops by
    checkpoint after every unit. Then the same machinery runs validation
@@ -21,6 +22,18 @@ loop (Cerebro §4.2, the protocol in ``automl/base.py``):
 4. ``procedure.epoch_end`` stops and adds trials; ``scheduler.next_epoch``
    starts the next epoch with the live set, until a decision is finished.
 
+This module keeps that loop and the dispatch of the engine's events; its
+parts live beside it, one job each:
+
+* ``partitions``: the split into partitions, and :class:`PartitionMap`, the
+  one record of which worker holds which partition;
+* ``placement``: placement, repair after a lost worker, rebalancing (§5.5-5.6);
+* ``checkpoints``: the hop store, each trial's latest checkpoint;
+* ``resume``: :class:`ResumeState`, :class:`TrialProgress` and the replay of
+  an interrupted run (§5.6);
+* ``results``: :class:`EpochMetrics`, :class:`UnitRecord`, :class:`RunResult`,
+  :class:`RunnerError`.
+
 A runner owns its engine's event stream while it runs (``Engine.events`` has
 one consumer): run one runner per engine at a time, or give each its own
 engine.
@@ -28,47 +41,21 @@ engine.
 Faults (§5.6). A unit that is lost (its worker died, its deadline passed,
 its input went away) goes back to Q and runs again from the same
 checkpoint, which never changed because only a completed unit moves a
-trial's checkpoint. A lost worker leaves the schedulers; partitions left
-with fewer than ``replication`` live copies are placed again on the next
-worker that joins (a Dask nanny restarts a killed worker within a second),
-or, after ``repair_grace`` seconds, on an idle live worker. Units are
-deterministic, so a run replayed with ``visit_order=result.visit_log`` ends
-with the same weights with or without faults.
-
-Restart recovery (§5.6: "the trained model states are always checkpointed
-between training units"). A process that dies loses the run, not its work,
-if it kept :meth:`MOPRunner.resume_state` (or its parts,
-:meth:`MOPRunner.trial_progress` and :meth:`MOPRunner.checkpoint`) after
-every unit. ``MOPRunner(..., resume=state)`` then goes on from the last
-finished unit: it replays the procedure's decisions of the completed epochs
-from the stored scores (procedures are deterministic functions of their
-results, ``automl/base.py``), loads each trial's checkpoint, marks the
-units of the interrupted epoch that finished as completed
-(:meth:`MOPScheduler.mark_completed`), so they are never trained again, and
-restores the epoch's train-loss sums, so its ``train_loss`` is that of all
-its units. If every train unit had finished, only validation runs again (it
-changes no weights). The resumed units are seeded as before (unit seeds
-depend only on trial, epoch and partition); the order in which the rest of
-the epoch visits partitions is drawn afresh unless ``visit_order`` replays
-the interrupted run's log, in which case the weights equal those of an
-uninterrupted run.
+trial's checkpoint. Lost partitions are placed again (``placement``). Units
+are deterministic, so a run replayed with ``visit_order=result.visit_log``
+ends with the same weights with or without faults. A process that dies
+loses the run, not its work, if it kept :meth:`MOPRunner.resume_state`
+after every unit (``resume``).
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import os
-import shutil
-import tempfile
 import time
-import uuid
-from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-import numpy as np
-
-from ease_jupyter.errors import EaseMLError, InvalidStateError, NotFoundError
+from ease_jupyter.errors import EaseMLError
 from ease_jupyter.execution.automl.base import Procedure, TrialResult, TrialSpec
 from ease_jupyter.execution.engine.base import (
     Engine,
@@ -80,7 +67,18 @@ from ease_jupyter.execution.engine.base import (
     WorkerLost,
     partition_key,
 )
-from ease_jupyter.execution.holdout import validation_mask
+from ease_jupyter.execution.mop.checkpoints import HopStore
+from ease_jupyter.execution.mop.partitions import TRAIN, VAL, PartitionMap, partition, split_validation
+from ease_jupyter.execution.mop.placement import FaultLog, Placement
+from ease_jupyter.execution.mop.results import EpochMetrics, RunnerError, RunResult, UnitRecord
+from ease_jupyter.execution.mop.resume import (
+    EpochSoFar,
+    ResumeState,
+    TrialProgress,
+    check_parent_unmoved,
+    replay_procedure,
+    restore_epoch,
+)
 from ease_jupyter.execution.mop.scheduler import MOPScheduler, Unit
 from ease_jupyter.execution.units import (
     DEFAULT_HOP,
@@ -91,7 +89,6 @@ from ease_jupyter.execution.units import (
     combine_eval,
     eval_unit,
     initial_checkpoint,
-    load_model,
     read_checkpoint,
     train_unit,
 )
@@ -101,146 +98,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-TRAIN, VAL = "train", "val"
-
-
-class RunnerError(EaseMLError, RuntimeError):
-    """The run cannot go on: a unit kept failing, no worker is left, or the
-    procedure did not finish within ``max_epochs``."""
-
-
-@dataclass(frozen=True)
-class EpochMetrics:
-    """One trial's metrics after one of its epochs (streamed to ``on_metrics``)."""
-
-    trial: str
-    epoch: int  # epochs this trial has completed (1 after its first)
-    mop_epoch: int  # the scheduler's epoch (0-based)
-    score: float  # validation score, higher is better (NaN if diverged)
-    train_loss: float
-    val_loss: float
-    examples: int  # training examples seen this epoch
-    unit_seconds: float  # compute spent in this trial's units this epoch
-    visits: tuple[int, ...]  # partitions in the order the trial trained on them
-
-
-@dataclass(frozen=True)
-class UnitRecord:
-    """A completed unit (streamed to ``on_unit``)."""
-
-    kind: str  # "train" or "val"
-    trial: str
-    mop_epoch: int
-    partition: int
-    worker: str
-    metrics: Mapping[str, Any]
-
-
-@dataclass(frozen=True)
-class TrialProgress:
-    """Where one trial stands in a run: what a restart needs besides its
-    checkpoint (Cerebro §5.6). :meth:`to_dict` / :meth:`from_dict` give a
-    JSON-ready form."""
-
-    scores: tuple[float, ...] = ()  # validation score of each epoch it completed, oldest first
-    visited: tuple[int, ...] = ()  # partitions of the current epoch it trained on, in that order
-    loss_sum: float = 0.0  # sum of train loss x examples over those units
-    examples: float = 0.0  # training examples in those units
-    seconds: float = 0.0  # compute spent in those units
-
-    @property
-    def epochs(self) -> int:
-        """Epochs the trial completed (under its own id, ``automl/base.py``)."""
-        return len(self.scores)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"scores": list(self.scores), "visited": list(self.visited), "loss_sum": self.loss_sum,
-                "examples": self.examples, "seconds": self.seconds}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "TrialProgress":
-        return cls(tuple(float(x) for x in data.get("scores", ())), tuple(int(p) for p in data.get("visited", ())),
-                   float(data.get("loss_sum", 0.0)), float(data.get("examples", 0.0)), float(data.get("seconds", 0.0)))
-
-
-@dataclass(frozen=True)
-class ResumeState:
-    """A run interrupted after some unit, for ``MOPRunner(..., resume=state)``.
-
-    ``MOPRunner.resume_state()`` makes one; a service may also assemble it
-    from what it stored after each unit.
-
-    Attributes:
-        epoch: the scheduler epoch that was running (0-based); epochs
-            ``0..epoch-1`` are complete (trained, validated, and handed to
-            ``procedure.epoch_end``).
-        trials: trial id -> its :class:`TrialProgress`. A trial that is
-            missing counts as one with no completed epoch and no unit (e.g.
-            one added at the last epoch boundary that had not trained yet).
-        checkpoints: trial id -> its weights after its last finished train
-            unit. A trial without one gets its weights as at admission: fresh
-            ones (deterministic under the run's seed) or, with ``init_from``,
-            its parent's, which is possible only when the parent trained no
-            unit since the trial was added.
-        best_checkpoints: trial id -> (score, checkpoint) of its best epoch so
-            far; it seeds ``RunResult.best_checkpoints`` (optional).
-        partitions: the interrupted run's partition count (p, §3.1). A
-            trial's ``visited`` partitions mean something only for the same
-            p and data; give the resumed runner ``n_partitions=partitions``.
-    """
-
-    epoch: int
-    trials: Mapping[str, TrialProgress]
-    checkpoints: Mapping[str, bytes] = field(default_factory=dict, repr=False)
-    best_checkpoints: Mapping[str, tuple[float, bytes]] = field(default_factory=dict, repr=False)
-    partitions: int | None = None
-
-    @property
-    def units_done(self) -> int:
-        """Train units of the interrupted epoch that finished (and are not run again)."""
-        return sum(len(p.visited) for p in self.trials.values())
-
-
-@dataclass
-class _EpochSoFar:
-    """One trial's train units in the current epoch (runner bookkeeping)."""
-
-    visited: list[int] = field(default_factory=list)
-    loss_sum: float = 0.0
-    examples: float = 0.0
-    seconds: float = 0.0
-
-
-@dataclass
-class RunResult:
-    """What a run produced."""
-
-    trials: dict[str, TrialSpec]
-    history: list[EpochMetrics]
-    best: tuple[str, float] | None
-    visit_log: dict[tuple[str, int], tuple[int, ...]]
-    checkpoints: dict[str, bytes] = field(repr=False)  # each trial's last checkpoint
-    best_checkpoints: dict[str, tuple[float, bytes]] = field(repr=False)  # each trial's best-scoring one
-    requeued: int = 0  # units run again after a loss
-    faults: list[str] = field(default_factory=list)
-    epochs: int = 0  # scheduler epochs run
-    seconds: float = 0.0
-    _builders: Mapping[str, Callable[[Any], Any]] = field(default_factory=dict, repr=False)
-    _hooks: Hooks = field(default_factory=Hooks, repr=False)
-
-    def model(self, trial: str | None = None, *, best: bool = True) -> Any:
-        """The trained net of ``trial`` (default: the procedure's best),
-        from its best-scoring checkpoint (or its last with ``best=False``)."""
-        if trial is None:
-            if self.best is None:
-                raise RunnerError("best: no trial has a score, expected at least one finished epoch")
-            trial = self.best[0]
-        if trial not in self.trials:
-            raise RunnerError(f"trial: found {trial!r}, expected one of {sorted(self.trials)}")
-        spec = self.trials[trial]
-        ckpt = self.best_checkpoints[trial][1] if best and trial in self.best_checkpoints else self.checkpoints[trial]
-        return load_model(ckpt, UnitSpec.of(trial, spec.model, spec.params, self._builders[spec.model]), self._hooks)
 
 
 def _builders_of(models: Any) -> dict[str, Callable[[Any], Any]]:
@@ -252,10 +109,6 @@ def _builders_of(models: Any) -> dict[str, Callable[[Any], Any]]:
             raise EaseMLError(f"models: found {type(c).__name__}, expected zoo Candidates or a mapping name -> builder")
         out[c.name] = c.build
     return out
-
-
-def _split(n: int, parts: int) -> list[np.ndarray]:
-    return np.array_split(np.arange(n), parts)
 
 
 class MOPRunner:
@@ -292,7 +145,7 @@ class MOPRunner:
             the runner took it into account (so :meth:`resume_state`,
             :meth:`trial_progress` and :meth:`checkpoint` include it).
         resume: a :class:`ResumeState` to go on from instead of starting
-            afresh (restart recovery, §5.6; see the module docstring). Give
+            afresh (restart recovery, §5.6; see ``resume``). Give
             the same procedure arguments, data, seed and ``n_partitions``
             as the interrupted run. ``RunResult.history`` then holds the
             epochs run after the resume point only.
@@ -337,22 +190,8 @@ class MOPRunner:
             raise EaseMLError(f"hop: found {hop!r}, expected one of {list(HOP_MODES) + ['auto']}")
         if not (isinstance(unit_timeout, (int, float)) and math.isfinite(unit_timeout) and unit_timeout > 0):
             raise EaseMLError(f"unit_timeout: found {unit_timeout!r}, expected a positive number of seconds")
-        X = np.asarray(X)
-        y = np.asarray(y)
-        if len(X) != len(y):
-            raise EaseMLError(f"y: found {len(y)} labels, expected one per example of X ({len(X)})")
-        if validation is None:
-            ids = np.arange(len(X)) if example_ids is None else np.asarray(example_ids)
-            if len(ids) != len(X):
-                raise EaseMLError(f"example_ids: found {len(ids)} ids, expected {len(X)}")
-            held = validation_mask(ids, val_fraction, seed)
-            X_val, y_val, X, y = X[held], y[held], X[~held], y[~held]
-        else:
-            X_val, y_val = (np.asarray(a) for a in validation)
-            if len(X_val) != len(y_val):
-                raise EaseMLError(f"validation[1]: found {len(y_val)} labels, expected {len(X_val)}")
-        if len(X) < 2:
-            raise EaseMLError(f"X: found {len(X)} training examples, expected at least 2")
+        train, val = split_validation(X, y, validation=validation, val_fraction=val_fraction,
+                                      example_ids=example_ids, seed=seed)
         self.engine = engine
         self.procedure = procedure
         self.builders = _builders_of(models)
@@ -374,30 +213,36 @@ class MOPRunner:
         self.max_epochs = int(max_epochs)
         self.repair_grace = float(repair_grace)
         self.worker_wait = float(worker_wait)
-        self._X, self._y = X, y
+        self._X, self._y = train
         p = n_partitions or len(engine.workers())
         if isinstance(p, bool) or not isinstance(p, int) or p < 1:
             raise EaseMLError(f"n_partitions: found {n_partitions!r}, expected a positive integer")
-        p = min(p, len(X) // 2)  # every partition gets at least two examples (BatchNorm)
-        order = np.random.default_rng(self.seed).permutation(len(X))  # shuffle once (§3.1)
-        self._parts = {
-            TRAIN: {i: (X[order[idx]], y[order[idx]]) for i, idx in enumerate(_split(len(X), p))},
-            VAL: {i: (X_val[idx], y_val[idx]) for i, idx in enumerate(_split(len(X_val), p))},
-        }
+        p = min(p, len(self._X) // 2)  # every partition gets at least two examples (BatchNorm)
+        self._parts = partition(train, val, p, self.seed)
         self._p = p
         self._checkpoint_dir = checkpoint_dir
-        self._own_dir = False
+        self._hops: HopStore | None = None  # the running run's, from run()
+        self._placement: Placement | None = None  # likewise
 
     @property
     def partitions(self) -> int:
         """p, the number of data partitions (and of units per trial and epoch)."""
         return self._p
 
+    @property
+    def partition_map(self) -> PartitionMap:
+        """Which worker holds which partition, as far as the events this run
+        has taken in tell (the engine may know of a loss a moment earlier).
+        Valid while :meth:`run` runs, e.g. from ``on_unit``."""
+        if self._placement is None:
+            raise RunnerError("partition_map: found no run started, expected run() to be running")
+        return self._placement.map
+
     # -- progress, for restart recovery (§5.6) ------------------------------------------------
     def checkpoint(self, trial: str) -> bytes:
         """``trial``'s weights after its last finished train unit (or its
         initial ones). Valid while :meth:`run` runs, e.g. from ``on_unit``."""
-        ref = self._latest.get(trial) if hasattr(self, "_latest") else None
+        ref = self._hops.get(trial) if self._hops is not None else None
         if ref is None:
             raise RunnerError(f"trial {trial!r}: no checkpoint, expected a trial admitted by the running run")
         return read_checkpoint(ref)
@@ -407,8 +252,7 @@ class MOPRunner:
         the current epoch, up to the last finished unit."""
         if trial not in getattr(self, "_scores", {}):
             raise RunnerError(f"trial {trial!r}: unknown, expected a trial admitted by the running run")
-        now = self._epoch_so_far.get(trial, _EpochSoFar())
-        return TrialProgress(tuple(self._scores[trial]), tuple(now.visited), now.loss_sum, now.examples, now.seconds)
+        return self._epoch_so_far.get(trial, EpochSoFar()).progress(self._scores[trial])
 
     def resume_state(self) -> ResumeState:
         """A snapshot to resume from after the last finished unit: call it
@@ -420,28 +264,8 @@ class MOPRunner:
         return ResumeState(self._epochs_done, trials, {t: self.checkpoint(t) for t in self._trials},
                            dict(self._best), self._p)
 
-    # -- checkpoints -----------------------------------------------------------------------
-    def _store(self, data: bytes, trial: str) -> bytes | str:
-        if self.hop == "bytes":
-            return data
-        sub = os.path.join(self._dir, "init")
-        os.makedirs(sub, exist_ok=True)
-        # A unique name: a count of files could repeat once _discard removed some.
-        path = os.path.join(sub, f"{uuid.uuid4().hex}.pt")
-        with open(path + ".tmp", "wb") as f:
-            f.write(data)
-        os.replace(path + ".tmp", path)
-        return path
-
-    def _discard(self, ref: bytes | str | None) -> None:
-        if isinstance(ref, str):
-            try:
-                os.remove(ref)
-            except FileNotFoundError:
-                pass
-
-    # -- trials -----------------------------------------------------------------------------
-    def _admit(self, specs: Sequence[TrialSpec], *, replaying: int | None = None) -> None:
+    # -- admission -----------------------------------------------------------------------------
+    def _admit(self, specs: Sequence[TrialSpec], replaying: int | None = None) -> None:
         """Give new trials their first checkpoint: the resumed one if there
         is one, else fresh weights or a copy of ``init_from``'s latest.
         ``replaying`` is the completed epoch whose decision added them, when
@@ -456,157 +280,16 @@ class MOPRunner:
             elif spec.init_from is None:
                 data = initial_checkpoint(uspec, self._X, self._y, self.hooks)
             else:
-                parent = self._latest.get(spec.init_from)
-                if parent is None:
+                if spec.init_from not in self._hops:
                     raise RunnerError(f"trial {spec.id!r}: init_from {spec.init_from!r} has no checkpoint")
                 if replaying is not None:
-                    # The parent's restored checkpoint is the one to copy only if it
-                    # has not moved since this trial was added (at the last boundary).
-                    parent_moved = self.resume.trials.get(spec.init_from, TrialProgress()).visited
-                    if replaying != self.resume.epoch - 1 or parent_moved:
-                        raise RunnerError(f"resume.checkpoints: found none for trial {spec.id!r}, expected one "
-                                          f"(its parent {spec.init_from!r} has trained since it was added)")
-                data = read_checkpoint(parent)
+                    check_parent_unmoved(self.resume, spec.id, spec.init_from, replaying)
+                data = self._hops.read(spec.init_from)
             self._trials[spec.id] = spec
             self._uspec[spec.id] = uspec
             self._epochs[spec.id] = 0
             self._scores[spec.id] = []
-            self._latest[spec.id] = self._store(data, spec.id)
-
-    # -- placement and workers ------------------------------------------------------------------
-    def _availability(self, kind: str) -> dict[str, set[int]]:
-        av: dict[str, set[int]] = {w: set() for w in self._live}
-        for pid, holders in self._holders[kind].items():
-            for w in holders:
-                if w in av:
-                    av[w].add(pid)
-        return av
-
-    def _scheds(self) -> list[tuple[str, MOPScheduler]]:
-        out = [(TRAIN, self._train)] if self._train is not None else []
-        if self._val is not None:
-            out.append((VAL, self._val))
-        return out
-
-    def _busy_workers(self) -> set[str]:
-        return {w for (_, _, _, w) in self._inflight.values()}
-
-    def _give(self, worker: str, kind: str, pids: set[int]) -> None:
-        """Place partitions of ``kind`` on a live worker and tell the scheduler."""
-        for pid in sorted(pids):
-            self.engine.place(partition_key(kind, pid), self._parts[kind][pid], [worker])
-            self._holders[kind][pid].add(worker)
-        for k, sched in self._scheds():
-            if k != kind:
-                continue
-            if worker in sched.workers:
-                lost = sched.remove_worker(worker)  # an idle worker: nothing in flight
-                assert not lost, "re-placing onto a busy worker"
-            sched.add_worker(worker, self._availability(kind)[worker])
-
-    def _under_replicated(self, kind: str) -> list[int]:
-        return sorted(p for p, h in self._holders[kind].items() if len(h) < self.replication)
-
-    def _on_worker_added(self, worker: str) -> None:
-        self._live.add(worker)
-        self._faults.append(f"{time.monotonic() - self._t0:.2f}s worker added {worker}")
-        for kind in (TRAIN, VAL):
-            short = [p for p in self._under_replicated(kind) if worker not in self._holders[kind][p]]
-            for pid in short:
-                if not self._place(kind, pid, worker):
-                    return
-                self._holders[kind][pid].add(worker)
-        for kind, sched in self._scheds():  # the validation scheduler, if any, too
-            if worker not in sched.workers:
-                sched.add_worker(worker, self._availability(kind)[worker])
-        self._orphaned_since = None if not self._orphans() else self._orphaned_since
-
-    def _place(self, kind: str, pid: int, worker: str) -> bool:
-        """Copy a partition to ``worker``; False (and the worker counts as lost)
-        if it left again before its data arrived."""
-        try:
-            self.engine.place(partition_key(kind, pid), self._parts[kind][pid], [worker])
-        except EngineError as error:
-            self._faults.append(f"{time.monotonic() - self._t0:.2f}s {error}")
-            self._on_worker_lost(worker, "left while its data was placed")
-            return False
-        return True
-
-    def _on_worker_lost(self, worker: str, reason: str) -> None:
-        self._faults.append(f"{time.monotonic() - self._t0:.2f}s worker lost {worker} ({reason})")
-        self._live.discard(worker)
-        for holders in (*self._holders[TRAIN].values(), *self._holders[VAL].values()):
-            holders.discard(worker)
-        for _, sched in self._scheds():
-            if worker in sched.workers:
-                for unit in sched.remove_worker(worker):
-                    self._forget_unit(sched, unit)
-        if self._orphans() and self._orphaned_since is None:
-            self._orphaned_since = time.monotonic()
-
-    def _forget_unit(self, sched: MOPScheduler, unit: Unit) -> None:
-        for h, (s, _, u, _) in list(self._inflight.items()):
-            if s is sched and u == unit:
-                del self._inflight[h]
-                self.engine.cancel(h)
-                self._requeued += 1
-
-    def _orphans(self) -> dict[str, list[int]]:
-        return {k: [p for p, h in self._holders[k].items() if not h] for k in (TRAIN, VAL) if any(not h for h in self._holders[k].values())}
-
-    def _repair(self) -> None:
-        """Re-place partitions that no live worker holds on idle live workers,
-        once no new worker arrived within ``repair_grace`` seconds."""
-        orphans = self._orphans()
-        if not orphans:
-            self._orphaned_since = None
-            return
-        now = time.monotonic()
-        if self._orphaned_since is None:
-            self._orphaned_since = now
-        if not self._live:
-            if now - self._orphaned_since > self.worker_wait:
-                raise RunnerError(f"workers: found none for {self.worker_wait:.0f} s, expected at least one live worker")
-            return
-        if now - self._orphaned_since < self.repair_grace:
-            return
-        idle = sorted(self._live - self._busy_workers())
-        if not idle:
-            return
-        for kind, pids in orphans.items():
-            for pid in pids:
-                load = {w: sum(w in h for h in self._holders[kind].values()) for w in idle}
-                target = min(idle, key=lambda w: (load[w], w))
-                self._faults.append(f"{now - self._t0:.2f}s re-placed {kind} partition {pid} on {target}")
-                self._give(target, kind, {pid})
-        self._orphaned_since = None
-
-    def _rebalance(self) -> None:
-        """At an epoch boundary (every worker idle): move partitions from the
-        most loaded workers to workers that hold none of that kind, e.g. a
-        replacement that joined after its predecessor's partitions had been
-        re-placed, so that every worker has work again (elasticity, §5.6)."""
-        for kind in (TRAIN, VAL):
-            while True:
-                av = self._availability(kind)
-                empty = sorted(w for w, ps in av.items() if not ps)
-                donor = max(sorted(av), key=lambda w: len(av[w]), default=None)
-                if not empty or donor is None or len(av[donor]) < 2:
-                    break
-                pid, target = max(av[donor]), empty[0]
-                key = partition_key(kind, pid)
-                if not self._place(kind, pid, target):
-                    continue
-                self.engine.drop(key, [donor])
-                self._holders[kind][pid].discard(donor)
-                self._holders[kind][pid].add(target)
-                self._faults.append(f"{time.monotonic() - self._t0:.2f}s moved {kind} partition {pid} from {donor} to {target}")
-                if kind == TRAIN:
-                    after = self._availability(TRAIN)
-                    for w in (donor, target):
-                        if w in self._train.workers:
-                            self._train.remove_worker(w)
-                        self._train.add_worker(w, after[w])
+            self._hops.put(spec.id, data)
 
     # -- units --------------------------------------------------------------------------------
     def _submit(self, kind: str, sched: MOPScheduler, unit: Unit, worker: str) -> None:
@@ -615,33 +298,34 @@ class MOPRunner:
         key = partition_key(kind, unit.partition)
         timeout = self.unit_timeout if worker in self._warm else self.first_unit_timeout
         if kind == TRAIN:
-            out_dir = self._dir if self.hop == "directory" else None
-            h = self.engine.submit_pinned(train_unit, key, self._latest[t], spec, self.hooks, out_dir,
+            h = self.engine.submit_pinned(train_unit, key, self._hops.ref(t), spec, self.hooks, self._hops.out_dir,
                                           worker=worker, timeout=timeout)
         else:
-            h = self.engine.submit_pinned(eval_unit, key, self._latest[t], spec, self.hooks,
+            h = self.engine.submit_pinned(eval_unit, key, self._hops.ref(t), spec, self.hooks,
                                           worker=worker, timeout=timeout)
         self._inflight[h] = (sched, kind, unit, worker)
 
-    def _on_done(self, kind: str, unit: Unit, worker: str, result: Any) -> Mapping[str, Any]:
+    def _on_done(self, kind: str, unit: Unit, result: Any) -> Mapping[str, Any]:
         """Take a finished unit's result into the run; returns its metrics."""
         t = unit.config
         if kind == TRAIN:
             assert isinstance(result, UnitOutput)
-            old = self._latest[t]
-            self._latest[t] = result.checkpoint
-            self._discard(old)
-            m = result.metrics
-            now = self._epoch_so_far.setdefault(t, _EpochSoFar())
-            now.visited.append(unit.partition)
-            n = float(m.get("examples", 0.0))
-            if n > 0:
-                now.loss_sum += float(m.get("loss", float("nan"))) * n
-                now.examples += n
-            now.seconds += float(m.get("seconds", 0.0))
-            return m
+            self._hops.advance(t, result.checkpoint)
+            self._epoch_so_far.setdefault(t, EpochSoFar()).add(unit.partition, result.metrics)
+            return result.metrics
         self._val_parts.setdefault(t, []).append(result)
         return result
+
+    def _forget_unit(self, sched: MOPScheduler, unit: Unit) -> None:
+        """Stop waiting for ``unit`` (its worker was lost; the scheduler has it in Q again)."""
+        for h, (s, _, u, _) in list(self._inflight.items()):
+            if s is sched and u == unit:
+                del self._inflight[h]
+                self.engine.cancel(h)
+                self._requeued += 1
+
+    def _busy_workers(self) -> set[str]:
+        return {w for (_, _, _, w) in self._inflight.values()}
 
     def _emit(self, fn: Callable[[Any], None], value: Any) -> None:
         try:
@@ -649,18 +333,20 @@ class MOPRunner:
         except Exception:  # noqa: BLE001 - a listener must not stop training
             log.exception("metrics listener failed")
 
+    # -- event dispatch -----------------------------------------------------------------------
     def _drive(self, kind: str, sched: MOPScheduler) -> None:
         """Run the scheduler's current epoch to the end (Alg. 1-2 with §5.6)."""
         failures: dict[Unit, int] = {}
+        placement = self._placement
         while not sched.epoch_done():
             for unit, worker in sched.schedule():
                 try:
                     self._submit(kind, sched, unit, worker)
                 except EngineError as error:  # the engine saw the worker go first
-                    self._faults.append(f"{time.monotonic() - self._t0:.2f}s could not submit {unit} to {worker}: {error}")
+                    self._faults.note(f"could not submit {unit} to {worker}: {error}")
                     sched.requeue(unit)
-                    if worker not in self.engine.workers() and worker in self._live:
-                        self._on_worker_lost(worker, "gone")
+                    if worker not in self.engine.workers() and worker in placement.live:
+                        placement.worker_lost(worker, "gone")
             for ev in self.engine.events(0.2):
                 if isinstance(ev, UnitDone):
                     entry = self._inflight.pop(ev.handle, None)
@@ -668,7 +354,7 @@ class MOPRunner:
                         continue  # a late result of a unit already requeued
                     s, k, unit, worker = entry
                     self._warm.add(worker)
-                    metrics = self._on_done(k, unit, worker, ev.result)
+                    metrics = self._on_done(k, unit, ev.result)
                     s.complete(unit, worker)
                     if self.on_unit is not None:
                         self._emit(self.on_unit, UnitRecord(k, unit.config, self._train.epoch, unit.partition, worker,
@@ -684,7 +370,7 @@ class MOPRunner:
                             f"{k} unit (trial {unit.config!r}, partition {unit.partition}, epoch {unit.epoch}) "
                             f"failed {failures[unit]} times: {ev.error!r}"
                         ) from ev.error
-                    self._faults.append(f"{time.monotonic() - self._t0:.2f}s {k} unit {unit} failed: {ev.error!r}")
+                    self._faults.note(f"{k} unit {unit} failed: {ev.error!r}")
                     s.requeue(unit)
                     self._requeued += 1
                 elif isinstance(ev, UnitLost):
@@ -692,108 +378,46 @@ class MOPRunner:
                     if entry is None:
                         continue
                     s, k, unit, worker = entry
-                    self._faults.append(f"{time.monotonic() - self._t0:.2f}s {k} unit {unit} lost on {worker} ({ev.reason})")
+                    self._faults.note(f"{k} unit {unit} lost on {worker} ({ev.reason})")
                     if worker in s.workers:
                         s.requeue(unit)
                     self._requeued += 1
                 elif isinstance(ev, WorkerLost):
-                    if ev.worker in self._live:
-                        self._on_worker_lost(ev.worker, ev.reason)
+                    if ev.worker in placement.live:
+                        placement.worker_lost(ev.worker, ev.reason)
                 elif isinstance(ev, WorkerAdded):
-                    if ev.worker not in self._live:
-                        self._on_worker_added(ev.worker)
-            if self._orphans():
-                self._repair()
+                    if ev.worker not in placement.live:
+                        placement.worker_added(ev.worker)
+            if placement.needs_repair():
+                placement.repair(self._busy_workers())
 
     # -- the loop ---------------------------------------------------------------------------------
     def run(self) -> RunResult:
         """Run the procedure to the end and return the :class:`RunResult`."""
-        self._t0 = time.monotonic()
+        self._faults = FaultLog()
         self._trials: dict[str, TrialSpec] = {}
         self._uspec: dict[str, UnitSpec] = {}
         self._epochs: dict[str, int] = {}
-        self._latest: dict[str, bytes | str] = {}
         self._scores: dict[str, list[float]] = {}
-        self._epoch_so_far: dict[str, _EpochSoFar] = {}
+        self._epoch_so_far: dict[str, EpochSoFar] = {}
         self._epochs_done = 0  # scheduler epochs completed (validated and scored)
         self._best: dict[str, tuple[float, bytes]] = {}
         self._inflight: dict[str, tuple[MOPScheduler, str, Unit, str]] = {}
-        self._faults: list[str] = []
         self._requeued = 0
-        self._orphaned_since: float | None = None
         self._train: MOPScheduler | None = None
-        self._val: MOPScheduler | None = None
         self._warm: set[str] = set()  # workers that completed a unit in this run
+        self._placement = Placement(self.engine, self._parts, replication=self.replication,
+                                    repair_grace=self.repair_grace, worker_wait=self.worker_wait,
+                                    faults=self._faults, forget=self._forget_unit)
+        self._hops = HopStore(self.hop, self._checkpoint_dir).open()
         history: list[EpochMetrics] = []
-        if self.hop == "directory":
-            if self._checkpoint_dir is None:
-                self._dir, self._own_dir = tempfile.mkdtemp(prefix="easeml-ckpt-"), True
-            else:
-                self._dir = self._checkpoint_dir
-                os.makedirs(self._dir, exist_ok=True)
         try:
             return self._run(history)
         finally:
-            for kind in (TRAIN, VAL):
-                for pid in self._parts[kind]:
-                    self.engine.drop(partition_key(kind, pid))
+            self._placement.drop_all()
             for h in list(self._inflight):
                 self.engine.cancel(h)
-            if self._own_dir:
-                shutil.rmtree(self._dir, ignore_errors=True)
-
-    def _replay_procedure(self, live: list[str]) -> tuple[list[str], bool]:
-        """Bring the procedure to the resume point: feed it the stored score of
-        every completed epoch (procedures are deterministic functions of their
-        results, ``automl/base.py``) and admit the trials it adds then.
-        Returns the live trials and whether the procedure had finished."""
-        state = self.resume
-        for epoch in range(state.epoch):
-            results: dict[str, TrialResult] = {}
-            for t in live:
-                scores = state.trials.get(t, TrialProgress()).scores
-                n = self._epochs[t]
-                if n >= len(scores):
-                    raise RunnerError(f"resume.trials[{t!r}].scores: found {len(scores)}, expected a score for "
-                                      f"its epoch {n + 1} (scheduler epoch {epoch})")
-                self._epochs[t] = n + 1
-                self._scores[t].append(scores[n])
-                results[t] = TrialResult(t, n + 1, scores[n])
-            decision = self.procedure.epoch_end(results)
-            stopped = set(decision.stop)
-            self._admit(decision.add, replaying=epoch)
-            live = [t for t in live if t not in stopped] + [s.id for s in decision.add]
-            if decision.finished or not live:
-                return live, True
-        for t, progress in state.trials.items():
-            if t not in self._trials:
-                raise RunnerError(f"resume.trials: found trial {t!r}, expected only trials of the replayed procedure "
-                                  f"({sorted(self._trials)})")
-            if progress.epochs != self._epochs[t]:
-                raise RunnerError(f"resume.trials[{t!r}].scores: found {progress.epochs}, expected "
-                                  f"{self._epochs[t]} (its completed epochs before scheduler epoch {state.epoch})")
-        return live, False
-
-    def _restore_epoch(self, live: list[str]) -> None:
-        """Take the interrupted epoch's finished train units as completed and
-        restore their train-loss sums (§5.6: only unfinished units run again)."""
-        state = self.resume
-        if state.units_done and state.partitions is not None and state.partitions != self._p:
-            raise RunnerError(f"resume.partitions: found {state.partitions}, expected this run's {self._p} "
-                              f"(give n_partitions={state.partitions})")
-        for t, progress in sorted(state.trials.items()):
-            if not progress.visited:
-                continue
-            if t not in live:
-                raise RunnerError(f"resume.trials[{t!r}].visited: found {list(progress.visited)}, expected none "
-                                  f"for a trial not live in scheduler epoch {state.epoch}")
-            for pid in progress.visited:
-                try:
-                    self._train.mark_completed(Unit(t, pid, state.epoch))
-                except (InvalidStateError, NotFoundError) as error:
-                    raise RunnerError(f"resume.trials[{t!r}].visited: {error}") from error
-            self._epoch_so_far[t] = _EpochSoFar(list(progress.visited), progress.loss_sum, progress.examples,
-                                                progress.seconds)
+            self._hops.close()
 
     def _run(self, history: list[EpochMetrics]) -> RunResult:
         workers = self.engine.workers()
@@ -801,51 +425,37 @@ class MOPRunner:
             raise RunnerError("engine: found no live workers, expected at least one")
         if isinstance(self.replication, bool) or not isinstance(self.replication, int) or not 1 <= self.replication <= len(workers):
             raise EaseMLError(f"replication: found {self.replication!r}, expected an integer in [1, {len(workers)}] (the live workers)")
-        self._live = set(workers)
         specs = self.procedure.start()
         self._admit(specs)
         live = [s.id for s in specs]
         epochs_run = 0
         if self.resume is not None:
             self._best.update(self.resume.best_checkpoints)
-            live, finished = self._replay_procedure(live)
+            live, finished = replay_procedure(self.resume, self.procedure, live, self._epochs, self._scores,
+                                              self._admit)
             self._epochs_done = self.resume.epoch
             if finished:
                 return self._result(history, epochs_run)
-        self._holders: dict[str, dict[int, set[str]]] = {}
-        for kind in (TRAIN, VAL):
-            av = self.engine.place_partitions(self._parts[kind], replication=self.replication, prefix=kind, workers=workers)
-            self._holders[kind] = {pid: {w for w, ps in av.items() if pid in ps} for pid in self._parts[kind]}
-        self._train = MOPScheduler(live, self._availability(TRAIN), seed=self.seed, visit_order=self.visit_order,
+        placement = self._placement
+        placement.place_all(workers)
+        self._train = MOPScheduler(live, placement.availability(TRAIN), seed=self.seed, visit_order=self.visit_order,
                                    partitions=range(self._p), first_epoch=self._epochs_done)
+        placement.attach(TRAIN, self._train)
         if self.resume is not None:
-            self._restore_epoch(live)
+            self._epoch_so_far.update(restore_epoch(self.resume, self._train, live, self._p))
         while True:
             mop_epoch = self._train.epoch
             if mop_epoch >= self.max_epochs:
                 raise RunnerError(f"the procedure did not finish within max_epochs={self.max_epochs} epochs")
             self._drive(TRAIN, self._train)
             self._val_parts: dict[str, list[Mapping[str, Any]]] = {}
-            self._val = MOPScheduler(live, self._availability(VAL), seed=self.seed + 1 + mop_epoch,
-                                     partitions=range(self._p))
-            self._drive(VAL, self._val)
-            self._val = None
+            val = MOPScheduler(live, placement.availability(VAL), seed=self.seed + 1 + mop_epoch,
+                               partitions=range(self._p))
+            placement.attach(VAL, val)
+            self._drive(VAL, val)
+            placement.detach(VAL)
             epochs_run += 1
-            results: dict[str, TrialResult] = {}
-            log_now = self._train.visit_log
-            for t in live:
-                self._epochs[t] += 1
-                v = combine_eval(self._val_parts.get(t, []))
-                now = self._epoch_so_far.get(t, _EpochSoFar())
-                train_loss = now.loss_sum / now.examples if now.examples else float("nan")
-                results[t] = TrialResult(t, self._epochs[t], v["score"], {"val_loss": v["val_loss"], "train_loss": train_loss})
-                m = EpochMetrics(t, self._epochs[t], mop_epoch, v["score"], train_loss, v["val_loss"],
-                                 int(now.examples), now.seconds, tuple(log_now.get((t, mop_epoch), ())))
-                history.append(m)
-                if not math.isnan(v["score"]) and (t not in self._best or v["score"] > self._best[t][0]):
-                    self._best[t] = (v["score"], read_checkpoint(self._latest[t]))
-                if self.on_metrics is not None:
-                    self._emit(self.on_metrics, m)
+            results = self._score_epoch(live, mop_epoch, history)
             # The epoch counts as done (for resume_state) only once every trial has its score.
             for t in live:
                 self._scores[t].append(results[t].score)
@@ -857,9 +467,29 @@ class MOPRunner:
             live = [t for t in live if t not in stopped] + [s.id for s in decision.add]
             if decision.finished or not live:
                 break
-            self._rebalance()
+            placement.rebalance()
             self._train.next_epoch(live)
         return self._result(history, epochs_run)
+
+    def _score_epoch(self, live: list[str], mop_epoch: int, history: list[EpochMetrics]) -> dict[str, TrialResult]:
+        """Each live trial's result of the epoch just validated; streams its
+        :class:`EpochMetrics` and keeps its best checkpoint."""
+        results: dict[str, TrialResult] = {}
+        log_now = self._train.visit_log
+        for t in live:
+            self._epochs[t] += 1
+            v = combine_eval(self._val_parts.get(t, []))
+            now = self._epoch_so_far.get(t, EpochSoFar())
+            train_loss = now.train_loss
+            results[t] = TrialResult(t, self._epochs[t], v["score"], {"val_loss": v["val_loss"], "train_loss": train_loss})
+            m = EpochMetrics(t, self._epochs[t], mop_epoch, v["score"], train_loss, v["val_loss"],
+                             int(now.examples), now.seconds, tuple(log_now.get((t, mop_epoch), ())))
+            history.append(m)
+            if not math.isnan(v["score"]) and (t not in self._best or v["score"] > self._best[t][0]):
+                self._best[t] = (v["score"], self._hops.read(t))
+            if self.on_metrics is not None:
+                self._emit(self.on_metrics, m)
+        return results
 
     def _result(self, history: list[EpochMetrics], epochs_run: int) -> RunResult:
         train = self._train
@@ -868,12 +498,12 @@ class MOPRunner:
             history=history,
             best=self.procedure.best(),
             visit_log=dict(train.visit_log) if train is not None else {},
-            checkpoints={t: read_checkpoint(ref) for t, ref in self._latest.items()},
+            checkpoints=self._hops.read_all(),
             best_checkpoints=dict(self._best),
             requeued=self._requeued,
-            faults=list(self._faults),
+            faults=list(self._faults.entries),
             epochs=epochs_run,
-            seconds=time.monotonic() - self._t0,
+            seconds=time.monotonic() - self._faults.t0,
             _builders=self.builders,
             _hooks=self.hooks,
         )

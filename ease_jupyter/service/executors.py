@@ -1,0 +1,309 @@
+"""Executors: where a queued job's training runs.
+
+The control loop hands a job id to the executor registered for the job's
+engine kind (``JobSpec.engine``). There is one contract (``JobExecutor``)
+and two executors, each parametrised by a ``JobRunner`` (how to make the
+engine a job slot trains on, and how to run one job on it:
+``runner.SklearnJobs``, ``mop.TorchJobs``):
+
+- ``ThreadExecutor``: ``workers`` threads in the service process, each with
+  its own engine, made on its first job (an engine's event stream has one
+  reader). For ``memory://`` stores and quick tests.
+- ``ProcessExecutor``: ``workers`` spawned processes, each with its own
+  store connection and its own engine, so that training never holds the
+  service's GIL. Each process has its own pipe: a worker that dies (killed,
+  out of memory) ends only its own job, whose future fails with
+  ``WorkerDied`` while the job is still RUNNING in the store (the control
+  loop re-queues it, and it resumes from what it recorded), and a fresh
+  process takes its place on the next job. Events a runner publishes in a
+  worker (per-epoch metrics) come back over the same pipe and are published
+  by the executor's dispatcher thread.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import multiprocessing
+import os
+import threading
+import time
+import traceback
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from ..store import BlobStore, Job, Store, open_store
+
+log = logging.getLogger(__name__)
+
+Publish = Callable[[int, dict], None]
+
+
+class JobRunner(Protocol):
+    """How one kind of job trains. Picklable: a process executor sends it to its workers."""
+
+    def make_engine(self) -> Any: ...
+
+    def run(self, store: Store, blobs: BlobStore, engine: Any, job_id: int, publish: Publish) -> Job: ...
+
+
+class JobExecutor(Protocol):
+    """Runs one stored job to a finished state (succeeded or failed)."""
+
+    workers: int
+
+    def submit(self, job_id: int) -> "Future[Any]": ...
+
+    def shutdown(self) -> None: ...
+
+
+class WorkerDied(RuntimeError):
+    """The worker process running a job ended before the job did."""
+
+
+def _ignore(owner: int, event: dict) -> None:
+    pass
+
+
+def _close_engine(engine: Any) -> None:
+    try:
+        engine.close()
+    except Exception:  # noqa: BLE001 - closing must not hide the shutdown of the others
+        log.exception("closing an executor's engine failed")
+
+
+class ThreadExecutor:
+    """``workers`` threads in the service, each with its own engine."""
+
+    def __init__(self, runner: JobRunner, store: Store, blobs: BlobStore, workers: int = 1, *,
+                 publish: Publish | None = None):
+        self.runner, self.store, self.blobs = runner, store, blobs
+        self.workers = int(workers)
+        self.publish = publish or _ignore
+        self._local = threading.local()
+        self._engines: list[Any] = []
+        self._engines_lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="easeml-worker")
+
+    def _engine(self) -> Any:
+        engine = getattr(self._local, "engine", None)
+        if engine is None:
+            engine = self._local.engine = self.runner.make_engine()
+            with self._engines_lock:
+                self._engines.append(engine)
+        return engine
+
+    def engines(self) -> list[Any]:
+        """The engines made so far, one per thread that ran a job."""
+        with self._engines_lock:
+            return list(self._engines)
+
+    def _run(self, job_id: int) -> Job:
+        return self.runner.run(self.store, self.blobs, self._engine(), job_id, self.publish)
+
+    def submit(self, job_id: int) -> "Future[Job]":
+        return self._pool.submit(self._run, job_id)
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        with self._engines_lock:
+            engines, self._engines = self._engines, []
+        for engine in engines:
+            _close_engine(engine)
+
+
+def exit_with_parent(parent_pid: int, every: float = 0.5) -> None:
+    """In a worker process: exit as soon as the service that started it is
+    gone (SIGKILLed). Otherwise an orphaned worker would finish its job and
+    write to the store while the restarted service re-runs the same job."""
+
+    def watch() -> None:
+        while True:
+            time.sleep(every)
+            if os.getppid() != parent_pid:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="easeml-parent-watch", daemon=True).start()
+
+
+def _serve_jobs(runner: JobRunner, db_url: str | None, data_dir: str, conn: Connection, parent_pid: int,
+                nice: int) -> None:
+    """A worker process: run the job ids that arrive on ``conn`` in turn, until ``None``."""
+    if nice:
+        try:
+            os.nice(nice)  # see ServiceConfig.worker_nice
+        except OSError:  # not permitted here: run at the service's priority
+            pass
+    exit_with_parent(parent_pid)
+    store, blobs = open_store(db_url, data_dir)
+    send_lock = threading.Lock()  # a runner may publish from its engine's threads
+
+    def send(message: tuple) -> None:
+        with send_lock:
+            conn.send(message)
+
+    engine = None
+    try:
+        while (job_id := conn.recv()) is not None:
+            try:
+                if engine is None:
+                    engine = runner.make_engine()
+                runner.run(store, blobs, engine, job_id, lambda owner, event: send(("event", owner, event)))
+                send(("done", job_id, None))
+            except Exception:  # noqa: BLE001 - a runner records a job's own failure; this is ours
+                send(("done", job_id, traceback.format_exc()))
+    except EOFError:  # the service closed its end
+        pass
+    finally:
+        if engine is not None:
+            _close_engine(engine)
+        store.close()
+
+
+@dataclass
+class _Slot:
+    process: Any
+    conn: Connection
+    job: tuple[int, Future] | None = None
+
+
+@dataclass
+class _Queue:
+    jobs: collections.deque = field(default_factory=collections.deque)  # (job id, future), FIFO
+    closing: bool = False
+
+
+class ProcessExecutor:
+    """``workers`` spawned processes, each running one job at a time (see the module docstring)."""
+
+    def __init__(self, runner: JobRunner, db_url: str | None, data_dir: str | Path, workers: int = 1, *,
+                 nice: int = 0, publish: Publish | None = None):
+        self.runner = runner
+        self.workers = int(workers)
+        self.publish = publish or _ignore
+        self._args = (db_url, str(data_dir), os.getpid(), int(nice))
+        self._ctx = multiprocessing.get_context("spawn")
+        self._slots: list[_Slot] = []
+        self._queue = _Queue()
+        self._lock = threading.Lock()
+        self._wake_r, self._wake_w = self._ctx.Pipe(duplex=False)
+        self._dispatcher = threading.Thread(target=self._dispatch, name="easeml-executor", daemon=True)
+        self._dispatcher.start()
+
+    # ------------------------------------------------------------ public
+    def submit(self, job_id: int) -> "Future[int]":
+        future: Future = Future()
+        with self._lock:
+            if self._queue.closing:
+                raise RuntimeError("the executor is shut down")
+            self._queue.jobs.append((job_id, future))
+        self._wake_w.send(None)
+        return future
+
+    def worker_pids(self) -> list[int]:
+        with self._lock:
+            return [s.process.pid for s in self._slots if s.process.is_alive()]
+
+    def shutdown(self) -> None:
+        """Cancel the jobs not started, wait for the running ones, stop the workers."""
+        with self._lock:
+            self._queue.closing = True
+            pending, self._queue.jobs = list(self._queue.jobs), collections.deque()
+        for _, future in pending:
+            future.cancel()
+        self._wake_w.send(None)
+        self._dispatcher.join()
+        for slot in self._slots:
+            slot.process.join(30)
+            if slot.process.is_alive():
+                slot.process.kill()
+                slot.process.join()
+            slot.conn.close()
+
+    # ------------------------------------------------------------ dispatcher
+    def _start_worker(self) -> _Slot:
+        ours, theirs = self._ctx.Pipe()
+        db_url, data_dir, parent_pid, nice = self._args
+        process = self._ctx.Process(target=_serve_jobs, args=(self.runner, db_url, data_dir, theirs, parent_pid, nice),
+                                    name="easeml-worker", daemon=True)
+        process.start()
+        theirs.close()
+        return _Slot(process, ours)
+
+    def _assign(self) -> None:
+        """Hand queued jobs to idle workers, starting workers up to ``workers``."""
+        while True:
+            with self._lock:
+                if not self._queue.jobs:
+                    return
+                idle = next((s for s in self._slots if s.job is None), None)
+                if idle is None and len(self._slots) >= self.workers:
+                    return
+                job_id, future = self._queue.jobs.popleft()
+            if not future.set_running_or_notify_cancel():
+                continue
+            if idle is None:
+                idle = self._start_worker()
+                with self._lock:
+                    self._slots.append(idle)
+            idle.job = (job_id, future)
+            idle.conn.send(job_id)
+
+    def _dispatch(self) -> None:
+        while True:
+            self._assign()
+            with self._lock:
+                done = self._queue.closing and not any(s.job for s in self._slots)
+            if done:
+                for slot in self._slots:
+                    if slot.process.is_alive():
+                        slot.conn.send(None)
+                return
+            watched: list[Any] = [self._wake_r]
+            for slot in self._slots:
+                watched += [slot.conn, slot.process.sentinel]
+            for ready in wait(watched):
+                if ready is self._wake_r:
+                    self._wake_r.recv()
+                    continue
+                slot = next((s for s in self._slots if ready in (s.conn, s.process.sentinel)), None)
+                if slot is not None:
+                    self._read(slot)
+
+    def _read(self, slot: _Slot) -> None:
+        """Messages of one worker; if it died, end its job and take it out."""
+        try:
+            while slot.conn.poll():
+                kind, *rest = slot.conn.recv()
+                if kind == "event":
+                    self._publish(*rest)
+                elif slot.job is not None:
+                    job_id, error = rest
+                    _, future = slot.job
+                    slot.job = None
+                    if error is None:
+                        future.set_result(job_id)
+                    else:
+                        future.set_exception(RuntimeError(f"job {job_id} raised in its worker:\n{error}"))
+        except (EOFError, OSError):
+            pass
+        if slot.process.is_alive():
+            return
+        slot.process.join()
+        if slot.job is not None:
+            job_id, future = slot.job
+            log.warning("worker %s running job %d died (exit code %s)", slot.process.pid, job_id, slot.process.exitcode)
+            future.set_exception(WorkerDied(f"the worker running job {job_id} died "
+                                            f"(exit code {slot.process.exitcode})"))
+        slot.conn.close()
+        with self._lock:
+            self._slots.remove(slot)
+
+    def _publish(self, owner: int, event: dict) -> None:
+        try:
+            self.publish(owner, event)
+        except Exception:  # noqa: BLE001 - one bad event must not stop the dispatcher
+            log.exception("publishing a worker's event failed")

@@ -1,0 +1,125 @@
+"""The trained models a task has: the best one, its bytes, its outputs.
+
+One place serves every engine's model (``jobspec.parse_job`` says which):
+a scikit-learn job's artifact is the pickled estimator of its best grid
+point; a torch job's is the best config's best checkpoint (``mop.py``), with
+the config named by ``BEST_TRIAL_TAG``. A model whose artifact ``easeml
+fsck`` found unreadable carries ``UNUSABLE_TAG``: ``best``/``infer`` skip
+it. Before that, ``best`` and ``infer`` both answer ``StoreCorruptError``
+for it, so that the two never disagree about which model is the best.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from typing import Any
+
+import numpy as np
+
+from ..datasets import program_of
+from ..errors import NotFoundError
+from ..execution.units import Hooks, UnitSpec, load_model
+from ..jobspec import TorchWorkload, best_point, parse_job
+from ..schema import check_data
+from ..store import BlobStore, Job, JobStatus, Store, Task
+from ..zoo import Engine
+from .candidates import candidate_of
+
+UNUSABLE_TAG = "easeml.unusable"  # why a finished job's model cannot be used (set by `easeml fsck --repair`)
+BEST_TRIAL_TAG = "easeml.mop.best_trial"  # a torch job's best config: {"trial": id, "lr": rate}
+
+
+def best_job(store: Store, task: Task) -> Job | None:
+    """The highest-scoring finished job on the newest version that has one.
+
+    Results on older versions are stale once new data arrives, but they stay
+    the best available until the new version has a trained model.
+    """
+    unusable = set(store.find_by_tag("job", UNUSABLE_TAG))
+    succeeded = [j for j in store.list_jobs(task.id, status=JobStatus.SUCCEEDED)
+                 if j.accuracy is not None and j.id not in unusable]
+    if not succeeded:
+        return None
+    newest = max(j.dataset_version_id for j in succeeded)
+    # Ties go to the earlier job, so the answer does not change under re-runs.
+    return max((j for j in succeeded if j.dataset_version_id == newest), key=lambda j: (j.accuracy, -j.id))
+
+
+def model_name(task: Task, job: Job) -> str:
+    """How errors and reports name a trained model: ``task 'iris', job 7 (svc)``."""
+    return f"task {task.name!r}, job {job.id} ({job.model})"
+
+
+def read_model(blobs: BlobStore, task: Task, job: Job) -> bytes:
+    """The bytes of a job's model; ``StoreCorruptError`` naming the task and
+    job (never a path) when they cannot be read."""
+    if job.artifact_blob is None:
+        raise NotFoundError(f"task {task.name!r} has no trained model yet")
+    return blobs.get_referenced(job.artifact_blob, f"{model_name(task, job)}: its trained model")
+
+
+def best(store: Store, task: Task, blobs: BlobStore | None = None) -> dict[str, Any]:
+    """The best model's summary. With ``blobs``, its artifact must be there
+    (``StoreCorruptError`` otherwise, as ``infer`` would answer)."""
+    job = best_job(store, task)
+    if job is None:
+        raise NotFoundError(f"task {task.name!r} has no trained model yet")
+    if blobs is not None and job.artifact_blob is not None and not blobs.exists(job.artifact_blob):
+        read_model(blobs, task, job)  # raises StoreCorruptError naming the task and job
+    version = store.get_dataset_version(job.dataset_version_id)
+    per_config = [{m.name: m.value} for m in store.list_metrics(job.id)]
+    return {
+        "model": job.model,
+        "config": dict(job.config),
+        # the config of the pick's grid that scored best (``C=1``, ``lr=0.01``)
+        "best_config": best_point(per_config),
+        "accuracy": job.accuracy,
+        "dataset_version": version.number,
+        "job_id": job.id,
+        "cost_seconds": job.cost_seconds,
+    }
+
+
+def load_estimator(blobs: BlobStore, task: Task, job: Job) -> Any:
+    """A scikit-learn job's fitted estimator (written by the executor into our own blob store)."""
+    return pickle.loads(read_model(blobs, task, job))
+
+
+def torch_outputs(store: Store, blobs: BlobStore, task: Task, job: Job, X: Any, *,
+                  batch: int = 4096) -> np.ndarray:
+    """The raw outputs of a torch job's best checkpoint, in eval mode and in
+    batches: logits (N, D) for classification, outputs for regression."""
+    import torch
+
+    spec = parse_job(job.model, job.config)
+    assert isinstance(spec, TorchWorkload), spec
+    cand = candidate_of(task, spec)
+    info = json.loads(store.tags("job", job.id).get(BEST_TRIAL_TAG, "{}"))
+    lr = float(info.get("lr", spec.lrs[0]))
+    unit = UnitSpec.of(info.get("trial", "t0"), cand.name, {"lr": lr}, cand.build)
+    net = load_model(read_model(blobs, task, job), unit, Hooks())
+    X = np.require(X, dtype=np.float32, requirements=["C", "W"])  # torch wants a writable buffer
+    net.eval()
+    parts = []
+    with torch.no_grad():
+        for start in range(0, len(X), batch):
+            parts.append(net(torch.as_tensor(X[start:start + batch])).cpu().numpy())
+    return np.concatenate(parts) if parts else np.zeros((0,), dtype=np.float32)
+
+
+def predict(store: Store, blobs: BlobStore, task: Task, job: Job, X: np.ndarray) -> np.ndarray:
+    """A finished job's predictions on checked inputs: class indices for classification."""
+    if parse_job(job.model, job.config).engine is Engine.TORCH:
+        out = torch_outputs(store, blobs, task, job, X)
+        return out.argmax(axis=1) if program_of(task).num_classes is not None else out
+    return np.asarray(load_estimator(blobs, task, job).predict(X.reshape(len(X), -1)))
+
+
+def infer(store: Store, blobs: BlobStore, task: Task, X: Any) -> np.ndarray:
+    """Predict with the best model so far; class indices for classification."""
+    job = best_job(store, task)
+    if job is None or job.artifact_blob is None:
+        raise NotFoundError(f"task {task.name!r} has no trained model yet")
+    checked = check_data(program_of(task), X)
+    return predict(store, blobs, task, job, checked.X)
