@@ -418,13 +418,14 @@ def measure_latency(n_users: int, n_models: int = 200, picks: int = 300, refit_p
     for i in range(n_users):
         sel.add_user(str(i), costs=cost[i])
     for _ in range(3 * n_users):  # warm state: everyone has a few observations
-        (u, m), = sel.next_picks(1)
-        sel.observe(u, m, act[int(u), int(m)])
+        (pick,) = sel.next_picks(1)
+        sel.observe(pick.user, pick.model, act[int(pick.user), int(pick.model)])
 
     def one(refit: str | None) -> float:
         t = time.perf_counter()
-        (u, m), = sel.next_picks(1)
-        sel.observe(u, m, act[int(u), int(m)])
+        (pick,) = sel.next_picks(1)
+        u = pick.user
+        sel.observe(u, pick.model, act[int(u), int(pick.model)])
         if refit is not None:
             gp = sel._users[u].gp  # the benchmark peeks at the state to time the naive alternative
             X = prior.features_[gp.models]

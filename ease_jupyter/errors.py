@@ -33,6 +33,9 @@ class DataError(EaseMLError, ValueError):
         self.field, self.found, self.expected = field, found, expected
         super().__init__(f"{field}: found {found}, expected {expected}")
 
+    def __reduce__(self):  # pickles whole: it crosses process boundaries (executors' calls)
+        return type(self), (self.field, self.found, self.expected)
+
 
 class NotFoundError(EaseMLError, KeyError):
     """An unknown task, user, dataset version, job or example id."""

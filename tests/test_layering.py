@@ -18,6 +18,8 @@ PURE = {
     "execution/automl": set(),
     "execution/mop/scheduler.py": set(),
     "execution/mop/simulation.py": set(),
+    "execution/mop/shared_pool.py": set(),
+    "execution/mop/pool_simulation.py": set(),
     "jobspec.py": {"zoo", "schema"},
 }
 

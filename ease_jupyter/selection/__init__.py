@@ -18,7 +18,7 @@ from .baselines import POLICIES, oracle_schedule, policy_spec
 from .gp import ModelPrior, UserGP, impute_history
 from .pickers import (EIGreedy, Greedy, Hybrid, PickState, RandomPicker, RegretGreedy, RoundRobin, UserPicker,
                       make_picker)
-from .selector import Selector
+from .selector import Pick, Selector
 from .simulator import LEVELS, Episode, run_episode, simulate, summarise, time_to_loss, validate_matrices
 from .single import GPUCB
 from .synthetic import SYN_FIGURE8, make_synthetic, syn_dataset
@@ -28,7 +28,7 @@ __all__ = [
     "POLICIES", "policy_spec", "oracle_schedule",
     "ModelPrior", "UserGP", "impute_history",
     "PickState", "UserPicker", "RoundRobin", "RandomPicker", "Greedy", "Hybrid", "EIGreedy", "RegretGreedy", "make_picker",
-    "Selector", "GPUCB",
+    "Selector", "Pick", "GPUCB",
     "LEVELS", "Episode", "run_episode", "simulate", "summarise", "time_to_loss", "validate_matrices",
     "SYN_FIGURE8", "make_synthetic", "syn_dataset",
     "beta_t", "cost_scale", "expected_improvement", "ucb_scores",

@@ -3,7 +3,8 @@ plain object the scheduler service drives with ask/tell calls.
 
 It decides; it never runs anything. The caller registers users and their
 candidate models with cost estimates, asks ``next_picks(n_free_workers)`` for
-(user, model) pairs, trains them, and reports each result with ``observe``.
+frozen :class:`Pick` records (user, model, and why that user was served),
+trains them, and reports each result with ``observe``.
 The whole state is a plain dict (``to_dict`` / ``from_dict``) for restart
 recovery.
 
@@ -27,7 +28,7 @@ from .parallel import pending_aware_std
 from .pickers import Greedy, PickState, make_picker
 from .ucb import BETA_SCHEDULES, expected_improvement
 
-__all__ = ["Selector", "ARMS", "COST_NORMS"]
+__all__ = ["Selector", "Pick", "ARMS", "COST_NORMS"]
 
 #: What GP-UCB ranges over: ``"all"`` arms (the paper's Algorithms 1-2) or the ``"untried"`` ones.
 ARMS = ("all", "untried")
@@ -36,6 +37,30 @@ ARMS = ("all", "untried")
 #: applications"; Theorems 2-3 ``c* = max_{i,k} c_ik``) or by each user's own largest cost
 #: (``"user"``, beyond the paper).
 COST_NORMS = ("global", "user")
+
+
+@dataclass(frozen=True)
+class Pick:
+    """One pick of :meth:`Selector.next_picks`: train ``model`` for ``user``,
+    with the explanation of why she was served (pvldb Algorithm 2: the phase
+    that chose her and, in GREEDY's phase, the candidate set ``V_t`` of line 7
+    with each candidate's gap, what line 8 maximises).
+
+    Frozen, so a pick keeps its own explanation however many picks follow it
+    in the same call."""
+
+    user: str
+    model: str
+    phase: str  # "initial" / "greedy" (GREEDY's), "round_robin" (HYBRID's), else the picker name
+    policy: str  # the user picker's name
+    candidates: tuple[tuple[str, float], ...] | None  # (user, gap) of V_t, in slot order; None outside GREEDY
+    decision: int  # how many picks the selector had made before this one
+
+    def explain(self) -> dict[str, Any]:
+        """The explanation as a plain dict (what :attr:`Selector.last_decision` holds)."""
+        return {"user": self.user, "model": self.model, "phase": self.phase, "policy": self.policy,
+                "candidates": None if self.candidates is None else dict(self.candidates),
+                "decision": self.decision}
 
 
 @dataclass
@@ -144,9 +169,9 @@ class Selector:
     >>> sel.add_user("alice", costs={"a": 10.0, "b": 1.0, "c": 2.0})
     >>> sel.add_user("bob")
     >>> picks = sel.next_picks(2)
-    >>> len(picks), len({u for u, _ in picks})
+    >>> len(picks), len({p.user for p in picks})
     (2, 2)
-    >>> sel.observe(*picks[0], quality=0.8)
+    >>> sel.observe(picks[0].user, picks[0].model, quality=0.8)
     """
 
     def __init__(self, models: Sequence[str], *, history: np.ndarray | None = None,
@@ -222,7 +247,7 @@ class Selector:
         self._total_best = 0.0
         self._c_star = 1.0
         self.n_decisions = 0
-        self.last_decision: dict[str, Any] | None = None  # see _explain
+        self.last_decision: dict[str, Any] | None = None  # the last pick's explain()
         self._force_scores = False
         self._crn: np.ndarray | None = None  # common random numbers of the "regret" statistic
 
@@ -468,20 +493,21 @@ class Selector:
         return list(self._users)
 
     # ------------------------------------------------------------------ ask / tell
-    def next_picks(self, n_workers: int = 1) -> list[tuple[str, str]]:
-        """Up to ``n_workers`` (user, model) pairs to train next.
+    def next_picks(self, n_workers: int = 1) -> list[Pick]:
+        """Up to ``n_workers`` picks (user, model, and why) to train next.
 
         Each returned pick is *pending* until :meth:`observe` or :meth:`cancel`
-        is called for it. Pending pairs are not returned again while pending
+        is called for its (user, model). Pending pairs are not returned again while pending
         (with ``arms="all"`` a finished pair can be returned again: the
         paper's GP-UCB re-plays an arm whose UCB is the highest), and with
         ``hallucinate`` they lower their user's variance (GP-BUCB), so the
         picks of one call are diverse. Fewer pairs come back when fewer are
-        left to try.
+        left to try. Each pick carries its own explanation;
+        :attr:`last_decision` keeps the last one's, as a dict.
         """
         if not isinstance(n_workers, (int, np.integer)) or n_workers < 0:
             raise ValueError(f"n_workers: found {n_workers!r}, expected an integer >= 0")
-        picks: list[tuple[str, str]] = []
+        picks: list[Pick] = []
         for _ in range(int(n_workers)):
             self._refresh_dirty()
             state = self._state()
@@ -495,11 +521,12 @@ class Selector:
                 continue
             B = float(u.scores[k]) if u.scores is not None else self._ucb_of(u, k)
             u.pending[k] = B
-            self.last_decision = self._explain(state, u, k)
+            pick = self._explain(state, u, k)
+            self.last_decision = pick.explain()
             self.picker.on_pick(state, slot)
             self._dirty.add(slot)
             self.n_decisions += 1
-            picks.append((u.name, u.names[k]))
+            picks.append(pick)
         return picks
 
     def observe(self, user: str, model: str, quality: float, cost: float | None = None) -> None:
@@ -593,10 +620,10 @@ class Selector:
                 "e_bar": u.e_bar, "sigma_bar": u.sigma_bar, "gap": gap, "beta": self._beta(u),
                 "weight": u.weight, "eligible": bool(avail.any())}
 
-    def _explain(self, state: PickState, u: _User, k: int) -> dict[str, Any]:
-        """Why ``u`` was served: the phase that chose her and, in GREEDY's
-        phase, the candidate set ``V_t`` of Algorithm 2 line 7 with each
-        candidate's gap (what line 8 maximises)."""
+    def _explain(self, state: PickState, u: _User, k: int) -> Pick:
+        """The pick of model ``k`` for ``u``, with why she was served: the
+        phase that chose her and, in GREEDY's phase, the candidate set ``V_t``
+        of Algorithm 2 line 7 with each candidate's gap (what line 8 maximises)."""
         greedy = getattr(self.picker, "greedy", self.picker)
         V = getattr(greedy, "last_candidates_", None)
         mode = self.mode
@@ -606,9 +633,9 @@ class Selector:
             phase = mode
         candidates = None
         if phase == "greedy":
-            candidates = {self._slots[i].name: float(state.gap[i]) for i in sorted(V)}
-        return {"user": u.name, "model": u.names[k], "phase": phase, "policy": self.picker.name,
-                "candidates": candidates, "decision": self.n_decisions}
+            candidates = tuple((self._slots[i].name, float(state.gap[i])) for i in sorted(V))
+        return Pick(user=u.name, model=u.names[k], phase=phase, policy=self.picker.name,
+                    candidates=candidates, decision=self.n_decisions)
 
     @property
     def mode(self) -> str:

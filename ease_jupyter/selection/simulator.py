@@ -213,7 +213,7 @@ def run_episode(policy: str, quality: np.ndarray, cost: np.ndarray | None, prior
     while True:
         if free > 0 and t < budget:
             if sel is not None:
-                new = [(int(u), int(m)) for u, m in sel.next_picks(free)]
+                new = [(int(p.user), int(p.model)) for p in sel.next_picks(free)]
             elif picker == "oracle_greedy":
                 new = []
                 known = best.copy()  # the oracle knows what running picks will return

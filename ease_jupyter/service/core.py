@@ -78,6 +78,9 @@ def _program_text(body: dict[str, Any]) -> str | None:
     return format_program(program_from_shapes(inp, out))  # checks the size limits
 
 
+TORCH_CALL_SECONDS = 600.0  # the longest a request waits for a torch model's outputs
+
+
 class Service:
     """Store + blobs + uploads + control loop + event bus."""
 
@@ -94,7 +97,7 @@ class Service:
         self._task_cache: dict[tuple[int, str], Task] = {}  # see _task
         self.last_request = time.monotonic()  # for the idle shutdown (see app.housekeeping)
         self.events = EventBus()
-        self.suspicion_scorer = SuspicionScorer(self.store, self.blobs)
+        self.suspicion_scorer = SuspicionScorer(self.store, self.blobs, torch_outputs=self._torch_outputs)
         self.started_at = time.time()
         processes = config.executor == "process" and config.db_url != "memory://"
         engine = self._engine_address(config)
@@ -113,6 +116,15 @@ class Service:
                                 max_running_per_user=config.max_running_per_user,
                                 publish=self.events.publish, tick_seconds=config.tick_seconds, seed=config.seed,
                                 save_every_seconds=config.state_save_seconds, on_decision=self._publish_decision)
+
+    def _torch_outputs(self, task: Task, job: Job, X: np.ndarray) -> np.ndarray:
+        """A torch model's outputs, computed where the torch jobs run (a
+        worker process by default), so a request holds the service's GIL only
+        to decode and encode; here when this service trains no torch."""
+        executor = self.loop.executors.get(Engine.TORCH)
+        if executor is None:
+            return models.torch_outputs(self.store, self.blobs, task, job, X)
+        return executor.call(models.torch_outputs_of, task.id, job.id, X).result(TORCH_CALL_SECONDS)
 
     def _engine_address(self, config: ServiceConfig) -> str:
         """``local``, or the address of a Dask scheduler that every job slot
@@ -323,7 +335,7 @@ class Service:
     def infer(self, caller: User, name: str, body: dict[str, Any]) -> dict[str, Any]:
         task = self._task(caller, name)
         X = arrays.decode("X", body.get("X"), self.uploads, caller.id)
-        predictions = models.infer(self.store, self.blobs, task, X)
+        predictions = models.infer(self.store, self.blobs, task, X, self._torch_outputs)
         out: dict[str, Any] = {"predictions": arrays.encode(predictions)}
         if predictions.size <= 10_000:
             out["list"] = predictions.tolist()

@@ -23,9 +23,12 @@ engine a job slot trains on, and how to run one job on it:
 from __future__ import annotations
 
 import collections
+import itertools
 import logging
 import multiprocessing
 import os
+import pickle
+import queue
 import threading
 import time
 import traceback
@@ -51,11 +54,19 @@ class JobRunner(Protocol):
 
 
 class JobExecutor(Protocol):
-    """Runs one stored job to a finished state (succeeded or failed)."""
+    """Runs one stored job to a finished state (succeeded or failed), and
+    short calls beside the jobs (``call``), where the jobs run."""
 
     workers: int
 
     def submit(self, job_id: int) -> "Future[Any]": ...
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> "Future[Any]":
+        """``fn(store, blobs, *args)`` where this executor's jobs run (in a
+        worker process for ``ProcessExecutor``), without waiting for a job
+        to end: a model's outputs for a request, say. ``fn`` and ``args`` are
+        picklable."""
+        ...
 
     def shutdown(self) -> None: ...
 
@@ -87,6 +98,7 @@ class ThreadExecutor:
         self._engines: list[Any] = []
         self._engines_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="easeml-worker")
+        self._calls = ThreadPoolExecutor(max_workers=1, thread_name_prefix="easeml-call")
 
     def _engine(self) -> Any:
         engine = getattr(self._local, "engine", None)
@@ -107,8 +119,12 @@ class ThreadExecutor:
     def submit(self, job_id: int) -> "Future[Job]":
         return self._pool.submit(self._run, job_id)
 
+    def call(self, fn: Callable[..., Any], *args: Any) -> "Future[Any]":
+        return self._calls.submit(fn, self.store, self.blobs, *args)
+
     def shutdown(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
+        self._calls.shutdown(wait=True, cancel_futures=True)
         with self._engines_lock:
             engines, self._engines = self._engines, []
         for engine in engines:
@@ -131,7 +147,8 @@ def exit_with_parent(parent_pid: int, every: float = 0.5) -> None:
 
 def _serve_jobs(runner: JobRunner, db_url: str | None, data_dir: str, conn: Connection, parent_pid: int,
                 nice: int) -> None:
-    """A worker process: run the job ids that arrive on ``conn`` in turn, until ``None``."""
+    """A worker process: run the jobs that arrive on ``conn`` in turn, until
+    ``None``, and answer calls on a thread of their own meanwhile."""
     if nice:
         try:
             os.nice(nice)  # see ServiceConfig.worker_nice
@@ -139,15 +156,36 @@ def _serve_jobs(runner: JobRunner, db_url: str | None, data_dir: str, conn: Conn
             pass
     exit_with_parent(parent_pid)
     store, blobs = open_store(db_url, data_dir)
-    send_lock = threading.Lock()  # a runner may publish from its engine's threads
+    send_lock = threading.Lock()  # the job, the calls and a runner's engine threads all send
 
     def send(message: tuple) -> None:
         with send_lock:
             conn.send(message)
 
+    def answer(call_id: int, fn: Callable[..., Any], args: tuple) -> None:
+        try:
+            send(("result", call_id, fn(store, blobs, *args), None))
+        except Exception as error:  # noqa: BLE001 - the caller gets it
+            send(("result", call_id, None, _portable(error)))
+
+    jobs: queue.SimpleQueue = queue.SimpleQueue()
+    calls = ThreadPoolExecutor(max_workers=1, thread_name_prefix="easeml-call")
+
+    def read() -> None:
+        try:
+            while (message := conn.recv()) is not None:
+                if message[0] == "job":
+                    jobs.put(message[1])
+                else:
+                    calls.submit(answer, *message[1:])
+        except (EOFError, OSError):  # the service closed its end
+            pass
+        jobs.put(None)
+
+    threading.Thread(target=read, name="easeml-worker-reader", daemon=True).start()
     engine = None
     try:
-        while (job_id := conn.recv()) is not None:
+        while (job_id := jobs.get()) is not None:
             try:
                 if engine is None:
                     engine = runner.make_engine()
@@ -155,12 +193,20 @@ def _serve_jobs(runner: JobRunner, db_url: str | None, data_dir: str, conn: Conn
                 send(("done", job_id, None))
             except Exception:  # noqa: BLE001 - a runner records a job's own failure; this is ours
                 send(("done", job_id, traceback.format_exc()))
-    except EOFError:  # the service closed its end
-        pass
     finally:
+        calls.shutdown(wait=True)
         if engine is not None:
             _close_engine(engine)
         store.close()
+
+
+def _portable(error: Exception) -> Exception | str:
+    """The error itself if it survives pickling (our typed errors do), else its traceback."""
+    try:
+        pickle.loads(pickle.dumps(error))
+        return error
+    except Exception:  # noqa: BLE001 - an exception type that does not pickle
+        return "".join(traceback.format_exception(error))
 
 
 @dataclass
@@ -168,6 +214,7 @@ class _Slot:
     process: Any
     conn: Connection
     job: tuple[int, Future] | None = None
+    calls: dict[int, Future] = field(default_factory=dict)  # call id -> its future
 
 
 @dataclass
@@ -190,6 +237,8 @@ class ProcessExecutor:
         self._queue = _Queue()
         self._lock = threading.Lock()
         self._wake_r, self._wake_w = self._ctx.Pipe(duplex=False)
+        self._call_ids = itertools.count()
+        self._calls: collections.deque = collections.deque()  # (call id, fn, args, future) not sent yet
         self._dispatcher = threading.Thread(target=self._dispatch, name="easeml-executor", daemon=True)
         self._dispatcher.start()
 
@@ -203,6 +252,15 @@ class ProcessExecutor:
         self._wake_w.send(None)
         return future
 
+    def call(self, fn: Callable[..., Any], *args: Any) -> "Future[Any]":
+        future: Future = Future()
+        with self._lock:
+            if self._queue.closing:
+                raise RuntimeError("the executor is shut down")
+            self._calls.append((next(self._call_ids), fn, args, future))
+        self._wake_w.send(None)
+        return future
+
     def worker_pids(self) -> list[int]:
         with self._lock:
             return [s.process.pid for s in self._slots if s.process.is_alive()]
@@ -212,7 +270,10 @@ class ProcessExecutor:
         with self._lock:
             self._queue.closing = True
             pending, self._queue.jobs = list(self._queue.jobs), collections.deque()
+            calls, self._calls = list(self._calls), collections.deque()
         for _, future in pending:
+            future.cancel()
+        for *_, future in calls:
             future.cancel()
         self._wake_w.send(None)
         self._dispatcher.join()
@@ -233,6 +294,23 @@ class ProcessExecutor:
         theirs.close()
         return _Slot(process, ours)
 
+    def _send_calls(self) -> None:
+        """Hand calls to the worker with the fewest calls (starting one if there is none)."""
+        while True:
+            with self._lock:
+                if not self._calls:
+                    return
+                call_id, fn, args, future = self._calls.popleft()
+                slot = min(self._slots, key=lambda s: len(s.calls), default=None)
+            if not future.set_running_or_notify_cancel():
+                continue
+            if slot is None:
+                slot = self._start_worker()
+                with self._lock:
+                    self._slots.append(slot)
+            slot.calls[call_id] = future
+            slot.conn.send(("call", call_id, fn, args))
+
     def _assign(self) -> None:
         """Hand queued jobs to idle workers, starting workers up to ``workers``."""
         while True:
@@ -250,13 +328,14 @@ class ProcessExecutor:
                 with self._lock:
                     self._slots.append(idle)
             idle.job = (job_id, future)
-            idle.conn.send(job_id)
+            idle.conn.send(("job", job_id))
 
     def _dispatch(self) -> None:
         while True:
             self._assign()
+            self._send_calls()
             with self._lock:
-                done = self._queue.closing and not any(s.job for s in self._slots)
+                done = self._queue.closing and not any(s.job or s.calls for s in self._slots)
             if done:
                 for slot in self._slots:
                     if slot.process.is_alive():
@@ -280,6 +359,15 @@ class ProcessExecutor:
                 kind, *rest = slot.conn.recv()
                 if kind == "event":
                     self._publish(*rest)
+                elif kind == "result":
+                    call_id, value, error = rest
+                    call = slot.calls.pop(call_id)
+                    if error is None:
+                        call.set_result(value)
+                    elif isinstance(error, BaseException):
+                        call.set_exception(error)  # our typed errors keep their code (store_corrupt, ...)
+                    else:
+                        call.set_exception(RuntimeError(f"a call in a worker raised:\n{error}"))
                 elif slot.job is not None:
                     job_id, error = rest
                     _, future = slot.job
@@ -298,6 +386,8 @@ class ProcessExecutor:
             log.warning("worker %s running job %d died (exit code %s)", slot.process.pid, job_id, slot.process.exitcode)
             future.set_exception(WorkerDied(f"the worker running job {job_id} died "
                                             f"(exit code {slot.process.exitcode})"))
+        for call in slot.calls.values():
+            call.set_exception(WorkerDied(f"the worker answering a call died (exit code {slot.process.exitcode})"))
         slot.conn.close()
         with self._lock:
             self._slots.remove(slot)

@@ -11,9 +11,10 @@ for it, so that the two never disagree about which model is the best.
 
 from __future__ import annotations
 
+import functools
 import json
 import pickle
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -108,18 +109,29 @@ def torch_outputs(store: Store, blobs: BlobStore, task: Task, job: Job, X: Any, 
     return np.concatenate(parts) if parts else np.zeros((0,), dtype=np.float32)
 
 
-def predict(store: Store, blobs: BlobStore, task: Task, job: Job, X: np.ndarray) -> np.ndarray:
-    """A finished job's predictions on checked inputs: class indices for classification."""
+def torch_outputs_of(store: Store, blobs: BlobStore, task_id: int, job_id: int, X: np.ndarray) -> np.ndarray:
+    """``torch_outputs`` by ids: what an executor's ``call`` runs where the torch jobs run."""
+    return torch_outputs(store, blobs, store.get_task(task_id), store.get_job(job_id), X)
+
+
+TorchOutputs = Callable[[Task, Job, np.ndarray], np.ndarray]  # (task, job, X) -> raw outputs
+
+
+def predict(store: Store, blobs: BlobStore, task: Task, job: Job, X: np.ndarray,
+            outputs: TorchOutputs | None = None) -> np.ndarray:
+    """A finished job's predictions on checked inputs: class indices for
+    classification. A torch job's outputs come from ``outputs`` (the service
+    runs them on its torch executor), else from ``torch_outputs`` here."""
     if parse_job(job.model, job.config).engine is Engine.TORCH:
-        out = torch_outputs(store, blobs, task, job, X)
+        out = (outputs or functools.partial(torch_outputs, store, blobs))(task, job, X)
         return out.argmax(axis=1) if program_of(task).num_classes is not None else out
     return np.asarray(load_estimator(blobs, task, job).predict(X.reshape(len(X), -1)))
 
 
-def infer(store: Store, blobs: BlobStore, task: Task, X: Any) -> np.ndarray:
+def infer(store: Store, blobs: BlobStore, task: Task, X: Any, outputs: TorchOutputs | None = None) -> np.ndarray:
     """Predict with the best model so far; class indices for classification."""
     job = best_job(store, task)
     if job is None or job.artifact_blob is None:
         raise NotFoundError(f"task {task.name!r} has no trained model yet")
     checked = check_data(program_of(task), X)
-    return predict(store, blobs, task, job, checked.X)
+    return predict(store, blobs, task, job, checked.X, outputs)

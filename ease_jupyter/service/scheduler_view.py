@@ -69,7 +69,7 @@ class Viewer:
 
 
 def decision_view(raw: dict[str, Any] | None, viewer: Viewer, task_names: dict[int, str]) -> dict[str, Any] | None:
-    """A launched pick as ``viewer`` may see it (``ControlLoop._decided``)."""
+    """A launched pick as ``viewer`` may see it (``loop.admission.Admission.decided``)."""
     if raw is None:
         return None
     mine = viewer.sees(raw["owner_id"])

@@ -32,6 +32,7 @@ finished jobs never change.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import OrderedDict
 from typing import Any
@@ -44,7 +45,8 @@ from ..execution.holdout import validation_mask
 from ..store import BlobStore, DatasetVersion, Job, JobStatus, Store, Task
 from ..jobspec import parse_job
 from ..zoo import Engine
-from .models import load_estimator, torch_outputs
+from . import models
+from .models import TorchOutputs, load_estimator
 
 DEFAULT_TOP_K = 5
 MAX_TOP_K = 50
@@ -87,8 +89,11 @@ def _softmax(logits: np.ndarray) -> np.ndarray:
 class SuspicionScorer:
     """Computes (and caches) suspicion scores; one per service."""
 
-    def __init__(self, store: Store, blobs: BlobStore, *, cache_size: int = 8):
+    def __init__(self, store: Store, blobs: BlobStore, *, cache_size: int = 8,
+                 torch_outputs: TorchOutputs | None = None):
         self.store, self.blobs = store, blobs
+        # where a torch model's outputs are computed (the service: on its torch executor)
+        self._torch_outputs = torch_outputs or functools.partial(models.torch_outputs, store, blobs)
         self._cache: OrderedDict[tuple, dict[str, Any]] = OrderedDict()
         self._size = cache_size
         self._lock = threading.Lock()
@@ -121,7 +126,7 @@ class SuspicionScorer:
     def _outputs(self, task: Task, job: Job, X: np.ndarray, classification: bool, n_classes: int | None,
                  want_proba: bool) -> _Outputs:
         if parse_job(job.model, job.config).engine is Engine.TORCH:
-            out = torch_outputs(self.store, self.blobs, task, job, X)
+            out = self._torch_outputs(task, job, X)
             if classification:
                 return _Outputs(out.argmax(axis=1), _softmax(out.astype(np.float64)) if want_proba else None)
             return _Outputs(out.reshape(len(X), -1), None)

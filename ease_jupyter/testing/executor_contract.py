@@ -3,7 +3,8 @@ reusable pytest suite.
 
 Every executor must pass the ``test_*`` functions below; those named
 ``test_process_*`` hold for executors that run jobs in worker processes.
-To run the suite, import it into a test module and provide the fixtures::
+The suite also covers ``call`` (a short function run where the jobs run,
+beside them). To run the suite, import it into a test module and provide the fixtures::
 
     from ease_jupyter.testing.executor_contract import *  # noqa: F401,F403
 
@@ -49,6 +50,8 @@ __all__ = [
     "test_never_more_jobs_at_once_than_workers",
     "test_a_runner_error_fails_only_its_own_future",
     "test_shutdown_cancels_queued_jobs_and_waits_for_running_ones",
+    "test_a_call_is_answered_while_a_job_runs",
+    "test_a_failing_call_fails_only_its_own_future",
     "test_process_workers_are_other_processes",
     "test_process_a_killed_worker_fails_only_its_own_job",
 ]
@@ -193,6 +196,45 @@ def test_shutdown_cancels_queued_jobs_and_waits_for_running_ones(stores, executo
     with pytest.raises(CancelledError):
         second.result(0)
     assert store.get_job(queued).status is JobStatus.QUEUED
+
+
+def job_status(store: Store, blobs: BlobStore, job_id: int) -> tuple[int, str]:
+    """A contract call: where it ran (pid) and the job's status as its store reads it."""
+    return os.getpid(), store.get_job(job_id).status.value
+
+
+def raise_in_call(store: Store, blobs: BlobStore, message: str) -> None:
+    raise ValueError(message)
+
+
+def test_a_call_is_answered_while_a_job_runs(stores, executor_factory):
+    """``call`` runs beside the jobs (where they run), not after them."""
+    store, _ = stores
+    (job_id,) = _jobs(stores, {"sleep": 3.0})
+    executor = executor_factory(ContractRunner(), 1)
+    try:
+        running = executor.submit(job_id)
+        deadline = time.monotonic() + WAIT
+        while "start" not in store.tags("job", job_id) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        pid, status = executor.call(job_status, job_id).result(WAIT)
+        assert status == "running" and not running.done()
+        assert pid == int(store.tags("job", job_id)["pid"])  # in the process that runs the jobs
+        running.result(WAIT)
+    finally:
+        executor.shutdown()
+
+
+def test_a_failing_call_fails_only_its_own_future(stores, executor_factory):
+    (job_id,) = _jobs(stores, {"score": 0.5})
+    executor = executor_factory(ContractRunner(), 1)
+    try:
+        with pytest.raises(Exception, match="no such model"):
+            executor.call(raise_in_call, "no such model").result(WAIT)
+        executor.submit(job_id).result(WAIT)
+        assert executor.call(job_status, job_id).result(WAIT)[1] == "succeeded"
+    finally:
+        executor.shutdown()
 
 
 def test_process_workers_are_other_processes(stores, process_executor_factory):

@@ -8,6 +8,8 @@ import pytest
 from ease_jupyter.selection import (Greedy, Hybrid, ModelPrior, PickState, RandomPicker, RoundRobin, Selector,
                                     UserPicker)
 
+from .helpers import pairs
+
 
 def state(sigma_bar, gap, n_obs=None, eligible=None, busy=None, weight=None, total_best=0.0, seed=0):
     n = len(sigma_bar)
@@ -39,7 +41,7 @@ def _cumulative_regret(picker_cls, rounds=2):
     best = {"U1": 0, "U2": 0}
     total = 0
     for _ in range(rounds):
-        (u, m), = sel.next_picks(1)
+        (u, m), = pairs(sel.next_picks(1))
         y = q[u][int(m[1]) - 1]
         sel.observe(u, m, y / 100)
         best[u] = max(best[u], y)
@@ -164,11 +166,11 @@ def test_greedy_line6_recurrence_through_the_selector(arms):
     # the default schedule is Algorithm 2 line 9: beta = log(K t^2 / delta); K=2, t=1, delta=0.1
     beta1 = math.log(2 * 1 / 0.1)
     B1 = 0.5 + math.sqrt(beta1) * 0.1
-    assert sel.next_picks(1) == [("a", "m0")]  # lines 1-4: everyone once, in order
+    assert pairs(sel.next_picks(1)) == [("a", "m0")]  # lines 1-4: everyone once, in order
     sel.observe("a", "m0", 0.3)
     st = sel.stats("a")
     assert st["e_bar"] == pytest.approx(B1) and st["sigma_bar"] == pytest.approx(B1 - 0.3)
-    assert sel.next_picks(1) == [("b", "m0")]
+    assert pairs(sel.next_picks(1)) == [("b", "m0")]
     sel.observe("b", "m0", 0.8)
     # a: m1 untouched (mean 0.5, std 0.1), t=2; b: best 0.8 -> a's gap is larger and both are in V?
     sa, sb = sel.stats("a"), sel.stats("b")
@@ -181,7 +183,7 @@ def test_greedy_line6_recurrence_through_the_selector(arms):
         mu = 0.5 + 0.3 * 0.01 / (0.01 + 1e-8)
         assert sb["gap"] == pytest.approx(mu + math.sqrt(beta2) * sd - 0.8, rel=1e-6)
     # sigma_bar: a = B1 - 0.3 > b = B1 - 0.8, so V = {a}
-    assert sel.next_picks(1) == [("a", "m1")]
+    assert pairs(sel.next_picks(1)) == [("a", "m1")]
     B2 = 0.5 + math.sqrt(beta2) * 0.1
     sel.observe("a", "m1", 0.4)
     st = sel.stats("a")
@@ -204,7 +206,7 @@ def test_default_beta_is_algorithm2_line9_not_the_theorem_schedule():
     sel = Selector([f"m{k}" for k in range(5)], prior=prior, policy="hybrid")
     for u in "abc":
         sel.add_user(u)
-    (u, m), = sel.next_picks(1)
+    (u, m), = pairs(sel.next_picks(1))
     sel.observe(u, m, 0.5)
     # t = n_obs + 1 = 2, K = 5
     assert sel.stats(u)["beta"] == pytest.approx(math.log(5 * 4 / 0.1))
@@ -223,7 +225,7 @@ def _serve(policy, rounds):
         sel.add_user(u)
     users = []
     for _ in range(rounds):
-        (u, m), = sel.next_picks(1)
+        (u, m), = pairs(sel.next_picks(1))
         sel.observe(u, m, q[u][int(m[1])])
         users.append(u)
     return users
@@ -276,11 +278,11 @@ def test_greedy_serves_the_user_who_has_not_converged_hand_computed():
     mu = 0.5 + 0.25 * 0.01 / (0.01 + 1e-8)  # posterior mean of A's m0
     assert sa["gap"] == pytest.approx(mu + math.sqrt(math.log(120)) * sd - 0.75, rel=1e-6)  # ~2e-4: converged
     assert sb["gap"] == pytest.approx(ucb_untried - 0.55, abs=1e-6)
-    assert sel.next_picks(1) == [("B", "m1")]
+    assert pairs(sel.next_picks(1)) == [("B", "m1")]
     # the previous behaviour ranks A by her untried models only: a negative gap, same decision here
     old = _converged_example("untried")
     assert old.stats("A")["gap"] == pytest.approx(ucb_untried - 0.75, abs=1e-6)
-    assert old.next_picks(1) == [("B", "m1")]
+    assert pairs(old.next_picks(1)) == [("B", "m1")]
 
 
 def test_a_converged_user_re_picks_her_best_model():
@@ -294,13 +296,13 @@ def test_a_converged_user_re_picks_her_best_model():
         return sel
 
     sel = only_a("all")
-    assert sel.next_picks(1) == [("A", "m0")]  # 0.75 + ~2e-4 > 0.71879, the untried models' UCB
+    assert pairs(sel.next_picks(1)) == [("A", "m0")]  # 0.75 + ~2e-4 > 0.71879, the untried models' UCB
     sel.observe("A", "m0", 0.75)
     st = sel.stats("A")
     # e = min(0.68439, B = 0.75 + ~2e-4) stays 0.68439 here: sigma_bar = e - y is unchanged by a re-run
     assert st["sigma_bar"] == pytest.approx(0.5 + math.sqrt(math.log(30)) * 0.1 - 0.75)
     assert st["gap"] < 1e-3
-    assert only_a("untried").next_picks(1) == [("A", "m1")]
+    assert pairs(only_a("untried").next_picks(1)) == [("A", "m1")]
 
 
 def test_arms_is_validated_and_round_trips():
@@ -324,12 +326,12 @@ def test_regret_greedy_serves_the_user_with_the_largest_expected_remaining_loss(
     sel = Selector(["a", "b", "c"], prior=prior, policy="regret_ei", random_state=0)
     sel.add_user("done", costs=[1.0, 1.0, 1.0])
     sel.add_user("open", costs=[1.0, 1.0, 1.0])
-    first = sel.next_picks(2)
+    first = pairs(sel.next_picks(2))
     assert sorted(u for u, _ in first) == ["done", "open"]
     for u, m in first:
         sel.observe(u, m, 0.9 if u == "done" else 0.3)
     # "open" is at 0.3 with two uncertain models (std 0.2 around 0.5) left; "done" at 0.9 has little to gain
-    (u, _), = sel.next_picks(1)
+    (u, _), = pairs(sel.next_picks(1))
     assert u == "open"
     g = sel._users["open"].gp
     cov = g.posterior_cov()

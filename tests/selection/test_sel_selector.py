@@ -8,6 +8,8 @@ import pytest
 
 from ease_jupyter.selection import ModelPrior, Selector
 
+from .helpers import pairs
+
 
 def make(policy="hybrid", n_users=3, k=6, seed=0, **kw):
     rng = np.random.default_rng(seed)
@@ -21,7 +23,7 @@ def make(policy="hybrid", n_users=3, k=6, seed=0, **kw):
 def drive(sel, truth, steps, workers=1):
     seq = []
     for _ in range(steps):
-        picks = sel.next_picks(workers)
+        picks = pairs(sel.next_picks(workers))
         if not picks:
             break
         for u, m in picks:
@@ -56,17 +58,17 @@ def test_paper_gp_ucb_retrains_and_never_runs_dry(policy):
 
 def test_parallel_picks_are_distinct_and_spread_over_users():
     sel = make("hybrid", n_users=4)
-    picks = sel.next_picks(4)
+    picks = pairs(sel.next_picks(4))
     assert len(set(picks)) == 4
     assert {u for u, _ in picks} == {"u0", "u1", "u2", "u3"}
     assert sorted(sel.pending()) == sorted(picks)
-    again = sel.next_picks(4)
+    again = pairs(sel.next_picks(4))
     assert not set(again) & set(picks)
 
 
 def test_hallucination_lowers_the_variance_of_a_busy_user():
     sel = make("greedy", n_users=1)
-    (u, m), = sel.next_picks(1)
+    (u, m), = pairs(sel.next_picks(1))
     before = sel.stats(u)["gap"]
     sel2 = make("greedy", n_users=1, hallucinate=False)
     sel2.next_picks(1)
@@ -75,10 +77,10 @@ def test_hallucination_lowers_the_variance_of_a_busy_user():
 
 def test_cancel_makes_a_pair_available_again():
     sel = make("round_robin", n_users=1)
-    (u, m), = sel.next_picks(1)
+    (u, m), = pairs(sel.next_picks(1))
     sel.cancel(u, m)
     assert sel.pending() == []
-    assert (u, m) in sel.next_picks(1)
+    assert (u, m) in pairs(sel.next_picks(1))
     with pytest.raises(KeyError):
         sel.cancel(u, "m5" if m != "m5" else "m4")
 
@@ -112,12 +114,12 @@ def test_users_join_and_leave():
     truth = truth_for(sel)
     drive(sel, truth, 4)
     sel.add_user("late", models=["m1", "m2"], costs={"m1": 1.0})
-    picks = sel.next_picks(1)
+    picks = pairs(sel.next_picks(1))
     assert picks[0][0] == "late"  # a newcomer is served first (Algorithm 2, lines 1-4)
     dropped = sel.remove_user("late")
     assert dropped == picks
     assert "late" not in sel.users
-    assert all(u != "late" for u, _ in sel.next_picks(3))
+    assert all(p.user != "late" for p in sel.next_picks(3))
 
 
 def test_weights_shift_service():
@@ -165,10 +167,10 @@ def test_cost_awareness_prefers_cheap_models_at_equal_belief():
     prior = ModelPrior.from_arrays([0.5] * 3, 0.01 * np.eye(3))
     sel = Selector(["a", "b", "c"], prior=prior)
     sel.add_user("x", costs={"a": 10.0, "b": 1.0, "c": 5.0})
-    assert sel.next_picks(1) == [("x", "b")]
+    assert pairs(sel.next_picks(1)) == [("x", "b")]
     obl = Selector(["a", "b", "c"], prior=prior, cost_aware=False)
     obl.add_user("x", costs={"a": 10.0, "b": 1.0, "c": 5.0})
-    assert obl.next_picks(1) == [("x", "a")]  # ties broken by catalogue order
+    assert pairs(obl.next_picks(1)) == [("x", "a")]  # ties broken by catalogue order
 
 
 def test_last_decision_explains_initial_greedy_and_round_robin_phases():
@@ -179,12 +181,14 @@ def test_last_decision_explains_initial_greedy_and_round_robin_phases():
     assert sel.last_decision is None
     (pick,) = sel.next_picks(1)
     d = sel.last_decision
-    assert (d["user"], d["model"]) == pick and d["phase"] == "initial" and d["candidates"] is None
-    sel.observe(*pick, quality=0.8)
+    assert d == pick.explain()
+    assert (d["user"], d["model"]) == (pick.user, pick.model) and d["phase"] == "initial" and d["candidates"] is None
+    sel.observe(pick.user, pick.model, quality=0.8)
     (pick,) = sel.next_picks(1)
-    sel.observe(*pick, quality=0.7)
+    sel.observe(pick.user, pick.model, quality=0.7)
     (pick,) = sel.next_picks(1)
     d = sel.last_decision
+    assert d == pick.explain() and pick.phase == "greedy"
     assert d["phase"] == "greedy"
     # the served user is the candidate of V_t with the largest gap (Alg. 2 line 8)
     assert d["user"] in d["candidates"]
@@ -197,6 +201,37 @@ def test_last_decision_explains_initial_greedy_and_round_robin_phases():
     rr.add_user("alice")
     rr.next_picks(1)
     assert rr.last_decision["phase"] == "round_robin" and rr.last_decision["candidates"] is None
+
+
+def test_each_pick_of_one_call_carries_its_own_explanation():
+    """next_picks(n) makes its picks one after another (each pending before the
+    next): every pick explains itself as next_picks(1) asked n times would,
+    so a caller that launches several picks keeps each one's reason."""
+    hist = np.random.default_rng(1).uniform(size=(20, 6))
+
+    def fresh():
+        sel = Selector([f"m{j}" for j in range(6)], history=hist, policy="hybrid", random_state=3)
+        for u in range(4):
+            sel.add_user(f"u{u}", costs=list(np.random.default_rng(u).uniform(0.5, 3.0, 6)))
+        return sel
+
+    batch, single = fresh(), fresh()
+    for _ in range(5):
+        picks = batch.next_picks(3)
+        one_by_one = []
+        for _ in range(3):
+            (pick,) = single.next_picks(1)
+            one_by_one.append((pick, single.last_decision))
+        assert picks == [p for p, _ in one_by_one]
+        assert [p.explain() for p in picks] == [d for _, d in one_by_one]
+        assert batch.last_decision == picks[-1].explain()
+        assert len({p.decision for p in picks}) == 3  # not the last pick's reason three times
+        for sel, done in ((batch, picks), (single, [p for p, _ in one_by_one])):
+            for p in done:
+                sel.observe(p.user, p.model, 0.5 + 0.1 * int(p.model[1:]) / 6)
+    assert any(p.phase == "greedy" and p.candidates for p in picks)
+    with pytest.raises(AttributeError):  # frozen: a later pick cannot rewrite an earlier one's reason
+        picks[0].phase = "round_robin"
 
 
 def _cost_prior():
@@ -260,7 +295,7 @@ def test_hybrid_ei_is_hybrids_user_picker_with_ei_per_cost_models():
     for _ in range(7):
         post = {u: sel.posterior(u) for u in costs}
         st = {u: sel.stats(u) for u in costs}
-        picks = sel.next_picks(1)
+        picks = pairs(sel.next_picks(1))
         if not picks:
             break
         (u, m), = picks

@@ -48,10 +48,10 @@ def test_reconcile_after_restart():
     first = ControlLoop(store, blobs, executors={Engine.SKLEARN: Stuck()}, max_running_per_user=2)
     first.recover()
     first.step()
-    running = [j for j in store.list_jobs() if j.status is JobStatus.QUEUED or j.id in first._running]
+    running = [j for j in store.list_jobs() if j.status is JobStatus.QUEUED or j.id in first.state.running]
     assert len(running) == 2 and len(first.selector.pending()) == 2
     # the service dies: one job finished after the last save, the other was running
-    done, lost = sorted(first._running)
+    done, lost = sorted(first.state.running)
     store.update_job(done, JobStatus.RUNNING)
     store.update_job(done, JobStatus.SUCCEEDED, JobUpdate(accuracy=0.7, cost_seconds=0.1))
     store.update_job(lost, JobStatus.RUNNING)

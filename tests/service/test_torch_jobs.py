@@ -31,7 +31,7 @@ def digits_images():
     pytest.param("process", "local", marks=pytest.mark.slow),  # torch in a spawned worker, events relayed
     pytest.param("thread", "dask", marks=pytest.mark.slow),  # MOP units on a Dask LocalCluster
 ])
-def test_image_task_trains_torch_jobs_over_http(tmp_path, digits_images, executor, engine):
+def test_image_task_trains_torch_jobs_over_http(tmp_path, digits_images, executor, engine, monkeypatch):
     X, y = digits_images
     running = start(tmp_path, torch_epochs=2, workers=2, executor=executor, engine=engine)
     try:
@@ -66,6 +66,12 @@ def test_image_task_trains_torch_jobs_over_http(tmp_path, digits_images, executo
         assert metric_events and {"epoch", "lr", "val_accuracy", "train_loss", "job_id"} <= set(metric_events[0])
         best = task.best()
         assert best["accuracy"] > 0.5
+        if executor == "process":  # infer and suspicion run in the torch worker, never in the service process
+            from ease_jupyter.service import models
+
+            def not_here(*args, **kwargs):
+                raise AssertionError("a torch model ran in the service process")
+            monkeypatch.setattr(models, "torch_outputs", not_here)
         predictions = np.asarray(task.infer(X[:50]))
         assert predictions.shape == (50,) and predictions.dtype.kind in "iu"
         assert (predictions == y[:50]).mean() > 0.5

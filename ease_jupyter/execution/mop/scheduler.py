@@ -59,19 +59,24 @@ class _Bag:
         self.items: list[str] = []
         self.pos: dict[str, int] = {}
 
-    def add(self, item: str) -> None:
-        if item not in self.pos:
-            self.pos[item] = len(self.items)
-            self.items.append(item)
+    def add(self, item: str) -> bool:
+        """Add ``item``; True if it was not there."""
+        if item in self.pos:
+            return False
+        self.pos[item] = len(self.items)
+        self.items.append(item)
+        return True
 
-    def discard(self, item: str) -> None:
+    def discard(self, item: str) -> bool:
+        """Remove ``item``; True if it was there."""
         index = self.pos.pop(item, None)
         if index is None:
-            return
+            return False
         last = self.items.pop()
         if index < len(self.items):  # swap-remove keeps the list dense
             self.items[index] = last
             self.pos[last] = index
+        return True
 
     def __len__(self) -> int:
         return len(self.items)
@@ -194,6 +199,7 @@ class MOPScheduler:
         self._replay: dict[str, tuple[int, ...]] = {}
         self._cursor: dict[str, int] = {}
         self._ready: dict[int, _Bag] = {p: _Bag() for p in self._partitions}
+        self._n_ready = 0  # entries over all ready bags, so ready_count() is O(1)
         for c in self._configs:
             order = self._order_in.get((c, self._epoch))
             if order is not None:
@@ -213,11 +219,11 @@ class MOPScheduler:
 
     def _make_ready(self, config: str) -> None:
         for p in self._candidates(config):
-            self._ready[p].add(config)
+            self._n_ready += self._ready[p].add(config)
 
     def _unready(self, config: str) -> None:
         for p in self._candidates(config):
-            self._ready[p].discard(config)
+            self._n_ready -= self._ready[p].discard(config)
 
     # -- the scheduling loop (Alg. 1-2) ---------------------------------------
     def schedule(self) -> list[tuple[Unit, str]]:
@@ -236,29 +242,77 @@ class MOPScheduler:
         self._rng.shuffle(idle)  # no worker is favoured for scarce configs
         assigned: list[tuple[Unit, str]] = []
         for worker in idle:
-            parts = self._worker_parts[worker]
-            total = 0
-            for p in parts:
-                total += len(self._ready[p])
-            if not total:
-                continue
-            pick = self._rng.randrange(total)
-            for p in parts:
-                bag = self._ready[p]
-                if pick < len(bag):
-                    config = bag.items[pick]
-                    break
-                pick -= len(bag)
-            unit = Unit(config, p, self._epoch)
-            self._unready(config)  # model training isolation: one unit in flight
-            self._pending[config].discard(p)
-            self._queued -= 1
-            self._flight[unit] = worker
-            self._busy[config] = unit
-            self._running[worker] = unit
-            del self._idle[worker]
-            assigned.append((unit, worker))
+            unit = self._assign(worker)
+            if unit is not None:
+                assigned.append((unit, worker))
         return assigned
+
+    def ready_count(self, worker: str | None = None) -> int:
+        """How many units of Q are eligible on ``worker`` now (Alg. 1 Line 10
+        with §5.5): their config is idle and the worker holds their partition.
+        Without a worker: the units of Q whose config is idle (under replay,
+        only each config's next logged unit), wherever their partition is.
+
+        It ignores whether ``worker`` is busy, so a driver that shares the
+        worker with other schedulers (:mod:`.shared_pool`) can ask before it
+        decides. O(1) without a worker, else O(|partitions held by worker|).
+
+        Raises:
+            NotFoundError: ``worker`` is not a live worker.
+        """
+        if worker is None:
+            return self._n_ready
+        if worker not in self._workers:
+            raise NotFoundError(f"worker {worker!r}: not a live worker (known: {list(self._workers)})")
+        if not self._n_ready:
+            return 0
+        total = 0
+        for p in self._worker_parts[worker]:
+            total += len(self._ready[p].items)
+        return total
+
+    def schedule_worker(self, worker: str) -> Unit | None:
+        """Alg. 1 for one idle worker: move a uniformly drawn eligible unit to Q'.
+
+        :meth:`schedule` does this for every idle worker in a random order; a
+        driver that decides which worker to fill itself calls this instead.
+
+        Returns:
+            The unit now in flight on ``worker``, or None if none is eligible.
+
+        Raises:
+            NotFoundError: ``worker`` is not a live worker.
+            InvalidStateError: ``worker`` already runs a unit of this scheduler.
+        """
+        if worker not in self._workers:
+            raise NotFoundError(f"worker {worker!r}: not a live worker (known: {list(self._workers)})")
+        if worker not in self._idle:
+            raise InvalidStateError(f"worker {worker!r}: runs {self._running[worker]}, expected an idle worker")
+        return self._assign(worker)
+
+    def _assign(self, worker: str) -> Unit | None:
+        parts = self._worker_parts[worker]
+        total = 0
+        for p in parts:
+            total += len(self._ready[p])
+        if not total:
+            return None
+        pick = self._rng.randrange(total)
+        for p in parts:
+            bag = self._ready[p]
+            if pick < len(bag):
+                config = bag.items[pick]
+                break
+            pick -= len(bag)
+        unit = Unit(config, p, self._epoch)
+        self._unready(config)  # model training isolation: one unit in flight
+        self._pending[config].discard(p)
+        self._queued -= 1
+        self._flight[unit] = worker
+        self._busy[config] = unit
+        self._running[worker] = unit
+        del self._idle[worker]
+        return unit
 
     def complete(self, unit: Unit, worker: str) -> None:
         """Alg. 2: the unit finished; its config and worker become idle.

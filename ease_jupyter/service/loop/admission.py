@@ -1,0 +1,135 @@
+"""Which jobs start: queued jobs first, then new picks, while workers are free
+and each owner is under the cap of ``k`` running jobs (ACAI §3.3; across
+users, the order is ease.ml's selector, not FIFO)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import Future
+from typing import Callable
+
+from ...errors import StorageError
+from ...jobspec import JobSpec, parse_job
+from ...selection.selector import Pick
+from ...store import Job, JobStatus
+from .results import StorageHolds
+from .state import LoopState, Running, tenant_name
+
+log = logging.getLogger(__package__)  # one logger for the whole loop
+
+
+class Admission:
+    """Starts jobs on their engine's executor and explains each launched pick."""
+
+    def __init__(self, state: LoopState, holds: StorageHolds, *, on_done: Callable[[int], None],
+                 on_decision: Callable[[dict], None]):
+        self.state, self.holds = state, holds
+        self.on_done = on_done  # called with the job id from the executor's thread
+        self.on_decision = on_decision
+        self.last_decision: dict | None = None  # the latest launched pick, explained (see decided)
+
+    def start_queued(self) -> bool:
+        """Queued jobs (re-queued after a restart) go first, FIFO per owner."""
+        state = self.state
+        started = False
+        if state.free() <= 0 or not state.maybe_queued:
+            return False
+        per_owner = state.running_per_owner()
+        queued = state.store.list_jobs(status=JobStatus.QUEUED)
+        state.maybe_queued = bool(queued)
+        for job in queued:
+            if state.free() <= 0:
+                break
+            if job.id in state.running:
+                continue
+            tenant = tenant_name(job.task_id, job.dataset_version_id)
+            info = state.tenants.get(tenant)
+            if info is None:
+                continue
+            spec = parse_job(job.model, job.config)
+            if per_owner[info.owner_id] >= state.cap or state.engine_full(spec.engine):
+                continue
+            self.launch(job, spec, tenant, info.owner_id)
+            per_owner[info.owner_id] += 1
+            started = True
+        return started
+
+    def pick(self) -> bool:
+        """Ask for exactly as many picks as there are free workers. A pick whose
+        owner is at the cap, whose engine has no free slot, or whose tenant is
+        on hold after a storage failure is held back (still pending, so the
+        next ask in this turn yields another tenant) and returned to the pool
+        at the end. True when a pick was launched (held picks alone change
+        nothing worth saving)."""
+        state = self.state
+        selector = state.selector
+        if state.free() <= 0 or not state.tenants:
+            return False
+        per_owner = state.running_per_owner()
+        if all(per_owner[t.owner_id] >= state.cap or self.holds.on_hold(name) for name, t in state.tenants.items()):
+            return False
+        held: list[Pick] = []
+        launched = False
+        try:
+            for _ in range(len(state.tenants) + 1):
+                free = state.free()
+                if free <= 0:
+                    break
+                picks = selector.next_picks(free)  # each pick carries its own explanation
+                if not picks:
+                    break
+                for n, pick in enumerate(picks):
+                    info = state.tenants[pick.user]
+                    spec = info.configs[pick.model]
+                    if (per_owner[info.owner_id] >= state.cap or state.engine_full(spec.engine)
+                            or self.holds.on_hold(pick.user)):
+                        held.append(pick)
+                        continue
+                    try:
+                        job = state.store.create_job(info.task_id, info.version_id, spec.model, spec.config())
+                    except StorageError:
+                        # Not launched: back to the pool. A pick left pending with no job
+                        # would never be trained, and its task would look finished.
+                        held.extend(picks[n:])
+                        raise
+                    state.last_job_id = max(state.last_job_id, job.id)
+                    state.emit_job(job, info.owner_id)
+                    self.launch(job, spec, pick.user, info.owner_id)
+                    self.decided(pick, job)
+                    per_owner[info.owner_id] += 1
+                    launched = True
+        finally:
+            for pick in held:
+                selector.cancel(pick.user, pick.model)
+        return launched
+
+    def launch(self, job: Job, spec: JobSpec, tenant: str, owner_id: int) -> None:
+        """Hand the job to the executor of its engine kind."""
+        state = self.state
+        engine = spec.engine
+        state.running[job.id] = Running(job.id, tenant, spec.arm, owner_id, job.task_id, engine)
+        state.publish(owner_id, {"type": "job", "task_id": job.task_id, "job_id": job.id, "status": "running",
+                                 "model": job.model, "config": dict(job.config)})
+        future: Future = state.executors[engine].submit(job.id)
+        future.add_done_callback(lambda _f, job_id=job.id: self.on_done(job_id))
+
+    def decided(self, pick: Pick, job: Job) -> None:
+        """Keep and announce the explanation of a launched pick: the pick's
+        own (``Pick.explain``, tenants by name) plus the task, owner and job."""
+        state = self.state
+        tenants = state.tenants
+        info = tenants[pick.user]
+        why = pick.explain()
+        candidates = why["candidates"]
+        why.update(tenant=pick.user, mode=state.selector.mode, task_id=info.task_id, owner_id=info.owner_id,
+                   job_id=job.id, time=time.time(), candidates=None if candidates is None else [
+                       {"tenant": name, "task_id": tenants[name].task_id,
+                        "owner_id": tenants[name].owner_id, "gap": float(gap)}
+                       for name, gap in candidates.items() if name in tenants])
+        self.last_decision = why
+        try:
+            self.on_decision(why)
+        except Exception:  # noqa: BLE001 - a view must never stop the loop
+            log.exception("publishing a decision failed")
+

@@ -1,0 +1,248 @@
+"""``ControlLoop``: the one thread that owns time (ease.ml §5; ACAI §3.3), and
+the order of a turn. The parts of a turn are collaborators sharing one
+``LoopState`` under the loop's lock; see the package docstring."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Callable
+
+from ...errors import StorageError
+from ...jobspec import DEFAULT_EPOCHS
+from ...selection.selector import Selector
+from ...store import BlobStore, Store, Task
+from ...zoo import Engine
+from ..executors import JobExecutor
+from ..runner import one_blas_thread
+from . import views
+from .admission import Admission
+from .costs import Costs
+from .outage import STORE_OUTAGES, StoreOutage, backoff_seconds
+from .recovery import SavedState, recover
+from .results import Results, StorageHolds
+from .state import LoopState, Tenant
+from .tenants import TenantSync
+from .views import IdleView
+
+log = logging.getLogger(__package__)  # one logger for the whole loop
+
+
+class ControlLoop:
+    """Drives the selector and the executors, one turn at a time on its own
+    thread (``start``/``stop``); ``notify`` wakes it when a task changes. The
+    read views (``is_idle``, ``task_status``, ``scheduler_state``,
+    ``progress``) serve the HTTP handlers' threads."""
+
+    def __init__(self, store: Store, blobs: BlobStore, *, executors: dict[Engine, JobExecutor],
+                 max_running_per_user: int = 2, publish: Callable[[int, dict], None] | None = None,
+                 tick_seconds: float = 0.5, seed: int | None = 0, save_every_seconds: float = 0.0,
+                 torch_epochs: int = DEFAULT_EPOCHS, on_decision: Callable[[dict], None] | None = None):
+        self.store, self.blobs, self.executors = store, blobs, executors
+        self.publish = publish or (lambda owner, event: None)
+        self.tick = tick_seconds
+        self.seed = seed
+        self.error: BaseException | None = None  # the last turn's unexpected failure (/admin/progress)
+        self.state = LoopState(store, blobs, executors, self.publish, int(max_running_per_user))
+        self.costs = Costs(store, torch_epochs=int(torch_epochs) if Engine.TORCH in executors else None)
+        self.view = IdleView()
+        self.saved = SavedState(self.state, save_every_seconds)
+        self.holds = StorageHolds()
+        self.results = Results(self.state, self.costs, self.holds)
+        self.tenant_sync = TenantSync(self.state, self.costs, self.view)
+        self.admission = Admission(self.state, self.holds, on_done=self._finished,
+                                   on_decision=on_decision or (lambda decision: None))
+        self.store_health = StoreOutage()
+        self._lock = threading.RLock()  # one turn at a time; the views below take it too
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------ life cycle
+    def start(self) -> "ControlLoop":
+        self.recover()
+        self._thread = threading.Thread(target=self._run, name="easeml-control-loop", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        for executor in self.executors.values():
+            executor.shutdown()
+        with self._lock, one_blas_thread():
+            if self.selector is not None:
+                try:
+                    self.results.collect()  # jobs that finished while the executors drained
+                    self._save_state()
+                except StorageError as error:  # a restart reconciles the state with the jobs in the store
+                    log.warning("could not record the last results at stop: %s", error)
+
+    def recover(self) -> None:
+        """Re-queue jobs left RUNNING and restore the selector state (``recovery``)."""
+        with self._lock:
+            self.view.mark(recover(self.state, self.saved, self.costs, seed=self.seed))
+        self._wake.set()
+
+    def notify(self, task_id: int | None = None) -> None:
+        """A task changed (created, fed, refined, cancelled): look at it next turn.
+        Never waits for a turn in progress."""
+        if task_id is not None:
+            self.view.mark((task_id,))
+        self._wake.set()
+
+    def _finished(self, job_id: int) -> None:
+        """An executor finished a job (its thread): collect it next turn, now."""
+        self.results.finished(job_id)
+        self._wake.set()
+
+    def _run(self) -> None:
+        failed_turns = 0  # in a row, because of a store outage: the wait doubles with each
+        while not self._stop.is_set():
+            try:
+                if self.outage is not None:
+                    self._check_store()
+                self.step()
+            except STORE_OUTAGES as error:
+                failed_turns += 1
+                self.store_health.failed(error)
+            except Exception as error:  # noqa: BLE001 - keep serving; surfaced in /admin/progress
+                log.exception("control loop turn failed")
+                self.error = error
+            else:
+                failed_turns = 0
+                self.store_health.recovered()
+            self._wake.wait(backoff_seconds(self.tick, failed_turns))
+            self._wake.clear()
+
+    def _check_store(self) -> None:
+        self.store_health.check(self.store)
+
+    # ------------------------------------------------------------ one turn
+    def step(self) -> None:
+        """One turn: (1) collect finished jobs and report them to the selector,
+        (2) bring the tenants in line with the store, (3) start queued jobs,
+        (4) launch as many new picks as there are free workers; then publish
+        the idle view and, when due, save the selector state."""
+        snapshot = None
+        with self._lock, one_blas_thread():
+            try:
+                changed = self.results.collect()
+                changed |= self.tenant_sync.sync()
+                changed |= self.admission.start_queued()
+                changed |= self.admission.pick()
+            except StorageError:
+                self._resume_later()
+                raise
+            if self.saved.due(changed):
+                snapshot = self.saved.snapshot()
+            newly_idle = self.view.publish(self.state)
+        for task_id, owner_id in newly_idle:
+            self.publish(owner_id, {"type": "task", "task_id": task_id, "status": "idle"})
+        if snapshot is not None:  # the blob write (with fsync) and tag need no lock: readers don't wait on them
+            try:
+                self._write_state(*snapshot)
+            except StorageError:
+                self.saved.unsaved = True  # saved by a later turn
+                raise
+
+    def _resume_later(self) -> None:
+        """After a turn cut short by the store: keep what it had not recorded
+        yet for the next turn, so an outage loses nothing (the picks it had not
+        launched went back to the selector in ``Admission.pick``)."""
+        self.results.resume_later()
+        self.view.retake()
+
+    def _write_state(self, job_id: int, data: bytes) -> None:
+        self.saved.write(job_id, data)
+
+    def _save_state(self) -> None:
+        snapshot = self.saved.snapshot()
+        if snapshot is not None:
+            self._write_state(*snapshot)
+
+    # Half turns, for tests that drive the loop by hand.
+    def _sync(self) -> bool:
+        return self.tenant_sync.sync()
+
+    def _publish_view(self) -> list[tuple[int, int]]:
+        return self.view.publish(self.state)
+
+    # ------------------------------------------------------------ state
+    @property
+    def selector(self) -> Selector | None:
+        return self.state.selector
+
+    @property
+    def _tenants(self) -> dict[str, Tenant]:
+        return self.state.tenants
+
+    @property
+    def workers(self) -> int:
+        return self.state.workers
+
+    @property
+    def last_decision(self) -> dict | None:
+        """The latest launched pick, explained (``Admission.decided``)."""
+        return self.admission.last_decision
+
+    @property
+    def n_observed(self) -> int:
+        return self.results.n_observed
+
+    @property
+    def outage(self) -> StorageError | None:
+        """The store outage that blocks the loop now (None while writes work)."""
+        return self.store_health.error
+
+    @property
+    def outage_since(self) -> float | None:
+        return self.store_health.since
+
+    @property
+    def blocked(self) -> str | None:
+        """Why the loop cannot go on: ``store_unavailable``, ``storage_full``, or None."""
+        return self.store_health.blocked
+
+    def store_status(self) -> dict:
+        """The store as the loop last met it: writable, or blocked since when and why."""
+        return self.store_health.status()
+
+    # ------------------------------------------------------------ read views
+    def is_idle(self, task_id: int) -> bool:
+        """Nothing running, queued, pending or left to try for the task's latest
+        version, as of the end of the last turn (a task changed since is not
+        idle; while the store cannot be written no turn ends, so a task with
+        work left stays not idle: see ``task_status``). Takes no lock of the loop."""
+        return self.view.is_idle(task_id)
+
+    def n_running(self) -> int:
+        return len(self.state.running)
+
+    def candidates(self, task: Task) -> int:
+        """How many candidate models (arms) the task can ever have in this
+        service: 0 when no model fits its program here (its configs are made
+        once per task, see ``Costs.configs``)."""
+        configs = self.costs.configs(task)
+        known = set(self.selector.model_names) if self.selector is not None else set(configs)
+        return sum(key in known for key in configs)
+
+    def task_status(self, task: Task, has_data: bool) -> dict:
+        """``idle``, ``candidates``, ``blocked``, ``status`` and ``reason``
+        (``views.task_status``). Takes no lock of the loop."""
+        return views.task_status(task, idle=self.is_idle(task.id), candidates=self.candidates(task),
+                                 has_data=has_data, blocked=self.blocked, outage=self.outage,
+                                 executors=self.executors)
+
+    def scheduler_state(self) -> dict:
+        """What the scheduler view needs (``views.scheduler_state``), under the loop's lock."""
+        with self._lock, one_blas_thread():
+            return views.scheduler_state(self.state, self.last_decision)
+
+    def progress(self) -> dict:
+        """The loop's part of ``GET /admin/progress``, under the loop's lock."""
+        with self._lock, one_blas_thread():
+            return views.progress(self.state, n_observed=self.n_observed, error=self.error,
+                                  store=self.store_status())

@@ -1,0 +1,87 @@
+"""What the parts of the control loop share: the selector, its tenants and the
+running jobs, read and written under the loop's lock by one turn at a time."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ...jobspec import JobSpec, parse_job
+from ...selection.selector import Selector
+from ...store import BlobStore, Job, JobStatus, Store
+from ...zoo import Engine
+from ..executors import JobExecutor
+
+
+def arm_key(job: Job) -> str:
+    """A job's selector arm (``JobSpec.arm``): its candidate model (ease.ml
+    pvldb §3: a pick is a (user, model) pair; its configs are trained within
+    the job). A job from before picks trained grids keeps its config key,
+    which is no arm: it is never reported."""
+    return parse_job(job.model, job.config).arm
+
+
+def tenant_name(task_id: int, version_id: int) -> str:
+    """A selector tenant: one (task, dataset version) pair."""
+    return f"{task_id}/{version_id}"
+
+
+@dataclass
+class Tenant:
+    task_id: int
+    owner_id: int
+    version_id: int
+    configs: dict[str, JobSpec]  # arm key -> the job a pick of it trains
+
+
+@dataclass
+class Running:
+    job_id: int
+    tenant: str
+    key: str
+    owner_id: int
+    task_id: int
+    engine: Engine = Engine.SKLEARN
+
+
+@dataclass
+class LoopState:
+    store: Store
+    blobs: BlobStore
+    executors: dict[Engine, JobExecutor]
+    publish: Callable[[int, dict], None]  # (owner id, event)
+    cap: int  # running jobs per owner (ACAI §3.3)
+    selector: Selector | None = None  # made or restored by ``recovery.recover``
+    tenants: dict[str, Tenant] = field(default_factory=dict)
+    running: dict[int, Running] = field(default_factory=dict)
+    # False once no job was left QUEUED: admission and the idle view skip their query
+    maybe_queued: bool = True
+    last_job_id: int = 0  # the newest job, which carries the saved selector state's tag
+
+    @property
+    def workers(self) -> int:
+        return sum(e.workers for e in self.executors.values())
+
+    def free(self) -> int:
+        return self.workers - len(self.running)
+
+    def running_per_owner(self) -> Counter:
+        return Counter(r.owner_id for r in self.running.values())
+
+    def engine_full(self, engine: Engine) -> bool:
+        """Each executor has its own slots: a torch pick must not take a
+        scikit-learn worker's place (it would only wait in the MOP queue)."""
+        executor = self.executors.get(engine)
+        if executor is None:
+            return True
+        return sum(r.engine is engine for r in self.running.values()) >= executor.workers
+
+    def emit_job(self, job: Job, owner_id: int) -> None:
+        """Announce a job's new status to its owner (with its metrics once it succeeded)."""
+        event = {"type": "job", "task_id": job.task_id, "job_id": job.id, "status": job.status.value,
+                 "model": job.model, "config": dict(job.config), "accuracy": job.accuracy,
+                 "cost_seconds": job.cost_seconds}
+        if job.status is JobStatus.SUCCEEDED:
+            event["metrics"] = {m.name: m.value for m in self.store.list_metrics(job.id)}
+        self.publish(owner_id, event)

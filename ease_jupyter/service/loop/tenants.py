@@ -1,0 +1,91 @@
+"""Tenant sync: the selector's tenants follow the store. A tenant is a (task,
+dataset version) pair whose arms are the task's candidate models (ease.ml
+pvldb §3); a new feed or refine replaces it (results on the old version are
+stale and no longer reported), a cancelled task loses it, and a new tenant
+is told the results that already exist for its version."""
+
+from __future__ import annotations
+
+import logging
+from typing import Iterable
+
+from ...errors import InvalidStateError, NotFoundError
+from ...store import Job, JobStatus, Task
+from ..failures import failure_code
+from .costs import Costs
+from .state import LoopState, Tenant, arm_key, tenant_name
+from .views import IdleView
+
+log = logging.getLogger(__package__)  # one logger for the whole loop
+
+
+class TenantSync:
+    def __init__(self, state: LoopState, costs: Costs, view: IdleView):
+        self.state, self.costs, self.view = state, costs, view
+
+    def sync(self) -> bool:
+        """Bring the tenants of the tasks notified since the last turn in line
+        with the store; True when a tenant came or went."""
+        state = self.state
+        selector = state.selector
+        changed = False
+        for task_id in sorted(self.view.take_dirty()):
+            try:
+                task = state.store.get_task(task_id)
+            except NotFoundError:
+                continue
+            current = [n for n, t in state.tenants.items() if t.task_id == task_id]
+            latest = None if task.cancelled else state.store.latest_dataset_version(task_id)
+            wanted = None if latest is None else tenant_name(task_id, latest.id)
+            for name in current:
+                if name != wanted:
+                    selector.remove_user(name)
+                    del state.tenants[name]
+                    changed = True
+            new_tenant = wanted is not None and wanted not in state.tenants
+            # One read of the task's jobs serves both the cancelling and the
+            # replay, and a feed of a task with nothing queued needs neither.
+            jobs = state.store.list_jobs(task_id) if new_tenant or self._may_have_queued(task_id) else ()
+            self._cancel_queued(task, jobs, keep_version=None if latest is None else latest.id)
+            if not new_tenant:
+                continue
+            configs = self.costs.configs(task)
+            known = set(selector.model_names)
+            arms = [k for k in configs if k in known]
+            if not arms:
+                log.warning("task %d has no candidates in the selector's catalogue", task_id)
+                continue
+            costs = {k: self.costs.seconds(task, configs[k], latest.n_examples) for k in arms}
+            selector.add_user(wanted, models=arms, costs=costs)
+            state.tenants[wanted] = Tenant(task_id, task.owner_id, latest.id, configs)
+            self._replay(wanted, jobs, latest.id, set(arms))
+            changed = True
+        return changed
+
+    def _replay(self, tenant: str, jobs: Iterable[Job], version_id: int, arms: set[str]) -> None:
+        """Report results that already exist for this version (a resumed task,
+        or a restart without a saved state), so no config is trained twice."""
+        seen: set[str] = set()
+        for job in jobs:
+            if job.dataset_version_id != version_id or job.status not in (JobStatus.SUCCEEDED, JobStatus.FAILED):
+                continue
+            key = arm_key(job)
+            if key in arms and key not in seen and failure_code(self.state.store, job) is None:
+                ok = job.status is JobStatus.SUCCEEDED and job.accuracy is not None
+                self.state.selector.observe(tenant, key, job.accuracy if ok else 0.0, cost=job.cost_seconds)
+                seen.add(key)
+
+    def _may_have_queued(self, task_id: int) -> bool:
+        """Whether a job of the task may be QUEUED: one launched and not
+        started yet, or one re-queued (``LoopState.maybe_queued``)."""
+        return self.state.maybe_queued or any(r.task_id == task_id for r in self.state.running.values())
+
+    def _cancel_queued(self, task: Task, jobs: Iterable[Job], keep_version: int | None) -> None:
+        """Cancel the task's queued ``jobs`` (its jobs, as read this turn) of other versions than ``keep_version``."""
+        for job in jobs:
+            if job.status is JobStatus.QUEUED and job.dataset_version_id != keep_version:
+                try:
+                    job = self.state.store.update_job(job.id, JobStatus.CANCELLED)
+                except InvalidStateError:
+                    continue
+                self.state.emit_job(job, task.owner_id)

@@ -1,0 +1,77 @@
+"""The control loop's decisions without HTTP: it asks the selector once per
+round for as many picks as there are free workers, and every launched pick is
+announced with its own explanation (not the round's last)."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+
+import numpy as np
+
+from ease_jupyter import datasets
+from ease_jupyter.schema import format_program, program_from_shapes
+from ease_jupyter.service.loop import ControlLoop
+from ease_jupyter.store import InMemoryStore, JobStatus, JobUpdate, MemoryBlobStore
+from ease_jupyter.zoo import Engine
+
+
+class Manual:
+    """An executor whose jobs finish when the test says so."""
+
+    workers = 3
+
+    def __init__(self, store):
+        self.store, self.running = store, []
+
+    def submit(self, job_id: int) -> Future:
+        future: Future = Future()
+        self.running.append((job_id, future))
+        return future
+
+    def finish_all(self) -> None:
+        running, self.running = self.running, []
+        for job_id, future in running:
+            self.store.update_job(job_id, JobStatus.RUNNING)
+            accuracy = 0.5 + 0.4 * (job_id % 5) / 5
+            future.set_result(self.store.update_job(job_id, JobStatus.SUCCEEDED,
+                                                    JobUpdate(accuracy=accuracy, cost_seconds=0.01)))
+
+    def shutdown(self) -> None:
+        pass
+
+
+def test_each_launched_pick_is_announced_with_its_own_explanation():
+    store, blobs = InMemoryStore(), MemoryBlobStore()
+    rng = np.random.default_rng(0)
+    for owner, n_tasks in (("ada", 2), ("bob", 1)):
+        user = store.create_user(owner, owner[0] * 64)
+        for i in range(n_tasks):
+            task = store.create_task(user.id, f"{owner}{i}", format_program(program_from_shapes([4], [3])))
+            datasets.feed(store, blobs, task, rng.normal(size=(30, 4)).astype("float32"), rng.integers(0, 3, 30))
+    executor = Manual(store)
+    decisions: list[dict] = []
+    loop = ControlLoop(store, blobs, executors={Engine.SKLEARN: executor}, max_running_per_user=3,
+                       on_decision=decisions.append)
+    loop.recover()
+    asked: list[int] = []
+    next_picks = loop.selector.next_picks
+    loop.selector.next_picks = lambda n: (asked.append(n), next_picks(n))[1]
+
+    for _ in range(4):
+        loop.step()
+        executor.finish_all()
+    loop.stop()
+
+    assert asked[0] == 3  # one ask for every free worker, not one ask per worker
+    assert len(decisions) >= 9 and loop.last_decision == decisions[-1]
+    assert [d["decision"] for d in decisions] == list(range(len(decisions)))
+    for d in decisions:  # each event explains the job it launched
+        job = store.get_job(d["job_id"])
+        assert d["model"] == job.model and d["user"] == d["tenant"] == f"{job.task_id}/{job.dataset_version_id}"
+        assert d["task_id"] == job.task_id and d["owner_id"] == store.get_task(job.task_id).owner_id
+        for c in d["candidates"] or ():
+            task_id = int(c["tenant"].split("/")[0])
+            assert c["task_id"] == task_id and c["owner_id"] == store.get_task(task_id).owner_id
+    assert {d["phase"] for d in decisions[:3]} == {"initial"}  # ease.ml Alg. 2 lines 1-4: everyone once
+    assert len({d["task_id"] for d in decisions[:3]}) == 3
+    assert any(d["phase"] == "greedy" and d["candidates"] for d in decisions)
