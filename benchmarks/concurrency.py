@@ -2,7 +2,7 @@
 
     python benchmarks/concurrency.py            # simulation: W = 2, 8, 32, 128 x 2-64 tasks, 8 seeds
     python benchmarks/concurrency.py --quick    # W = 2, 8, 32 x 2-8 tasks, 8 seeds (seconds)
-    python benchmarks/concurrency.py --live     # the live Dask part: NOT IMPLEMENTED YET
+    python benchmarks/concurrency.py --live     # also the live Dask part (W = 2; --quick: a few minutes)
 
 Writes benchmarks/results/concurrency_sim.json (``--quick``:
 concurrency_sim_quick.json, which git ignores).
@@ -28,12 +28,17 @@ Parts
     * units per workload, and fairness: when the first task finished, the
       largest gap between a task's share of the units completed and its
       share of the pool (equal weights).
-(b) Live measurement (NOT implemented yet): two and four image tasks of
-    different users on a Dask LocalCluster of W = 2 workers, MOP across tasks
-    vs one torch job at a time, same configs and epochs; makespan ratio, time
-    to first finished model, units per workload, per-unit overhead. It needs
-    the service's torch executor to run several workloads on one engine; see
-    :func:`measure_live`, the place where it goes.
+(b) Live measurement (``--live``, :func:`measure_live`): two and four image
+    tasks of different users (8x8 digits, each user's own draw) on a Dask
+    LocalCluster of W = 2 workers, submitted at once; each task is the
+    workload the service trains for one torch pick (LeNet x three learning
+    rates). MOP across tasks (one ``PoolDriver`` interleaving every workload)
+    vs one torch job at a time (the same driver, one workload after the
+    other), same configs, epochs and data: makespan ratio, each task's time
+    to its first unit and first finished model (a config's first validated
+    epoch), units per workload, and per-unit overhead (W x makespan minus
+    the units' own compute, per unit). Writes concurrency_live.json
+    (``--quick``: concurrency_live_quick.json).
 """
 
 from __future__ import annotations
@@ -57,10 +62,6 @@ WORKERS = (2, 8, 32, 128)
 TASKS = (2, 4, 8, 16, 32, 64)
 QUICK_WORKERS = (2, 8, 32)
 QUICK_TASKS = (2, 4, 8)
-LIVE_NOT_IMPLEMENTED = (
-    "live Dask measurement (two and four image tasks on a LocalCluster, W = 2) is not implemented yet: "
-    "it needs the service's torch executor to run several workloads on one engine"
-)
 
 
 # -- statistics ------------------------------------------------------------------
@@ -159,31 +160,145 @@ def run_simulation(workers: tuple[int, ...], tasks: tuple[int, ...], seeds: list
     return rows
 
 
-# -- (b) live measurement: to be added --------------------------------------------
+# -- (b) live measurement ---------------------------------------------------------
+LIVE_LRS = (0.1, 0.01, 0.001)  # the service's learning-rate grid of a torch pick (ease.ml pvldb §3.1)
+LIVE_MODEL = ("resnet_small", "SmallResNet")  # a zoo candidate of an 8x8 image task; LeNet's units last ~20 ms
+
+
+def _live_tasks(n_tasks: int, examples: int) -> list[tuple[str, object, object]]:
+    """``n_tasks`` image tasks of different users: sklearn's 8x8 digits, each
+    user's own draw (and order) of ``examples`` of them."""
+    import numpy as np
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    X, y = (d.images / 16.0).astype("float32"), d.target.astype("int64")
+    out = []
+    for i in range(n_tasks):
+        pick = np.random.default_rng(i).permutation(len(X))[:examples]
+        out.append((f"user{i}", X[pick], y[pick]))
+    return out
+
+
+def _live_runner(engine, X, y, epochs: int, t0: list[float], log: dict):
+    """The service's torch pick (``service/mop.py``): LeNet's learning-rate
+    grid as one MOP workload; ``log`` gets each unit's end time and seconds."""
+    from ease_jupyter.execution.automl import LearningRateGrid
+    from ease_jupyter.execution.mop.runner import MOPRunner
+    from ease_jupyter.zoo.templates import TorchBuilder
+
+    def on_unit(rec) -> None:
+        log.setdefault("units", []).append((time.monotonic() - t0[0], rec.kind, float(rec.metrics.get("seconds", 0.0))))
+
+    def on_metrics(m) -> None:
+        log.setdefault("models", []).append(time.monotonic() - t0[0])
+
+    name, cls = LIVE_MODEL
+    models = {name: TorchBuilder(name, cls, ((8, 8), 10))}
+    return MOPRunner(engine, LearningRateGrid(name, list(LIVE_LRS), epochs=epochs), models, X, y,
+                     on_unit=on_unit, on_metrics=on_metrics)
+
+
+def _live_round(engine, tasks, epochs: int, across: bool) -> dict:
+    """All tasks submitted at once at t = 0: on one PoolDriver together
+    (MOP across tasks), or one torch job after the other on the same driver."""
+    from ease_jupyter.execution.mop.pool_driver import PoolDriver
+
+    driver = PoolDriver(engine, seed=0)
+    t0 = [0.0]
+    logs = {user: {} for user, _, _ in tasks}
+    runners = [(user, _live_runner(engine, X, y, epochs, t0, logs[user])) for user, X, y in tasks]
+    t0[0] = time.monotonic()
+    if across:
+        futures = [driver.submit(r, owner=user) for user, r in runners]
+        for f in futures:
+            f.result()
+    else:
+        for user, r in runners:
+            driver.run(r, owner=user)
+    makespan = time.monotonic() - t0[0]
+    units = sum(len(log["units"]) for log in logs.values())
+    compute = sum(sec for log in logs.values() for _, _, sec in log["units"])
+    workers = len(engine.workers())
+    return {
+        "makespan_s": makespan,
+        "per_task": {
+            user: {
+                "units": len(log["units"]),
+                "train_units": sum(kind == "train" for _, kind, _ in log["units"]),
+                "first_unit_s": min(t for t, _, _ in log["units"]),
+                "first_model_s": min(log["models"]),  # a config's first validated epoch
+                "done_s": max(t for t, _, _ in log["units"]),
+            }
+            for user, log in logs.items()
+        },
+        "units": units,
+        "unit_compute_s_mean": compute / units,
+        # what a unit costs beyond its own compute: hops, dispatch, validation barriers, idle workers
+        "overhead_per_unit_s": (workers * makespan - compute) / units,
+    }
+
+
 def measure_live(args: argparse.Namespace) -> dict:
     """Two and four image tasks of different users on a Dask LocalCluster of
-    W = 2 workers, MOP across tasks vs one torch job at a time.
+    W = 2 workers, all submitted at once: MOP across tasks (one
+    :class:`PoolDriver` interleaving every workload) vs one torch job at a
+    time (the same driver, one workload after the other), with the same
+    configs (LeNet x the service's three learning rates), epochs and data.
+    Each workload is exactly what the service trains for one torch pick."""
+    import os
 
-    Not implemented yet: it needs ``easeml serve --engine dask --workers 2``
-    whose torch executor runs several workloads on one engine through
-    ``SharedPoolScheduler``. Nothing here fakes a figure.
-    """
-    raise NotImplementedError(LIVE_NOT_IMPLEMENTED)
+    from ease_jupyter.execution.engine.dask import DaskEngine
+
+    epochs = 2 if args.quick else 3
+    examples = 1797
+    repeats = 1 if args.quick else 2
+    out: dict = {"workers": 2, "epochs": epochs, "examples_per_task": examples, "lrs": list(LIVE_LRS),
+                 "model": LIVE_MODEL[0], "repeats": repeats, "load_before": os.getloadavg(), "cells": {}}
+    engine = DaskEngine(n_workers=2)
+    try:
+        warm = _live_tasks(1, 200)
+        _live_round(engine, warm, 1, across=False)  # the workers import torch once, before any timing
+        for n in (2, 4):
+            tasks = _live_tasks(n, examples)
+            rounds: dict[str, list[dict]] = {"across": [], "one_at_a_time": []}
+            for _ in range(repeats):  # alternate the two, so drift in the machine's load hits both
+                for mode in ("one_at_a_time", "across"):
+                    rounds[mode].append(_live_round(engine, tasks, epochs, across=mode == "across"))
+            ratios = [b["makespan_s"] / a["makespan_s"]
+                      for a, b in zip(rounds["across"], rounds["one_at_a_time"])]
+            cell = {"makespan_ratio": statistics.fmean(ratios), "ratios": ratios, **rounds}
+            out["cells"][f"tasks={n}"] = cell
+            first = {m: [max(r["per_task"][u]["first_model_s"] for u in r["per_task"]) for r in rounds[m]]
+                     for m in rounds}
+            print(f"live W=2 tasks={n}: makespan ratio {cell['makespan_ratio']:.2f} "
+                  f"(across {statistics.fmean(r['makespan_s'] for r in rounds['across']):.1f} s, one at a time "
+                  f"{statistics.fmean(r['makespan_s'] for r in rounds['one_at_a_time']):.1f} s); latest first model "
+                  f"{statistics.fmean(first['across']):.1f} s vs {statistics.fmean(first['one_at_a_time']):.1f} s; "
+                  f"overhead/unit {statistics.fmean(r['overhead_per_unit_s'] for r in rounds['across']):.3f} s vs "
+                  f"{statistics.fmean(r['overhead_per_unit_s'] for r in rounds['one_at_a_time']):.3f} s "
+                  f"(unit compute {statistics.fmean(r['unit_compute_s_mean'] for r in rounds['across']):.3f} s)",
+                  flush=True)
+    finally:
+        engine.close()
+    out["load_after"] = os.getloadavg()
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="W = 2, 8, 32 with 2-8 tasks; writes concurrency_sim_quick.json")
     parser.add_argument("--seeds", type=int, default=8, help="seeds per cell (default: 8)")
-    parser.add_argument("--live", action="store_true", help="the live Dask measurement (not implemented yet)")
+    parser.add_argument("--live", action="store_true",
+                        help="also the live Dask measurement (W = 2, two and four tasks; writes concurrency_live*.json)")
     parser.add_argument("--out", type=Path, default=None, help="where to write the JSON")
     args = parser.parse_args(argv)
     if args.live:
-        try:
-            measure_live(args)
-        except NotImplementedError as error:
-            print(f"live: {error}", file=sys.stderr)
-            return 2
+        live = measure_live(args)
+        live_out = RESULTS / ("concurrency_live_quick.json" if args.quick else "concurrency_live.json")
+        live_out.parent.mkdir(parents=True, exist_ok=True)
+        live_out.write_text(json.dumps({**live, "python": platform.python_version()}, indent=1) + "\n")
+        print(f"wrote {live_out.relative_to(ROOT)}")
     seeds = list(range(args.seeds))
     workers, tasks = (QUICK_WORKERS, QUICK_TASKS) if args.quick else (WORKERS, TASKS)
     print("simulation: MOP across tasks vs one task at a time (same scheduler, tasks, configs, epochs, partitions)")
@@ -196,14 +311,13 @@ def main(argv: list[str] | None = None) -> int:
         "wait_unit": "mean unit time of the cell's tasks",
         "cells": summarize(rows),
         "rows": rows,
-        "live": {"implemented": False, "note": LIVE_NOT_IMPLEMENTED},
+        "live": "concurrency_live.json (--live)",
         "python": platform.python_version(),
         "seconds": time.perf_counter() - start,
     }
     out = args.out or RESULTS / ("concurrency_sim_quick.json" if args.quick else "concurrency_sim.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"live: {LIVE_NOT_IMPLEMENTED}")
     print(f"wrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
     return 0
 

@@ -30,6 +30,9 @@ import click
 @click.option("--mop-partitions", default=None, type=click.IntRange(1, 1024), metavar="N",
               help="Data partitions per torch (MOP) job; an interrupted job resumes from its last finished "
                    "partition unit (default: one per engine worker).")
+@click.option("--max-torch-workloads", default=4, show_default=True, type=click.IntRange(1, 64), metavar="N",
+              help="Torch picks (MOP workloads) that train at once on the shared workers, their units "
+                   "interleaved and the workers shared equally among their owners.")
 @click.option("--max-json-mb", default=1.0, show_default=True, type=click.FloatRange(0.01), help="Largest JSON body.")
 @click.option("--max-chunk-mb", default=64.0, show_default=True, type=click.FloatRange(0.01), help="Largest upload chunk.")
 @click.option("--idle-shutdown", default=None, type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
@@ -48,7 +51,8 @@ import click
               help="Run as a JupyterHub service: users authenticate with hub API tokens (or the hub's OAuth "
                    "login); the API lives under $JUPYTERHUB_SERVICE_PREFIX, and --host/--port default to "
                    "$JUPYTERHUB_SERVICE_URL.")
-def command(db_url, data_dir, engine, host, port, workers, executor, max_running, torch_epochs, mop_partitions, max_json_mb, max_chunk_mb,
+def command(db_url, data_dir, engine, host, port, workers, executor, max_running, torch_epochs, mop_partitions,
+            max_torch_workloads, max_json_mb, max_chunk_mb,
             idle_shutdown, worker_nice, upload_ttl, quota_gb, blob_gc, jupyterhub) -> None:
     """Run the scheduler service until interrupted."""
     from ease_jupyter.service import ServiceConfig, serve
@@ -74,7 +78,7 @@ def command(db_url, data_dir, engine, host, port, workers, executor, max_running
     try:
         config = ServiceConfig(db_url=db_url, data_dir=data_dir or default_data_dir(), host=host, port=port,
                                engine=engine, workers=workers, executor=executor, max_running_per_user=max_running, torch_epochs=torch_epochs,
-                               mop_partitions=mop_partitions,
+                               mop_partitions=mop_partitions, max_torch_workloads=max_torch_workloads,
                                max_json_bytes=int(max_json_mb * 1024 * 1024), max_chunk_bytes=int(max_chunk_mb * 1024 * 1024),
                                idle_shutdown_seconds=idle_shutdown, worker_nice=worker_nice, upload_ttl_seconds=upload_ttl,
                                quota_bytes=int(quota_gb * 1024**3) or None,

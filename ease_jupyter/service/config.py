@@ -31,6 +31,10 @@ class ServiceConfig:
             partition of one epoch of one config, and an interrupted job
             resumes from its last finished unit, so more partitions mean
             less work lost to a restart at the price of more model hops.
+        max_torch_workloads: torch picks that train at once. Their MOP
+            workloads share the engine's workers: one driver draws the units
+            of all of them, one unit per worker at a time, with the workers
+            shared equally among the jobs' owners (``mop.pool_driver``).
         workers: size of the local worker pool (W).
         executor: ``"process"`` (spawned worker processes; the default) or
             ``"thread"`` (threads in the service; always used for ``memory://``).
@@ -86,6 +90,7 @@ class ServiceConfig:
     torch: bool = True
     torch_epochs: int = 3
     mop_partitions: int | None = None
+    max_torch_workloads: int = 4
     worker_nice: int = 5
     idle_shutdown_seconds: float | None = None
     upload_ttl_seconds: float = 24 * 3600.0
@@ -104,6 +109,8 @@ class ServiceConfig:
             raise ValueError(f"torch_epochs: found {self.torch_epochs}, expected >= 1")
         if self.mop_partitions is not None and self.mop_partitions < 1:
             raise ValueError(f"mop_partitions: found {self.mop_partitions}, expected >= 1 or None")
+        if self.max_torch_workloads < 1:
+            raise ValueError(f"max_torch_workloads: found {self.max_torch_workloads}, expected >= 1")
         if not 0 <= self.worker_nice <= 19:
             raise ValueError(f"worker_nice: found {self.worker_nice}, expected 0 to 19")
         if self.idle_shutdown_seconds is not None and not self.idle_shutdown_seconds > 0:

@@ -109,9 +109,10 @@ class Service:
             return ThreadExecutor(runner, self.store, self.blobs, workers, publish=self.events.publish)
 
         executors = {Engine.SKLEARN: executor(SklearnJobs(engine, self.quota), config.workers)}
-        if config.torch:  # one MOP workload at a time, on an engine of `workers` workers
+        if config.torch:  # several MOP workloads at once, on one engine of `workers` workers
             executors[Engine.TORCH] = executor(TorchJobs(engine, config.workers, config.seed or 0,
-                                                         config.mop_partitions, self.quota), 1)
+                                                         config.mop_partitions, self.quota),
+                                               config.max_torch_workloads)
         self.loop = ControlLoop(self.store, self.blobs, executors=executors, torch_epochs=config.torch_epochs,
                                 max_running_per_user=config.max_running_per_user,
                                 publish=self.events.publish, tick_seconds=config.tick_seconds, seed=config.seed,

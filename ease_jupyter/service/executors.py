@@ -9,6 +9,10 @@ engine a job slot trains on, and how to run one job on it:
 - ``ThreadExecutor``: ``workers`` threads in the service process, each with
   its own engine, made on its first job (an engine's event stream has one
   reader). For ``memory://`` stores and quick tests.
+- A runner with ``shares_engine = True`` (``mop.TorchJobs``: its jobs are
+  MOP workloads that one driver per engine interleaves) gets one engine for
+  all its job slots: the thread executor's threads share it, and the process
+  executor runs its ``workers`` jobs at once, on threads, in one process.
 - ``ProcessExecutor``: ``workers`` spawned processes, each with its own
   store connection and its own engine, so that training never holds the
   service's GIL. Each process has its own pipe: a worker that dies (killed,
@@ -47,6 +51,8 @@ Publish = Callable[[int, dict], None]
 
 class JobRunner(Protocol):
     """How one kind of job trains. Picklable: a process executor sends it to its workers."""
+
+    shares_engine: bool  # its jobs run at once on one engine (see the module docstring)
 
     def make_engine(self) -> Any: ...
 
@@ -101,6 +107,11 @@ class ThreadExecutor:
         self._calls = ThreadPoolExecutor(max_workers=1, thread_name_prefix="easeml-call")
 
     def _engine(self) -> Any:
+        if self.runner.shares_engine:
+            with self._engines_lock:
+                if not self._engines:
+                    self._engines.append(self.runner.make_engine())
+                return self._engines[0]
         engine = getattr(self._local, "engine", None)
         if engine is None:
             engine = self._local.engine = self.runner.make_engine()
@@ -109,7 +120,8 @@ class ThreadExecutor:
         return engine
 
     def engines(self) -> list[Any]:
-        """The engines made so far, one per thread that ran a job."""
+        """The engines made so far, one per thread that ran a job (one in all
+        for a runner that shares its engine)."""
         with self._engines_lock:
             return list(self._engines)
 
@@ -146,9 +158,10 @@ def exit_with_parent(parent_pid: int, every: float = 0.5) -> None:
 
 
 def _serve_jobs(runner: JobRunner, db_url: str | None, data_dir: str, conn: Connection, parent_pid: int,
-                nice: int) -> None:
-    """A worker process: run the jobs that arrive on ``conn`` in turn, until
-    ``None``, and answer calls on a thread of their own meanwhile."""
+                nice: int, jobs_at_once: int = 1) -> None:
+    """A worker process: run the jobs that arrive on ``conn`` (up to
+    ``jobs_at_once`` at a time, on one engine), until ``None``, and answer
+    calls on a thread of their own meanwhile."""
     if nice:
         try:
             os.nice(nice)  # see ServiceConfig.worker_nice
@@ -183,19 +196,27 @@ def _serve_jobs(runner: JobRunner, db_url: str | None, data_dir: str, conn: Conn
         jobs.put(None)
 
     threading.Thread(target=read, name="easeml-worker-reader", daemon=True).start()
-    engine = None
+    engines: list[Any] = []
+    engine_lock = threading.Lock()
+
+    def run(job_id: int) -> None:
+        try:
+            with engine_lock:
+                if not engines:
+                    engines.append(runner.make_engine())
+            runner.run(store, blobs, engines[0], job_id, lambda owner, event: send(("event", owner, event)))
+            send(("done", job_id, None))
+        except Exception:  # noqa: BLE001 - a runner records a job's own failure; this is ours
+            send(("done", job_id, traceback.format_exc()))
+
+    slots = ThreadPoolExecutor(max_workers=jobs_at_once, thread_name_prefix="easeml-job")
     try:
         while (job_id := jobs.get()) is not None:
-            try:
-                if engine is None:
-                    engine = runner.make_engine()
-                runner.run(store, blobs, engine, job_id, lambda owner, event: send(("event", owner, event)))
-                send(("done", job_id, None))
-            except Exception:  # noqa: BLE001 - a runner records a job's own failure; this is ours
-                send(("done", job_id, traceback.format_exc()))
+            slots.submit(run, job_id)
     finally:
+        slots.shutdown(wait=True)
         calls.shutdown(wait=True)
-        if engine is not None:
+        for engine in engines:
             _close_engine(engine)
         store.close()
 
@@ -213,7 +234,7 @@ def _portable(error: Exception) -> Exception | str:
 class _Slot:
     process: Any
     conn: Connection
-    job: tuple[int, Future] | None = None
+    jobs: dict[int, Future] = field(default_factory=dict)  # job id -> its future, the jobs it runs now
     calls: dict[int, Future] = field(default_factory=dict)  # call id -> its future
 
 
@@ -224,14 +245,18 @@ class _Queue:
 
 
 class ProcessExecutor:
-    """``workers`` spawned processes, each running one job at a time (see the module docstring)."""
+    """``workers`` spawned processes, each running one job at a time, or,
+    for a runner that shares its engine, one process running ``workers``
+    jobs at once (see the module docstring)."""
 
     def __init__(self, runner: JobRunner, db_url: str | None, data_dir: str | Path, workers: int = 1, *,
                  nice: int = 0, publish: Publish | None = None):
         self.runner = runner
         self.workers = int(workers)
         self.publish = publish or _ignore
-        self._args = (db_url, str(data_dir), os.getpid(), int(nice))
+        self._jobs_at_once = self.workers if runner.shares_engine else 1
+        self._processes = -(-self.workers // self._jobs_at_once)
+        self._args = (db_url, str(data_dir), os.getpid(), int(nice), self._jobs_at_once)
         self._ctx = multiprocessing.get_context("spawn")
         self._slots: list[_Slot] = []
         self._queue = _Queue()
@@ -287,8 +312,7 @@ class ProcessExecutor:
     # ------------------------------------------------------------ dispatcher
     def _start_worker(self) -> _Slot:
         ours, theirs = self._ctx.Pipe()
-        db_url, data_dir, parent_pid, nice = self._args
-        process = self._ctx.Process(target=_serve_jobs, args=(self.runner, db_url, data_dir, theirs, parent_pid, nice),
+        process = self._ctx.Process(target=_serve_jobs, args=(self.runner, *self._args[:2], theirs, *self._args[2:]),
                                     name="easeml-worker", daemon=True)
         process.start()
         theirs.close()
@@ -312,13 +336,13 @@ class ProcessExecutor:
             slot.conn.send(("call", call_id, fn, args))
 
     def _assign(self) -> None:
-        """Hand queued jobs to idle workers, starting workers up to ``workers``."""
+        """Hand queued jobs to workers with a free job slot, starting workers as needed."""
         while True:
             with self._lock:
                 if not self._queue.jobs:
                     return
-                idle = next((s for s in self._slots if s.job is None), None)
-                if idle is None and len(self._slots) >= self.workers:
+                idle = next((s for s in self._slots if len(s.jobs) < self._jobs_at_once), None)
+                if idle is None and len(self._slots) >= self._processes:
                     return
                 job_id, future = self._queue.jobs.popleft()
             if not future.set_running_or_notify_cancel():
@@ -327,7 +351,7 @@ class ProcessExecutor:
                 idle = self._start_worker()
                 with self._lock:
                     self._slots.append(idle)
-            idle.job = (job_id, future)
+            idle.jobs[job_id] = future
             idle.conn.send(("job", job_id))
 
     def _dispatch(self) -> None:
@@ -335,7 +359,7 @@ class ProcessExecutor:
             self._assign()
             self._send_calls()
             with self._lock:
-                done = self._queue.closing and not any(s.job or s.calls for s in self._slots)
+                done = self._queue.closing and not any(s.jobs or s.calls for s in self._slots)
             if done:
                 for slot in self._slots:
                     if slot.process.is_alive():
@@ -368,10 +392,9 @@ class ProcessExecutor:
                         call.set_exception(error)  # our typed errors keep their code (store_corrupt, ...)
                     else:
                         call.set_exception(RuntimeError(f"a call in a worker raised:\n{error}"))
-                elif slot.job is not None:
+                elif rest[0] in slot.jobs:
                     job_id, error = rest
-                    _, future = slot.job
-                    slot.job = None
+                    future = slot.jobs.pop(job_id)
                     if error is None:
                         future.set_result(job_id)
                     else:
@@ -381,8 +404,7 @@ class ProcessExecutor:
         if slot.process.is_alive():
             return
         slot.process.join()
-        if slot.job is not None:
-            job_id, future = slot.job
+        for job_id, future in slot.jobs.items():
             log.warning("worker %s running job %d died (exit code %s)", slot.process.pid, job_id, slot.process.exitcode)
             future.set_exception(WorkerDied(f"the worker running job {job_id} died "
                                             f"(exit code {slot.process.exitcode})"))

@@ -7,7 +7,13 @@ executor trains the candidate's
 learning-rate grid (ease.ml pvldb §3.1: the rates of its configs) as the
 trials of one :class:`~ease_jupyter.execution.automl.LearningRateGrid`
 procedure with :class:`~ease_jupyter.execution.mop.MOPRunner` on the
-service's engine. The job's accuracy (the GP observation) is the best
+service's engine.
+
+Several picks (of one or several users) train at once: each job slot hands
+its workload to the one :class:`~ease_jupyter.execution.mop.pool_driver.PoolDriver`
+of the engine and waits for it, and the driver draws the units of all
+active workloads (Cerebro's MOP across tasks), sharing the workers equally
+among the jobs' owners. The job's accuracy (the GP observation) is the best
 config's best validation accuracy, and its artifact is that config's
 best-scoring checkpoint.
 
@@ -56,12 +62,13 @@ import logging
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 
 from ..datasets import load
 from ..execution.automl import LearningRateGrid
+from ..execution.mop.pool_driver import PoolDriver
 from ..execution.mop.runner import EpochMetrics, MOPRunner, UnitRecord
 from ..jobspec import TorchWorkload, metric_name, parse_job, point_label
 from ..store import BlobStore, Job, JobStatus, JobUpdate, Store
@@ -84,8 +91,10 @@ def _existing_metrics(store: Store, job_id: int) -> set[tuple[int, str]]:
 def run_torch_job(store: Store, blobs: BlobStore, engine: Any, job_id: int, *,
                   publish: Callable[[int, dict], None] | None = None, seed: int = 0,
                   partitions: int | None = None, quota: Any = None) -> Job:
-    """Train a queued torch job (a pick) as one MOP workload; resume from its
-    last finished MOP unit if it ran before. queued -> running -> succeeded | failed.
+    """Train a queued torch job (a pick) as one MOP workload on the engine's
+    shared driver, beside the other jobs running there, and wait for it;
+    resume from its last finished MOP unit if it ran before. queued -> running -> succeeded | failed.
+    The callbacks below run on the driver's thread, between units.
     With a ``quota.Quota``, the job fails (``QuotaExceededError``) when its
     owner is at her quota before training or its model would take her over it."""
     publish = publish or (lambda owner, event: None)
@@ -168,7 +177,7 @@ def run_torch_job(store: Store, blobs: BlobStore, engine: Any, job_id: int, *,
                                example_ids=data.example_ids, seed=seed, n_partitions=progress.partitions,
                                on_metrics=on_metrics, on_unit=on_unit, resume=resume)
             runner_box.append(runner)
-            runner.run()
+            PoolDriver.shared(engine, seed=seed).run(runner, owner=str(task.owner_id))
         ranked = [(v[0], t, v[1]) for t, v in progress.best.items() if not math.isnan(v[0])]
         if not ranked:
             raise RuntimeError("no config produced a finite validation score")
@@ -186,10 +195,12 @@ def run_torch_job(store: Store, blobs: BlobStore, engine: Any, job_id: int, *,
 
 @dataclass(frozen=True)
 class TorchJobs:
-    """The job runner of torch picks (``executors.JobRunner``): each job
-    slot trains its MOP workloads on its own engine (``make_engine(engine)``:
-    a local engine of ``engine_workers`` workers, or a client of a Dask cluster)."""
+    """The job runner of torch picks (``executors.JobRunner``): its job slots
+    share one engine (``make_engine()``: a local engine of ``engine_workers``
+    workers, or a client of a Dask cluster), whose driver interleaves their
+    MOP workloads."""
 
+    shares_engine: ClassVar[bool] = True  # the executors read it
     engine: str = "local"
     engine_workers: int = 1
     seed: int = 0

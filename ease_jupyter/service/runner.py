@@ -17,7 +17,7 @@ import functools
 import json
 import pickle
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
 from threadpoolctl import ThreadpoolController
 
@@ -140,6 +140,7 @@ class SklearnJobs:
 
     engine: str = "local"
     quota: Any = None
+    shares_engine: ClassVar[bool] = False  # a grid's combinations fan out on its slot's own engine
 
     def make_engine(self) -> Any:
         return grid_engine(self.engine)

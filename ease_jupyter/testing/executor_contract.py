@@ -35,7 +35,7 @@ import threading
 import time
 from concurrent.futures import CancelledError
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 import pytest
@@ -73,6 +73,8 @@ class ContractRunner:
     accuracy of a success). It tags the job with its ``pid`` and the
     ``start``/``end`` times (``time.time()``)."""
 
+    shares_engine: ClassVar[bool] = False
+
     def make_engine(self) -> Any:
         return _Engine()
 
@@ -100,6 +102,15 @@ def _jobs(stores: tuple[Store, BlobStore], *configs: dict) -> list[int]:
     task = store.create_task(user.id, "t", "input: [2] output: [2]")
     version = feed(store, blobs, task, np.zeros((4, 2), dtype=np.float32), np.arange(4) % 2)
     return [store.create_job(task.id, version.id, "contract", config).id for config in configs]
+
+
+def _run_all(executor: Any, job_ids: list[int]) -> None:
+    """Submit every job, wait for all of them, shut the executor down."""
+    try:
+        for future in [executor.submit(j) for j in job_ids]:
+            future.result(WAIT)
+    finally:
+        executor.shutdown()
 
 
 def _span(store: Store, job_id: int) -> tuple[float, float]:
@@ -144,12 +155,7 @@ def test_published_events_reach_the_executors_publish(stores, executor_factory):
 def test_jobs_start_in_submission_order_on_one_worker(stores, executor_factory):
     store, _ = stores
     job_ids = _jobs(stores, *({"sleep": 0.05} for _ in range(4)))
-    executor = executor_factory(ContractRunner(), 1)
-    try:
-        for future in [executor.submit(j) for j in job_ids]:
-            future.result(WAIT)
-    finally:
-        executor.shutdown()
+    _run_all(executor_factory(ContractRunner(), 1), job_ids)
     spans = [_span(store, j) for j in job_ids]
     assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), spans  # FIFO, one at a time
 
@@ -157,12 +163,7 @@ def test_jobs_start_in_submission_order_on_one_worker(stores, executor_factory):
 def test_never_more_jobs_at_once_than_workers(stores, executor_factory):
     store, _ = stores
     job_ids = _jobs(stores, *({"sleep": 0.3} for _ in range(5)))
-    executor = executor_factory(ContractRunner(), 2)
-    try:
-        for future in [executor.submit(j) for j in job_ids]:
-            future.result(WAIT)
-    finally:
-        executor.shutdown()
+    _run_all(executor_factory(ContractRunner(), 2), job_ids)
     spans = [_span(store, j) for j in job_ids]
     most = max(sum(s <= t < e for s, e in spans) for t, _ in spans)
     assert all(store.get_job(j).status is JobStatus.SUCCEEDED for j in job_ids)

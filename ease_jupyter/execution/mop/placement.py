@@ -53,6 +53,8 @@ class Placement:
         forget: ``forget(scheduler, unit)`` is called for each unit that a
             lost worker had in flight in ``scheduler`` (the runner cancels
             it; the scheduler has already put it back in Q).
+        namespace: prefixes the run's data keys on the engine, so that
+            several runs can place partitions on the same workers.
     """
 
     def __init__(
@@ -65,8 +67,10 @@ class Placement:
         worker_wait: float,
         faults: FaultLog,
         forget: Callable[[MOPScheduler, Unit], None],
+        namespace: str = "",
     ):
         self.engine = engine
+        self.namespace = namespace
         self.parts = parts
         self.replication = replication
         self.repair_grace = repair_grace
@@ -78,20 +82,24 @@ class Placement:
         self._schedulers: dict[str, MOPScheduler] = {}
         self._orphaned_since: float | None = None
 
+    def key(self, kind: str, pid: int) -> str:
+        """The engine's key of partition ``pid`` of ``kind`` in this run."""
+        return partition_key(self.namespace + kind, pid)
+
     # -- start and end ------------------------------------------------------------------------------
     def place_all(self, workers: Sequence[str]) -> None:
         """Spread every partition over ``workers`` (the live ones at the start)."""
         self.live = set(workers)
         for kind in KINDS:
-            av = self.engine.place_partitions(self.parts[kind], replication=self.replication, prefix=kind,
-                                              workers=workers)
+            av = self.engine.place_partitions(self.parts[kind], replication=self.replication,
+                                              prefix=self.namespace + kind, workers=workers)
             self.map.place(kind, av)
 
     def drop_all(self) -> None:
         """Forget every partition on every worker (the run ended)."""
         for kind in KINDS:
             for pid in self.parts[kind]:
-                self.engine.drop(partition_key(kind, pid))
+                self.engine.drop(self.key(kind, pid))
 
     # -- schedulers ---------------------------------------------------------------------------------
     def attach(self, kind: str, sched: MOPScheduler) -> None:
@@ -139,7 +147,7 @@ class Placement:
         """Copy a partition to ``worker``; False (and the worker counts as lost)
         if it left again before its data arrived."""
         try:
-            self.engine.place(partition_key(kind, pid), self.parts[kind][pid], [worker])
+            self.engine.place(self.key(kind, pid), self.parts[kind][pid], [worker])
         except EngineError as error:
             self.faults.note(str(error))
             self.worker_lost(worker, "left while its data was placed")
@@ -149,7 +157,7 @@ class Placement:
     def _give(self, worker: str, kind: str, pids: set[int]) -> None:
         """Place partitions of ``kind`` on a live, idle worker and tell the scheduler."""
         for pid in sorted(pids):
-            self.engine.place(partition_key(kind, pid), self.parts[kind][pid], [worker])
+            self.engine.place(self.key(kind, pid), self.parts[kind][pid], [worker])
             self.map.add(kind, pid, worker)
         sched = self._schedulers.get(kind)
         if sched is not None:
@@ -210,7 +218,7 @@ class Placement:
                 pid, target = max(av[donor]), empty[0]
                 if not self._place(kind, pid, target):
                     continue
-                self.engine.drop(partition_key(kind, pid), [donor])
+                self.engine.drop(self.key(kind, pid), [donor])
                 self.map.move(kind, pid, donor, target)
                 self.faults.note(f"moved {kind} partition {pid} from {donor} to {target}")
                 sched = self._schedulers.get(kind)  # at a boundary: the training scheduler only

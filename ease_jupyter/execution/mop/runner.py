@@ -22,8 +22,12 @@ loop (Cerebro §4.2, the protocol in ``automl/base.py``):
 4. ``procedure.epoch_end`` stops and adds trials; ``scheduler.next_epoch``
    starts the next epoch with the live set, until a decision is finished.
 
-This module keeps that loop and the dispatch of the engine's events; its
-parts live beside it, one job each:
+This module keeps one workload's state and that loop, one phase at a time;
+its parts live beside it, one job each:
+
+* ``pool_driver``: :class:`PoolDriver`, the reader of the engine's events,
+  which draws the units of one or several runs (MOP across tasks) through
+  ``shared_pool.SharedPoolScheduler``; ``run()`` is its one-run case;
 
 * ``partitions``: the split into partitions, and :class:`PartitionMap`, the
   one record of which worker holds which partition;
@@ -34,9 +38,9 @@ parts live beside it, one job each:
 * ``results``: :class:`EpochMetrics`, :class:`UnitRecord`, :class:`RunResult`,
   :class:`RunnerError`.
 
-A runner owns its engine's event stream while it runs (``Engine.events`` has
-one consumer): run one runner per engine at a time, or give each its own
-engine.
+``Engine.events`` has one consumer: run several runners on one engine
+through its one driver (``PoolDriver.shared(engine).run(runner, owner=...)``),
+not with several ``run()`` calls at once.
 
 Faults (§5.6). A unit that is lost (its worker died, its deadline passed,
 its input went away) goes back to Q and runs again from the same
@@ -52,24 +56,17 @@ from __future__ import annotations
 
 import logging
 import math
+import random
 import time
 from typing import Any, Callable, Mapping, Sequence
 
 from ease_jupyter.errors import EaseMLError
 from ease_jupyter.execution.automl.base import Procedure, TrialResult, TrialSpec
-from ease_jupyter.execution.engine.base import (
-    Engine,
-    EngineError,
-    UnitDone,
-    UnitFailed,
-    UnitLost,
-    WorkerAdded,
-    WorkerLost,
-    partition_key,
-)
+from ease_jupyter.execution.engine.base import Engine
 from ease_jupyter.execution.mop.checkpoints import HopStore
 from ease_jupyter.execution.mop.partitions import TRAIN, VAL, PartitionMap, partition, split_validation
 from ease_jupyter.execution.mop.placement import FaultLog, Placement
+from ease_jupyter.execution.mop.pool_driver import Phase, PoolDriver, PoolSlot
 from ease_jupyter.execution.mop.results import EpochMetrics, RunnerError, RunResult, UnitRecord
 from ease_jupyter.execution.mop.resume import (
     EpochSoFar,
@@ -79,7 +76,7 @@ from ease_jupyter.execution.mop.resume import (
     replay_procedure,
     restore_epoch,
 )
-from ease_jupyter.execution.mop.scheduler import MOPScheduler, Unit
+from ease_jupyter.execution.mop.scheduler import Unit
 from ease_jupyter.execution.units import (
     DEFAULT_HOP,
     HOP_MODES,
@@ -223,6 +220,7 @@ class MOPRunner:
         self._checkpoint_dir = checkpoint_dir
         self._hops: HopStore | None = None  # the running run's, from run()
         self._placement: Placement | None = None  # likewise
+        self._slot: PoolSlot | None = None  # the current phase's scheduler in the pool
 
     @property
     def partitions(self) -> int:
@@ -291,109 +289,12 @@ class MOPRunner:
             self._scores[spec.id] = []
             self._hops.put(spec.id, data)
 
-    # -- units --------------------------------------------------------------------------------
-    def _submit(self, kind: str, sched: MOPScheduler, unit: Unit, worker: str) -> None:
-        t = unit.config
-        spec = self._uspec[t].at(self._epochs[t], unit.partition)
-        key = partition_key(kind, unit.partition)
-        timeout = self.unit_timeout if worker in self._warm else self.first_unit_timeout
-        if kind == TRAIN:
-            h = self.engine.submit_pinned(train_unit, key, self._hops.ref(t), spec, self.hooks, self._hops.out_dir,
-                                          worker=worker, timeout=timeout)
-        else:
-            h = self.engine.submit_pinned(eval_unit, key, self._hops.ref(t), spec, self.hooks,
-                                          worker=worker, timeout=timeout)
-        self._inflight[h] = (sched, kind, unit, worker)
-
-    def _on_done(self, kind: str, unit: Unit, result: Any) -> Mapping[str, Any]:
-        """Take a finished unit's result into the run; returns its metrics."""
-        t = unit.config
-        if kind == TRAIN:
-            assert isinstance(result, UnitOutput)
-            self._hops.advance(t, result.checkpoint)
-            self._epoch_so_far.setdefault(t, EpochSoFar()).add(unit.partition, result.metrics)
-            return result.metrics
-        self._val_parts.setdefault(t, []).append(result)
-        return result
-
-    def _forget_unit(self, sched: MOPScheduler, unit: Unit) -> None:
-        """Stop waiting for ``unit`` (its worker was lost; the scheduler has it in Q again)."""
-        for h, (s, _, u, _) in list(self._inflight.items()):
-            if s is sched and u == unit:
-                del self._inflight[h]
-                self.engine.cancel(h)
-                self._requeued += 1
-
-    def _busy_workers(self) -> set[str]:
-        return {w for (_, _, _, w) in self._inflight.values()}
-
-    def _emit(self, fn: Callable[[Any], None], value: Any) -> None:
-        try:
-            fn(value)
-        except Exception:  # noqa: BLE001 - a listener must not stop training
-            log.exception("metrics listener failed")
-
-    # -- event dispatch -----------------------------------------------------------------------
-    def _drive(self, kind: str, sched: MOPScheduler) -> None:
-        """Run the scheduler's current epoch to the end (Alg. 1-2 with §5.6)."""
-        failures: dict[Unit, int] = {}
-        placement = self._placement
-        while not sched.epoch_done():
-            for unit, worker in sched.schedule():
-                try:
-                    self._submit(kind, sched, unit, worker)
-                except EngineError as error:  # the engine saw the worker go first
-                    self._faults.note(f"could not submit {unit} to {worker}: {error}")
-                    sched.requeue(unit)
-                    if worker not in self.engine.workers() and worker in placement.live:
-                        placement.worker_lost(worker, "gone")
-            for ev in self.engine.events(0.2):
-                if isinstance(ev, UnitDone):
-                    entry = self._inflight.pop(ev.handle, None)
-                    if entry is None:
-                        continue  # a late result of a unit already requeued
-                    s, k, unit, worker = entry
-                    self._warm.add(worker)
-                    metrics = self._on_done(k, unit, ev.result)
-                    s.complete(unit, worker)
-                    if self.on_unit is not None:
-                        self._emit(self.on_unit, UnitRecord(k, unit.config, self._train.epoch, unit.partition, worker,
-                                                            dict(metrics)))
-                elif isinstance(ev, UnitFailed):
-                    entry = self._inflight.pop(ev.handle, None)
-                    if entry is None:
-                        continue
-                    s, k, unit, worker = entry
-                    failures[unit] = failures.get(unit, 0) + 1
-                    if failures[unit] > self.max_unit_retries:
-                        raise RunnerError(
-                            f"{k} unit (trial {unit.config!r}, partition {unit.partition}, epoch {unit.epoch}) "
-                            f"failed {failures[unit]} times: {ev.error!r}"
-                        ) from ev.error
-                    self._faults.note(f"{k} unit {unit} failed: {ev.error!r}")
-                    s.requeue(unit)
-                    self._requeued += 1
-                elif isinstance(ev, UnitLost):
-                    entry = self._inflight.pop(ev.handle, None)
-                    if entry is None:
-                        continue
-                    s, k, unit, worker = entry
-                    self._faults.note(f"{k} unit {unit} lost on {worker} ({ev.reason})")
-                    if worker in s.workers:
-                        s.requeue(unit)
-                    self._requeued += 1
-                elif isinstance(ev, WorkerLost):
-                    if ev.worker in placement.live:
-                        placement.worker_lost(ev.worker, ev.reason)
-                elif isinstance(ev, WorkerAdded):
-                    if ev.worker not in placement.live:
-                        placement.worker_added(ev.worker)
-            if placement.needs_repair():
-                placement.repair(self._busy_workers())
-
-    # -- the loop ---------------------------------------------------------------------------------
-    def run(self) -> RunResult:
-        """Run the procedure to the end and return the :class:`RunResult`."""
+    # -- driven by a pool (pool_driver.PoolDriver calls these between units) ------------------------
+    def _pool_open(self, namespace: str, workers: Sequence[str]) -> bool:
+        """Start the run on ``workers`` (the pool's live ones): the
+        procedure's first trials (or the replayed resume point), and the
+        partitions placed under keys that start with ``namespace``. Returns
+        whether the procedure had already finished (a resumed run)."""
         self._faults = FaultLog()
         self._trials: dict[str, TrialSpec] = {}
         self._uspec: dict[str, UnitSpec] = {}
@@ -402,80 +303,149 @@ class MOPRunner:
         self._epoch_so_far: dict[str, EpochSoFar] = {}
         self._epochs_done = 0  # scheduler epochs completed (validated and scored)
         self._best: dict[str, tuple[float, bytes]] = {}
-        self._inflight: dict[str, tuple[MOPScheduler, str, Unit, str]] = {}
         self._requeued = 0
-        self._train: MOPScheduler | None = None
-        self._warm: set[str] = set()  # workers that completed a unit in this run
+        self._visit_log: dict[tuple[str, int], tuple[int, ...]] = {}
+        self._history: list[EpochMetrics] = []
+        self._epochs_run = 0
         self._placement = Placement(self.engine, self._parts, replication=self.replication,
                                     repair_grace=self.repair_grace, worker_wait=self.worker_wait,
-                                    faults=self._faults, forget=self._forget_unit)
+                                    faults=self._faults, forget=lambda sched, unit: None, namespace=namespace)
         self._hops = HopStore(self.hop, self._checkpoint_dir).open()
-        history: list[EpochMetrics] = []
-        try:
-            return self._run(history)
-        finally:
-            self._placement.drop_all()
-            for h in list(self._inflight):
-                self.engine.cancel(h)
-            self._hops.close()
-
-    def _run(self, history: list[EpochMetrics]) -> RunResult:
-        workers = self.engine.workers()
         if not workers:
             raise RunnerError("engine: found no live workers, expected at least one")
         if isinstance(self.replication, bool) or not isinstance(self.replication, int) or not 1 <= self.replication <= len(workers):
             raise EaseMLError(f"replication: found {self.replication!r}, expected an integer in [1, {len(workers)}] (the live workers)")
         specs = self.procedure.start()
         self._admit(specs)
-        live = [s.id for s in specs]
-        epochs_run = 0
+        self._live = [s.id for s in specs]
         if self.resume is not None:
             self._best.update(self.resume.best_checkpoints)
-            live, finished = replay_procedure(self.resume, self.procedure, live, self._epochs, self._scores,
-                                              self._admit)
+            self._live, finished = replay_procedure(self.resume, self.procedure, self._live, self._epochs,
+                                                    self._scores, self._admit)
             self._epochs_done = self.resume.epoch
             if finished:
-                return self._result(history, epochs_run)
-        placement = self._placement
-        placement.place_all(workers)
-        self._train = MOPScheduler(live, placement.availability(TRAIN), seed=self.seed, visit_order=self.visit_order,
-                                   partitions=range(self._p), first_epoch=self._epochs_done)
-        placement.attach(TRAIN, self._train)
-        if self.resume is not None:
-            self._epoch_so_far.update(restore_epoch(self.resume, self._train, live, self._p))
-        while True:
-            mop_epoch = self._train.epoch
-            if mop_epoch >= self.max_epochs:
-                raise RunnerError(f"the procedure did not finish within max_epochs={self.max_epochs} epochs")
-            self._drive(TRAIN, self._train)
+                return True
+        self._mop_epoch = self._epochs_done
+        self._restoring = self.resume is not None
+        self._placement.place_all(workers)
+        self._pool_kind = TRAIN
+        self._check_epochs()
+        return False
+
+    def _check_epochs(self) -> None:
+        if self._mop_epoch >= self.max_epochs:
+            raise RunnerError(f"the procedure did not finish within max_epochs={self.max_epochs} epochs")
+
+    def _pool_phase(self) -> Phase:
+        """The scheduler of the phase that starts now: this epoch's training
+        units, or its validation units (parameters not trained)."""
+        kind, epoch = self._pool_kind, self._mop_epoch
+        if kind == TRAIN:  # a seed of its own per epoch: an epoch's draws do not depend on the others'
+            seed = random.Random(f"{self.seed}/train/{epoch}").randrange(2**32)
+            return Phase(tuple(self._live), self._placement.availability(TRAIN), range(self._p), seed,
+                         self.visit_order, epoch)
+        return Phase(tuple(self._live), self._placement.availability(VAL), range(self._p), self.seed + 1 + epoch,
+                     None, 0)
+
+    def _pool_phase_started(self, slot: Any) -> None:
+        """The phase's scheduler is in the pool as ``slot``: placement changes
+        go to it, and a resumed run takes its finished units as done."""
+        self._slot = slot
+        self._placement.attach(self._pool_kind, slot)
+        if self._pool_kind == VAL:
             self._val_parts: dict[str, list[Mapping[str, Any]]] = {}
-            val = MOPScheduler(live, placement.availability(VAL), seed=self.seed + 1 + mop_epoch,
-                               partitions=range(self._p))
-            placement.attach(VAL, val)
-            self._drive(VAL, val)
-            placement.detach(VAL)
-            epochs_run += 1
-            results = self._score_epoch(live, mop_epoch, history)
-            # The epoch counts as done (for resume_state) only once every trial has its score.
-            for t in live:
-                self._scores[t].append(results[t].score)
-            self._epoch_so_far = {}
-            self._epochs_done = mop_epoch + 1
-            decision = self.procedure.epoch_end(results)
-            stopped = set(decision.stop)
-            self._admit(decision.add)  # init_from may name a trial stopped right now
-            live = [t for t in live if t not in stopped] + [s.id for s in decision.add]
-            if decision.finished or not live:
-                break
-            placement.rebalance()
-            self._train.next_epoch(live)
-        return self._result(history, epochs_run)
+        elif self._restoring:
+            self._restoring = False
+            self._epoch_so_far.update(restore_epoch(self.resume, slot, self._live, self._p))
+
+    def _pool_unit(self, unit: Unit) -> tuple[Callable[..., Any], str, tuple[Any, ...]]:
+        """``(fn, key, args)`` of ``unit`` of the current phase, for ``Engine.submit_pinned``."""
+        t = unit.config
+        spec = self._uspec[t].at(self._epochs[t], unit.partition)
+        key = self._placement.key(self._pool_kind, unit.partition)
+        if self._pool_kind == TRAIN:
+            return train_unit, key, (self._hops.ref(t), spec, self.hooks, self._hops.out_dir)
+        return eval_unit, key, (self._hops.ref(t), spec, self.hooks)
+
+    def _pool_unit_done(self, kind: str, unit: Unit, worker: str, result: Any) -> None:
+        """Take a finished unit's result into the run, then tell ``on_unit``."""
+        t = unit.config
+        if kind == TRAIN:
+            assert isinstance(result, UnitOutput)
+            self._hops.advance(t, result.checkpoint)
+            self._epoch_so_far.setdefault(t, EpochSoFar()).add(unit.partition, result.metrics)
+            metrics = result.metrics
+        else:
+            self._val_parts.setdefault(t, []).append(result)
+            metrics = result
+        if self.on_unit is not None:
+            self._emit(self.on_unit, UnitRecord(kind, t, self._mop_epoch, unit.partition, worker, dict(metrics)))
+
+    def _pool_phase_done(self, visit_log: Mapping[tuple[str, int], Sequence[int]]) -> bool:
+        """The phase's units are all done (``visit_log``: its scheduler's).
+        After training, validation starts; after validation, the epoch is
+        scored and ``procedure.epoch_end`` decides. Returns whether the run finished."""
+        self._placement.detach(self._pool_kind)
+        self._slot = None
+        if self._pool_kind == TRAIN:
+            self._visit_log.update({k: tuple(v) for k, v in visit_log.items()})
+            self._pool_kind = VAL
+            return False
+        mop_epoch = self._mop_epoch
+        self._epochs_run += 1
+        live = self._live
+        results = self._score_epoch(live, mop_epoch, self._history)
+        # The epoch counts as done (for resume_state) only once every trial has its score.
+        for t in live:
+            self._scores[t].append(results[t].score)
+        self._epoch_so_far = {}
+        self._epochs_done = mop_epoch + 1
+        decision = self.procedure.epoch_end(results)
+        stopped = set(decision.stop)
+        self._admit(decision.add)  # init_from may name a trial stopped right now
+        self._live = [t for t in live if t not in stopped] + [s.id for s in decision.add]
+        if decision.finished or not self._live:
+            return True
+        self._placement.rebalance()
+        self._mop_epoch += 1
+        self._pool_kind = TRAIN
+        self._check_epochs()
+        return False
+
+    def _pool_worker_added(self, worker: str) -> None:
+        """A worker joined the pool: place this run's under-replicated
+        partitions there and tell the pool what it holds of them."""
+        placement = self._placement
+        if worker in placement.live:
+            return
+        placement.worker_added(worker)
+        if worker in placement.live and self._slot is not None:
+            self._slot.add_worker(worker, placement.availability(self._pool_kind)[worker])
+
+    def _pool_close(self) -> None:
+        """The run ended: forget its data on the workers and its hop store."""
+        if self._placement is not None:
+            self._placement.drop_all()
+        if self._hops is not None:
+            self._hops.close()
+
+    def _emit(self, fn: Callable[[Any], None], value: Any) -> None:
+        try:
+            fn(value)
+        except Exception:  # noqa: BLE001 - a listener must not stop training
+            log.exception("metrics listener failed")
+
+    # -- the loop ---------------------------------------------------------------------------------
+    def run(self) -> RunResult:
+        """Run the procedure to the end and return the :class:`RunResult`
+        (the one-workload case of :class:`PoolDriver`, on this thread)."""
+        return PoolDriver(self.engine, seed=self.seed).run_alone(self)
 
     def _score_epoch(self, live: list[str], mop_epoch: int, history: list[EpochMetrics]) -> dict[str, TrialResult]:
         """Each live trial's result of the epoch just validated; streams its
         :class:`EpochMetrics` and keeps its best checkpoint."""
         results: dict[str, TrialResult] = {}
-        log_now = self._train.visit_log
+        log_now = self._visit_log
         for t in live:
             self._epochs[t] += 1
             v = combine_eval(self._val_parts.get(t, []))
@@ -491,18 +461,17 @@ class MOPRunner:
                 self._emit(self.on_metrics, m)
         return results
 
-    def _result(self, history: list[EpochMetrics], epochs_run: int) -> RunResult:
-        train = self._train
+    def _result(self) -> RunResult:
         return RunResult(
             trials=dict(self._trials),
-            history=history,
+            history=self._history,
             best=self.procedure.best(),
-            visit_log=dict(train.visit_log) if train is not None else {},
+            visit_log=dict(self._visit_log),
             checkpoints=self._hops.read_all(),
             best_checkpoints=dict(self._best),
             requeued=self._requeued,
             faults=list(self._faults.entries),
-            epochs=epochs_run,
+            epochs=self._epochs_run,
             seconds=time.monotonic() - self._faults.t0,
             _builders=self.builders,
             _hooks=self.hooks,

@@ -1,0 +1,395 @@
+"""One driver per engine: the MOP workloads of several tasks on one pool of workers.
+
+Cerebro (§3.1, §4.2) trains one model selection workload; its units are
+(config, partition) pairs and nothing in the scheduling needs the configs to
+belong to one task. :class:`PoolDriver` runs several
+:class:`~ease_jupyter.execution.mop.runner.MOPRunner` workloads on one engine
+at once. It is the one reader of the engine's event stream (an engine has
+one), and draws the units of every active workload through one
+:class:`SharedPoolScheduler` (one unit per worker at a time, per-owner
+fairness, Alg. 1-2 per workload). Each workload keeps its own procedure,
+partitions (placed under its own key namespace, replica-aware, §5.5), hop
+store, callbacks, faults and resume state: the runner owns them and the
+driver calls it between units (``MOPRunner``'s "driven by a pool" methods).
+
+A workload is in the pool one phase at a time: its training epoch, then the
+validation pass of that epoch (the same machinery over the validation
+partitions), then, after ``procedure.epoch_end``, its next training epoch.
+Each phase joins the pool afresh at a unit boundary, so time between phases
+is not credit (``SharedPoolScheduler.add_workload``). Workloads join and
+leave at unit boundaries too.
+
+Two ways to use it:
+
+* ``PoolDriver(engine).run_alone(runner)`` runs one workload on the calling
+  thread (``MOPRunner.run``: the single-workload case);
+* ``PoolDriver.shared(engine).run(runner, owner=...)`` joins the
+  process-wide driver of ``engine`` and blocks until the workload ends; the
+  driver's thread runs while any workload is active. Several threads (a
+  service's job slots) may do so at once.
+
+Faults (§5.6): a lost worker leaves the pool once; each workload's
+placement forgets it and re-places its partitions, and its unit in flight
+(of whichever workload) goes back to that workload's Q. An error of one
+workload (a unit that keeps failing, no worker left for its partitions)
+fails that workload only.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import weakref
+from collections import Counter
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+from ease_jupyter.execution.engine.base import (
+    Engine,
+    EngineError,
+    UnitDone,
+    UnitFailed,
+    UnitLost,
+    WorkerAdded,
+    WorkerLost,
+)
+from ease_jupyter.execution.mop.results import RunnerError
+from ease_jupyter.execution.mop.scheduler import Unit
+from ease_jupyter.execution.mop.shared_pool import SharedPoolScheduler
+
+__all__ = ["Phase", "PoolDriver", "PoolSlot"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_OWNER = "-"  # the owner of workloads submitted without one
+EVENT_WAIT = 0.2  # seconds the loop waits for an event when nothing happens
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One phase of a workload as it joins the pool: the arguments of
+    ``SharedPoolScheduler.add_workload`` (``epoch`` is its ``first_epoch``)."""
+
+    configs: tuple[str, ...]
+    availability: Mapping[str, Iterable[int]]
+    partitions: Iterable[int]
+    seed: int
+    visit_order: Mapping[tuple[str, int], Any] | None
+    epoch: int
+
+
+class PoolSlot:
+    """What one workload's :class:`~ease_jupyter.execution.mop.placement.Placement`
+    and resume see of the pool: its scheduler for the current phase.
+
+    Worker arrivals and losses go to the pool once, by the driver, for every
+    workload; here a placement only tells the pool which of its partitions a
+    live, idle worker holds now (repair, rebalancing).
+    """
+
+    def __init__(self, pool: SharedPoolScheduler, workload: str):
+        self._pool = pool
+        self._workload = workload
+
+    @property
+    def workers(self) -> tuple[str, ...]:
+        return self._pool.workers
+
+    def add_worker(self, worker: str, partitions: Iterable[int]) -> None:
+        self._pool.place(worker, self._workload, partitions)
+
+    def remove_worker(self, worker: str) -> list[Unit]:
+        return []  # the driver takes lost workers out of the pool, for all workloads at once
+
+    def mark_completed(self, unit: Unit) -> None:
+        self._pool.mark_completed(self._workload, unit)
+
+
+@dataclass
+class _Entry:
+    name: str
+    runner: Any  # a MOPRunner (duck-typed: the runner imports this module)
+    owner: str
+    namespace: str  # prefixes its data keys on the engine
+    future: Future = field(default_factory=Future)
+    failures: Counter = field(default_factory=Counter)  # unit -> times its function raised, this phase
+
+
+_drivers: "weakref.WeakKeyDictionary[Engine, PoolDriver]" = weakref.WeakKeyDictionary()
+_drivers_lock = threading.Lock()
+
+
+class PoolDriver:
+    """Drives the MOP workloads on one engine (see the module docstring).
+
+    Args:
+        engine: where units run; the driver reads its event stream.
+        seed: seeds the pool's random choices.
+        weights: owner -> weight (1 for owners not named).
+    """
+
+    def __init__(self, engine: Engine, *, seed: int = 0, weights: Mapping[str, float] | None = None):
+        self.engine = engine
+        self._seed = int(seed)
+        self._weights = dict(weights or {})
+        self._pool = SharedPoolScheduler((), seed=self._seed, weights=self._weights)
+        self._lock = threading.Lock()
+        self._joining: list[_Entry] = []
+        self._active: dict[str, _Entry] = {}
+        self._inflight: dict[str, tuple[str, str, Unit, str]] = {}  # handle -> (workload, kind, unit, worker)
+        self._warm: set[str] = set()  # workers that completed a unit (their first unit's deadline is longer)
+        self._names = itertools.count()
+        self._thread: threading.Thread | None = None
+        #: Workload name -> units completed (train and validation), over the driver's life.
+        self.units_completed: Counter = Counter()
+
+    @classmethod
+    def shared(cls, engine: Engine, *, seed: int = 0) -> "PoolDriver":
+        """The process-wide driver of ``engine`` (made on first use)."""
+        with _drivers_lock:
+            driver = _drivers.get(engine)
+            if driver is None:
+                driver = _drivers[engine] = cls(engine, seed=seed)
+            return driver
+
+    # -- joining ---------------------------------------------------------------------------------
+    def submit(self, runner: Any, *, owner: str = DEFAULT_OWNER) -> "Future[Any]":
+        """Admit ``runner``'s workload at the next unit boundary; the future
+        gets its ``RunResult`` (or the error that ended it)."""
+        entry = self._entry(runner, owner)
+        with self._lock:
+            self._joining.append(entry)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._serve, name="easeml-mop-pool", daemon=True)
+                self._thread.start()
+        return entry.future
+
+    def run(self, runner: Any, *, owner: str = DEFAULT_OWNER) -> Any:
+        """:meth:`submit` and wait for the ``RunResult`` (raises the workload's error)."""
+        return self.submit(runner, owner=owner).result()
+
+    def run_alone(self, runner: Any) -> Any:
+        """Run one workload on the calling thread (no other may join meanwhile)."""
+        with self._lock:
+            if self._thread is not None or self._active or self._joining:
+                raise RunnerError("run_alone: found workloads running on this driver, expected none")
+            entry = self._entry(runner, DEFAULT_OWNER, alone=True)
+            self._joining.append(entry)
+        try:
+            self._loop()
+        except BaseException as error:
+            self._fail_all(error)
+            raise
+        return entry.future.result()
+
+    def set_weight(self, owner: str, weight: float) -> None:
+        """An owner's share of the pool from the next decision on (equal by default)."""
+        with self._lock:
+            self._weights[owner] = weight
+            self._pool.set_weight(owner, weight)
+
+    @property
+    def workloads(self) -> tuple[str, ...]:
+        """The active workloads' names."""
+        return tuple(self._active)
+
+    def _entry(self, runner: Any, owner: str, *, alone: bool = False) -> _Entry:
+        name = f"w{next(self._names)}"
+        return _Entry(name, runner, str(owner) or DEFAULT_OWNER, "" if alone else f"{name}/")
+
+    # -- the loop --------------------------------------------------------------------------------
+    def _serve(self) -> None:
+        try:
+            self._loop()
+        except BaseException as error:  # noqa: BLE001 - every waiting workload learns of it
+            log.exception("the MOP pool driver stopped")
+            self._fail_all(error)
+            with self._lock:
+                self._thread = None
+
+    def _loop(self) -> None:
+        while True:
+            with self._lock:
+                joining, self._joining = self._joining, []
+                if not joining and not self._active:
+                    if self._thread is threading.current_thread():
+                        self._thread = None
+                    return
+            for entry in joining:
+                self._join(entry)
+            self._step()
+
+    def _step(self) -> None:
+        for a in self._pool.schedule():
+            self._submit(self._active[a.workload], a.unit, a.worker)
+        for ev in self.engine.events(EVENT_WAIT):
+            self._on_event(ev)
+        busy = set(self._pool.running)
+        for entry in list(self._active.values()):
+            self._guard(entry, self._tend, entry, busy)
+
+    def _tend(self, entry: _Entry, busy: set[str]) -> None:
+        """Repair the workload's placement, and end its phase once every unit of it is done."""
+        placement = entry.runner._placement
+        if placement.needs_repair():
+            placement.repair(busy)
+        while entry.name in self._active and self._pool.workload(entry.name).epoch_done():
+            self._advance(entry)
+
+    def _guard(self, entry: _Entry, fn: Any, *args: Any) -> None:
+        """Run ``fn(*args)`` for ``entry``; an error fails that workload only."""
+        try:
+            fn(*args)
+        except Exception as error:  # noqa: BLE001 - the workload's waiter gets it
+            self._fail(entry, error)
+
+    # -- workloads join, change phase and leave ------------------------------------------------------
+    def _join(self, entry: _Entry) -> None:
+        if not self._active:  # nothing runs: start from the engine's workers as they are now
+            self._pool = SharedPoolScheduler(self.engine.workers(), seed=self._seed, weights=self._weights)
+        try:
+            finished = entry.runner._pool_open(entry.namespace, list(self._pool.workers))
+        except Exception as error:  # noqa: BLE001
+            self._close(entry, error=error)
+            return
+        if finished:
+            self._close(entry)
+            return
+        self._active[entry.name] = entry
+        self._guard(entry, self._start_phase, entry)
+
+    def _start_phase(self, entry: _Entry) -> None:
+        phase = entry.runner._pool_phase()
+        live = set(self._pool.workers)
+        availability = {w: ps for w, ps in phase.availability.items() if w in live}
+        self._pool.add_workload(entry.name, phase.configs, availability, owner=entry.owner,
+                                partitions=phase.partitions, seed=phase.seed, visit_order=phase.visit_order,
+                                first_epoch=phase.epoch)
+        entry.failures.clear()
+        entry.runner._pool_phase_started(PoolSlot(self._pool, entry.name))
+
+    def _advance(self, entry: _Entry) -> None:
+        visit_log = dict(self._pool.workload(entry.name).visit_log)
+        self._pool.remove_workload(entry.name)  # nothing of it in flight: its phase is done
+        if entry.runner._pool_phase_done(visit_log):
+            del self._active[entry.name]
+            self._close(entry)
+        else:
+            self._start_phase(entry)
+
+    def _fail(self, entry: _Entry, error: BaseException) -> None:
+        if entry.name in self._pool.workloads:
+            self._pool.remove_workload(entry.name)
+        for h, (name, *_rest) in list(self._inflight.items()):
+            if name == entry.name:
+                del self._inflight[h]
+                self.engine.cancel(h)
+        self._active.pop(entry.name, None)
+        self._close(entry, error=error)
+
+    def _fail_all(self, error: BaseException) -> None:
+        with self._lock:
+            joining, self._joining = self._joining, []
+        for entry in list(self._active.values()):
+            self._fail(entry, error)
+        for entry in joining:
+            self._close(entry, error=error)
+
+    def _close(self, entry: _Entry, error: BaseException | None = None) -> None:
+        """Free the workload's data and tell its waiter how it ended."""
+        result = None
+        try:
+            if error is None:
+                result = entry.runner._result()
+        except Exception as e:  # noqa: BLE001
+            error = e
+        finally:
+            try:
+                entry.runner._pool_close()
+            except Exception:  # noqa: BLE001 - the outcome stands; the leak is logged
+                log.exception("closing workload %s failed", entry.name)
+        if error is not None:
+            entry.future.set_exception(error)
+        else:
+            entry.future.set_result(result)
+
+    # -- units -------------------------------------------------------------------------------------
+    def _submit(self, entry: _Entry, unit: Unit, worker: str) -> None:
+        runner = entry.runner
+        kind = runner._pool_kind
+        try:
+            fn, key, args = runner._pool_unit(unit)
+            timeout = runner.unit_timeout if worker in self._warm else runner.first_unit_timeout
+            h = self.engine.submit_pinned(fn, key, *args, worker=worker, timeout=timeout)
+        except EngineError as error:  # the engine saw the worker go first
+            runner._faults.note(f"could not submit {unit} to {worker}: {error}")
+            self._pool.requeue(entry.name, unit)
+            if worker not in self.engine.workers():
+                self._lose_worker(worker, "gone")
+            return
+        except Exception as error:  # noqa: BLE001
+            self._fail(entry, error)
+            return
+        self._inflight[h] = (entry.name, kind, unit, worker)
+
+    def _on_event(self, ev: Any) -> None:
+        if isinstance(ev, WorkerLost):
+            self._lose_worker(ev.worker, ev.reason)
+            return
+        if isinstance(ev, WorkerAdded):
+            self._add_worker(ev.worker)
+            return
+        entry_of = self._inflight.pop(getattr(ev, "handle", None), None)
+        if entry_of is None:
+            return  # a late result of a unit already requeued, or of a workload that ended
+        name, kind, unit, worker = entry_of
+        entry = self._active[name]
+        runner = entry.runner
+        if isinstance(ev, UnitDone):
+            self._warm.add(worker)
+            self._pool.complete(name, unit, worker)
+            self.units_completed[name] += 1
+            self._guard(entry, runner._pool_unit_done, kind, unit, worker, ev.result)
+        elif isinstance(ev, UnitFailed):
+            entry.failures[unit] += 1
+            if entry.failures[unit] > runner.max_unit_retries:
+                error = RunnerError(f"{kind} unit (trial {unit.config!r}, partition {unit.partition}, epoch {unit.epoch}) "
+                                    f"failed {entry.failures[unit]} times: {ev.error!r}")
+                error.__cause__ = ev.error
+                self._fail(entry, error)
+                return
+            runner._faults.note(f"{kind} unit {unit} failed: {ev.error!r}")
+            self._pool.requeue(name, unit)
+            runner._requeued += 1
+        elif isinstance(ev, UnitLost):
+            runner._faults.note(f"{kind} unit {unit} lost on {worker} ({ev.reason})")
+            running = self._pool.running.get(worker)
+            if running is not None and running.workload == name and running.unit == unit:
+                self._pool.requeue(name, unit)
+            runner._requeued += 1
+
+    # -- workers (§5.5-5.6) -------------------------------------------------------------------------
+    def _lose_worker(self, worker: str, reason: str) -> None:
+        """A worker left: its unit in flight goes back to its workload's Q,
+        and every workload's placement forgets what it held."""
+        if worker in self._pool.workers:
+            for a in self._pool.remove_worker(worker):
+                for h, (name, _, unit, _w) in list(self._inflight.items()):
+                    if name == a.workload and unit == a.unit:
+                        del self._inflight[h]
+                        self.engine.cancel(h)
+                        self._active[name].runner._requeued += 1
+        for entry in list(self._active.values()):
+            placement = entry.runner._placement
+            if worker in placement.live:
+                self._guard(entry, placement.worker_lost, worker, reason)
+
+    def _add_worker(self, worker: str) -> None:
+        """A worker joined: each workload places its under-replicated partitions there."""
+        if worker in self._pool.workers:
+            return
+        self._pool.add_worker(worker)
+        for entry in list(self._active.values()):
+            self._guard(entry, entry.runner._pool_worker_added, worker)

@@ -1,0 +1,91 @@
+"""Two users' image tasks over HTTP: their torch picks train at the same time
+on the service's one engine (MOP across tasks, one PoolDriver interleaving
+both workloads), both finish with their per-epoch metrics, and both infer."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+
+import numpy as np
+import pytest
+
+from ease_jupyter.service import ServiceConfig
+from ease_jupyter.zoo import Engine
+
+from .conftest import start
+
+
+@pytest.fixture(scope="module")
+def digits_images():
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    X = (d.images[:400] / 16.0).astype("float32")[..., None]  # [n, 8, 8, 1]
+    return X, d.target[:400].astype("int64")
+
+
+def _span(job: dict) -> tuple[float, float]:
+    return (datetime.fromisoformat(job["started_at"]).timestamp(),
+            datetime.fromisoformat(job["finished_at"]).timestamp())
+
+
+@pytest.mark.parametrize("executor,engine", [
+    ("thread", "local"),
+    pytest.param("process", "dask", marks=pytest.mark.slow),  # one worker process, jobs on threads, a LocalCluster
+])
+def test_two_users_torch_jobs_overlap_and_both_finish(tmp_path, digits_images, executor, engine):
+    X, y = digits_images
+    # One running job per user: any overlap is between the two users' tasks.
+    running = start(tmp_path, torch_epochs=2, workers=2, executor=executor, engine=engine,
+                    max_running_per_user=1, max_torch_workloads=2)
+    try:
+        tasks = {}
+        for name in ("alice", "bob"):
+            running.user(name)
+        for name in ("alice", "bob"):  # both submitted at once
+            task = running.client(name).task(f"digits-{name}", input=[8, 8, 1], output=[10])
+            task.feed(X, y)
+            tasks[name] = task
+        deadline = time.monotonic() + 240
+        done: dict[str, list[dict]] = {}
+        while time.monotonic() < deadline:
+            done = {n: [j for j in t.jobs() if j["status"] == "succeeded"] for n, t in tasks.items()}
+            if all(len(d) >= 2 for d in done.values()):
+                break
+            time.sleep(0.5)
+        assert all(len(d) >= 2 for d in done.values()), {n: t.jobs() for n, t in tasks.items()}
+        spans = {n: [_span(j) for j in d] for n, d in done.items()}
+        overlaps = [(a, b) for a in spans["alice"] for b in spans["bob"] if a[0] < b[1] and b[0] < a[1]]
+        assert overlaps, spans  # the two users' workloads trained at the same time
+        for name, task in tasks.items():
+            job = done[name][0]
+            history = {h["id"]: h for h in task.history()}
+            assert [m["epoch"] for m in history[job["id"]]["metrics"]] == [1, 2]
+            assert all(sum(k.startswith("val_accuracy[lr=") for k in row) == 3
+                       for row in history[job["id"]]["metrics"])
+            predictions = np.asarray(task.infer(X[:50]))
+            assert predictions.shape == (50,) and (predictions == y[:50]).mean() > 0.5
+    finally:
+        running.thread.stop()
+
+
+def test_max_torch_workloads_is_checked_and_sets_the_torch_slots(tmp_path):
+    with pytest.raises(ValueError, match="max_torch_workloads"):
+        ServiceConfig(data_dir=tmp_path, max_torch_workloads=0)
+    running = start(tmp_path, max_torch_workloads=3)
+    try:
+        assert running.service.loop.executors[Engine.TORCH].workers == 3
+    finally:
+        running.thread.stop()
+
+
+def test_serve_offers_the_flag():
+    from click.testing import CliRunner
+
+    from ease_jupyter.cli import main
+
+    out = CliRunner().invoke(main, ["serve", "--help"]).output
+    assert "--max-torch-workloads" in out
+    bad = CliRunner().invoke(main, ["serve", "--max-torch-workloads", "0"])
+    assert bad.exit_code == 2 and "--max-torch-workloads" in bad.output
