@@ -42,11 +42,11 @@ UNITS_PER_EPOCH = CONFIGS * PARTITIONS
 class Serve:
     """``easeml serve`` as a subprocess; its output is drained on a thread."""
 
-    def __init__(self, data_dir):
+    def __init__(self, data_dir, *extra: str):
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "ease_jupyter", "serve", "--data-dir", str(data_dir), "--port", "0",
              "--executor", "thread", "--workers", "1", "--torch-epochs", str(EPOCHS),
-             "--mop-partitions", str(PARTITIONS)],
+             "--mop-partitions", str(PARTITIONS), *extra],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines: list[str] = []
         self.url = None
@@ -231,3 +231,70 @@ def test_sigkill_mid_training_then_restart(tmp_path, request):
     final_progress = _progress(store, victim["id"])
     assert final_progress["epoch"] == EPOCHS and final_progress["units"] == {}
     assert final_progress["trained_units"] == EPOCHS * UNITS_PER_EPOCH
+
+
+@pytest.mark.slow
+def test_sigkill_while_two_workloads_train_resumes_both_per_unit(tmp_path, request):
+    """Two tasks' torch jobs share the workers (MOP across tasks); a SIGKILL
+    inside an epoch of both: after the restart each resumes from its own last
+    recorded unit, and over both runs each trains every unit exactly once."""
+    from sklearn.datasets import load_digits
+
+    token = CliRunner().invoke(main, ["users", "add", "ada", "--admin", "--data-dir", str(tmp_path)]).output.strip()
+    d = load_digits()
+    X, y = (d.images[:600] / 16.0).astype("float32")[..., None], d.target[:600].astype("int64")
+    names = ("d1", "d2")
+    first = Serve(tmp_path, "--max-torch-workloads", "2")
+    polling, _ = open_store(None, tmp_path)
+    try:
+        client = Client(first.url, token)
+        for name in names:
+            client.task(name, input=[8, 8, 1], output=[10]).feed(X, y)
+        deadline, victims = time.monotonic() + 300, None
+        while time.monotonic() < deadline and victims is None:
+            running = {n: [h for h in _history(client, n).values() if h["status"] == "running"] for n in names}
+            if all(running.values()):
+                jobs = [running[n][0]["id"] for n in names]
+                if all(_inside_an_epoch(_progress(polling, j), spare=1) for j in jobs):
+                    first.proc.send_signal(signal.SIGSTOP)
+                    if all(_inside_an_epoch(_progress(polling, j), spare=1)
+                           and polling.get_job(j).status is JobStatus.RUNNING for j in jobs):
+                        victims = jobs
+                        break
+                    first.proc.send_signal(signal.SIGCONT)
+            time.sleep(0.02)
+        assert victims is not None, "the two torch jobs were never caught inside an epoch at once"
+        os.kill(first.proc.pid, signal.SIGKILL)
+        assert first.proc.wait(30) == -signal.SIGKILL
+    finally:
+        polling.close()
+        if first.proc.poll() is None:
+            first.stop(signal.SIGKILL)
+    store, _ = open_store(None, tmp_path)
+    frozen = {j: _progress(store, j) for j in victims}
+    store.close()
+    assert all(_inside_an_epoch(p) for p in frozen.values()), frozen
+
+    second = Serve(tmp_path, "--max-torch-workloads", "2")
+    try:
+        watch, _ = open_store(None, tmp_path)
+        try:
+            deadline = time.monotonic() + 400
+            while time.monotonic() < deadline and not all(
+                    watch.get_job(j).status is JobStatus.SUCCEEDED for j in victims):
+                time.sleep(0.2)
+            assert [watch.get_job(j).status for j in victims] == [JobStatus.SUCCEEDED] * 2
+        finally:
+            watch.close()
+    finally:
+        assert second.stop() == 0
+    store, _ = open_store(None, tmp_path)
+    request.addfinalizer(store.close)
+    for job_id, before in frozen.items():
+        assert store.get_job(job_id).attempts == 2
+        tags = store.tags("job", job_id)
+        assert json.loads(tags[RESUMED_UNITS_TAG]) == {
+            "epoch": before["epoch"], "units": _units_done(before),
+            "visited": {t: u["visited"] for t, u in before["units"].items()}}
+        after = _progress(store, job_id)
+        assert after["epoch"] == EPOCHS and after["trained_units"] == EPOCHS * UNITS_PER_EPOCH
