@@ -240,7 +240,10 @@ class _Slot:
 
 @dataclass
 class _Queue:
+    """What the dispatcher has not handed to a worker yet."""
+
     jobs: collections.deque = field(default_factory=collections.deque)  # (job id, future), FIFO
+    calls: collections.deque = field(default_factory=collections.deque)  # (call id, fn, args, future)
     closing: bool = False
 
 
@@ -263,26 +266,22 @@ class ProcessExecutor:
         self._lock = threading.Lock()
         self._wake_r, self._wake_w = self._ctx.Pipe(duplex=False)
         self._call_ids = itertools.count()
-        self._calls: collections.deque = collections.deque()  # (call id, fn, args, future) not sent yet
         self._dispatcher = threading.Thread(target=self._dispatch, name="easeml-executor", daemon=True)
         self._dispatcher.start()
 
     # ------------------------------------------------------------ public
     def submit(self, job_id: int) -> "Future[int]":
-        future: Future = Future()
-        with self._lock:
-            if self._queue.closing:
-                raise RuntimeError("the executor is shut down")
-            self._queue.jobs.append((job_id, future))
-        self._wake_w.send(None)
-        return future
+        return self._enqueue(self._queue.jobs, job_id)
 
     def call(self, fn: Callable[..., Any], *args: Any) -> "Future[Any]":
+        return self._enqueue(self._queue.calls, next(self._call_ids), fn, args)
+
+    def _enqueue(self, line: collections.deque, *item: Any) -> Future:
         future: Future = Future()
         with self._lock:
             if self._queue.closing:
                 raise RuntimeError("the executor is shut down")
-            self._calls.append((next(self._call_ids), fn, args, future))
+            line.append((*item, future))
         self._wake_w.send(None)
         return future
 
@@ -294,11 +293,10 @@ class ProcessExecutor:
         """Cancel the jobs not started, wait for the running ones, stop the workers."""
         with self._lock:
             self._queue.closing = True
-            pending, self._queue.jobs = list(self._queue.jobs), collections.deque()
-            calls, self._calls = list(self._calls), collections.deque()
-        for _, future in pending:
-            future.cancel()
-        for *_, future in calls:
+            pending = [*self._queue.jobs, *self._queue.calls]
+            self._queue.jobs.clear()
+            self._queue.calls.clear()
+        for *_, future in pending:
             future.cancel()
         self._wake_w.send(None)
         self._dispatcher.join()
@@ -322,9 +320,9 @@ class ProcessExecutor:
         """Hand calls to the worker with the fewest calls (starting one if there is none)."""
         while True:
             with self._lock:
-                if not self._calls:
+                if not self._queue.calls:
                     return
-                call_id, fn, args, future = self._calls.popleft()
+                call_id, fn, args, future = self._queue.calls.popleft()
                 slot = min(self._slots, key=lambda s: len(s.calls), default=None)
             if not future.set_running_or_notify_cancel():
                 continue
