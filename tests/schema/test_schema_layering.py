@@ -49,7 +49,8 @@ def test_importing_schema_loads_no_heavy_dependencies():
 
 def test_public_api():
     assert sorted(schema.__all__) == sorted(
-        ["TensorField", "DataType", "Program", "parse", "format_program", "check_data", "check_inputs", "CheckedData"]
+        ["TensorField", "DataType", "Program", "parse", "format_program", "check_data", "check_inputs", "CheckedData",
+         "program_from_shapes"]
     )
     for name in schema.__all__:
         assert getattr(schema, name) is not None
