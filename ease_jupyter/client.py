@@ -1,8 +1,8 @@
 """The notebook's handle on the scheduler service (DESIGN.md, Interfaces).
 
-``Client(url=None, token=None)`` talks JSON over HTTP to the service;
-``LocalWorkspace`` offers the same task methods in-process. With no URL (and
-no ``EASEML_URL``/``EASEML_TOKEN``) it starts or attaches to the embedded
+``Client(url=None, token=None)`` talks JSON over HTTP to the service, on one
+kept connection per thread. With no URL (and no
+``EASEML_URL``/``EASEML_TOKEN``) it starts or attaches to the embedded
 service of the data dir. Service errors come back as the exceptions of
 ``ease_jupyter.errors``, with the field, what was found and what was expected.
 
@@ -18,13 +18,17 @@ service of the data dir. Service errors come back as the exceptions of
 from __future__ import annotations
 
 import base64
+import http.client
 import io
 import json
 import os
+import select
+import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import weakref
 from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -124,6 +128,107 @@ def _hub_token_for(url: str) -> str | None:
     return token if (path.rstrip("/") + "/").startswith(services) else None
 
 
+# Methods a server may receive twice with the same effect (RFC 9110, 9.2.2):
+# these alone are sent again when a reused connection broke after sending.
+_REPEATABLE = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
+
+
+class _Transport:
+    """HTTP/1.1 to one service, on connections kept open between requests.
+
+    Each thread has its own connection (a notebook's widgets and
+    ``Task.wait`` call from other threads), so requests never interleave on
+    one. A new TCP connection per request costs the service's IOLoop about
+    as much as a small request does (accept, set-up, close), so reusing them
+    is most of what a busy service gains from its clients.
+
+    A kept connection that the server closed while it was idle (its idle
+    timeout, a restart) reads as ready before it is used, and is replaced.
+    Should it break anyway, on a reused connection, the request is sent again
+    on a new one if it never got out, or if its method may be repeated
+    (``_REPEATABLE``); a POST that may have reached the server is not sent
+    twice (a feed must be stored once). Behind an HTTP proxy from the
+    environment (``HTTP_PROXY``...), requests go through ``urllib`` as before,
+    one connection each.
+    """
+
+    def __init__(self, url: str, timeout: float):
+        self.url, self.timeout = url, timeout
+        parts = urllib.parse.urlsplit(url)
+        self._https = parts.scheme == "https"
+        self._host, self._port = parts.hostname or "localhost", parts.port
+        self._prefix = parts.path.rstrip("/")
+        proxies = urllib.request.getproxies()
+        proxied = parts.scheme in proxies and not urllib.request.proxy_bypass(parts.netloc)
+        # (its own opener: urlopen's global one keeps the proxies of its first use)
+        self._opener = urllib.request.build_opener() if proxied else None
+        self._local = threading.local()
+        self._open: "weakref.WeakSet[http.client.HTTPConnection]" = weakref.WeakSet()
+        self._lock = threading.Lock()
+
+    def send(self, method: str, target: str, data: bytes | None, headers: dict[str, str]) -> tuple[int, bytes]:
+        """(status, body) of one request; ``target`` is the path under the service's URL."""
+        if self._opener is not None:
+            return _send_urllib(self._opener, self.url + target, method, data, headers, self.timeout)
+        while True:
+            connection, reused = self._connection()
+            sent = False
+            try:
+                connection.request(method, self._prefix + target, body=data, headers=headers)
+                sent = True
+                response = connection.getresponse()
+                return response.status, response.read()
+            except ConnectionError:
+                connection.close()
+                if not reused or (sent and method not in _REPEATABLE):
+                    raise
+                # A reused connection the server had closed: try once more on a new one (not reused).
+            except BaseException:
+                connection.close()  # a timed-out or half-read answer must not meet the next request
+                raise
+
+    def _connection(self) -> tuple[http.client.HTTPConnection, bool]:
+        """This thread's connection, and whether it is already open (reused)."""
+        connection = getattr(self._local, "connection", None)
+        if connection is None:
+            factory = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+            connection = factory(self._host, self._port, timeout=self.timeout)
+            self._local.connection = connection
+            with self._lock:
+                self._open.add(connection)
+        elif connection.sock is not None and _readable(connection.sock):
+            connection.close()  # idle, yet readable: closed by the server (or it sent what nobody asked for)
+        return connection, connection.sock is not None
+
+    def close(self) -> None:
+        with self._lock:
+            connections = list(self._open)
+        for connection in connections:
+            connection.close()
+
+
+def _readable(sock: Any) -> bool:
+    """Whether the socket has something to read (or an end of file) right now."""
+    try:
+        if hasattr(select, "poll"):  # no limit on descriptor numbers, unlike select()
+            poller = select.poll()
+            poller.register(sock, select.POLLIN)
+            return bool(poller.poll(0))
+        return bool(select.select([sock], [], [], 0)[0])
+    except (OSError, ValueError):  # closed under us
+        return True
+
+
+def _send_urllib(opener: urllib.request.OpenerDirector, url: str, method: str, data: bytes | None,
+                 headers: dict[str, str], timeout: float) -> tuple[int, bytes]:
+    request = urllib.request.Request(url, data=data, headers=headers, method=method)
+    try:
+        with opener.open(request, timeout=timeout) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
 class Client:
     """A connection to the scheduler service as one user.
 
@@ -151,6 +256,7 @@ class Client:
         self.url = url.rstrip("/")
         self.token = token
         self.timeout = timeout
+        self._connections: _Transport | None = None  # made at the first request (see _transport)
 
     def __repr__(self) -> str:
         return f"Client(url={self.url!r})"
@@ -160,8 +266,9 @@ class Client:
                 params: dict[str, Any] | None = None) -> Any:
         try:
             return self._request(method, path, body, raw=raw, params=params)
-        except urllib.error.URLError as error:
-            if self._embedded is None or not isinstance(error.reason, ConnectionRefusedError):
+        except (ConnectionRefusedError, urllib.error.URLError) as error:
+            refused = isinstance(getattr(error, "reason", error), ConnectionRefusedError)
+            if self._embedded is None or not refused:
                 raise
         # The embedded service stopped (idle shutdown, or killed): start it again and retry once.
         from .service.embedded import ensure_embedded
@@ -175,9 +282,9 @@ class Client:
 
     def _request(self, method: str, path: str, body: Any = None, *, raw: bytes | None = None,
                  params: dict[str, Any] | None = None) -> Any:
-        url = f"{self.url}/api/v1{path}"
+        target = f"/api/v1{path}"
         if params:
-            url += "?" + urllib.parse.urlencode(params)
+            target += "?" + urllib.parse.urlencode(params)
         headers = {"Authorization": f"token {self.token}"}
         data = None
         if raw is not None:
@@ -186,18 +293,29 @@ class Client:
             data, headers["Content-Type"] = json.dumps(body).encode(), "application/json"
         elif method in ("POST", "PUT"):
             data = b""
-        request = urllib.request.Request(url, data=data, headers=headers, method=method)
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                text = response.read()
-        except urllib.error.HTTPError as error:
-            text = error.read()
+        status, text = self._transport().send(method, target, data, headers)
+        if status >= 300:
             try:
                 payload = json.loads(text)
             except ValueError:
                 payload = {"error": {"code": "http_error", "message": text[:200].decode(errors="replace")}}
-            _raise_for(error.code, payload)
+            _raise_for(status, payload)
         return json.loads(text) if text else None
+
+    def _transport(self) -> _Transport:
+        transport = self._connections
+        # (A restarted embedded service has a new port; a caller may change the timeout.)
+        if transport is None or (transport.url, transport.timeout) != (self.url, self.timeout):
+            if transport is not None:
+                transport.close()
+            transport = self._connections = _Transport(self.url, self.timeout)
+        return transport
+
+    def close(self) -> None:
+        """Close the connections this client keeps open between requests;
+        a later request opens a new one."""
+        if self._connections is not None:
+            self._connections.close()
 
     def _array(self, array: Any) -> Any:
         if not isinstance(array, np.ndarray):
