@@ -20,16 +20,18 @@ import io
 import json
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 import numpy as np
 
-from .errors import DataError
-from .schema import Program, check_data, check_inputs, parse
+from .errors import DataError, StaleParentError
+from .schema import CheckedData, Program, check_data, check_inputs, parse
 from .store import BlobStore, DatasetVersion, ExampleChunk, NewChunk, Store, Task, VersionKind
 from .store.base import unreadable_blob
 from .store.space import storage_full
 
+T = TypeVar("T")
+MAX_STALE_RETRIES = 50  # versions another writer may store first before a feed or refine gives up
 _NPY_MAGIC = b"\x93NUMPY"
 _NPZ_MAGIC = b"PK"  # np.savez writes a zip archive
 
@@ -57,9 +59,27 @@ def feed(store: Store, blobs: BlobStore, task: Task, X: Any, y: Any, *,
     is called with the size of the blobs about to be written and may refuse
     by raising (the service's quota). The blobs are written before the
     version's row; if the row cannot be stored, the blobs this feed added are
-    deleted again, so a failed feed leaves nothing behind.
+    deleted again, so a failed feed leaves nothing behind. A feed or refine
+    of the same task that stores its version first makes this one start
+    again from the new latest version (``StaleParentError``), so concurrent
+    feeds each keep all the examples before them.
     """
     checked = check_data(program_of(task), X, y)
+    return _on_the_latest(lambda: _feed_once(store, blobs, task, checked, reserve))
+
+
+def _on_the_latest(attempt: Callable[[], T]) -> T:
+    """``attempt()``, again while another writer stored a version first."""
+    for _ in range(MAX_STALE_RETRIES):
+        try:
+            return attempt()
+        except StaleParentError:
+            continue
+    return attempt()
+
+
+def _feed_once(store: Store, blobs: BlobStore, task: Task, checked: CheckedData,
+               reserve: Callable[[int], None] | None) -> DatasetVersion:
     parent = store.latest_dataset_version(task.id)
     chunks = store.list_chunks(task.id)  # read once: the next example id, and the blobs to check
     first_id = chunks[-1].first_example_id + chunks[-1].count if chunks else 0
@@ -120,6 +140,10 @@ def _undo_on_failure(blobs: BlobStore) -> Iterator[Callable[[bytes], str]]:
 
     try:
         yield put
+    except StaleParentError:
+        # Another writer got in first: the retry (or that writer, with the same
+        # content) may use these blobs; unreferenced ones go with `easeml gc`.
+        raise
     except BaseException as error:
         written_by_us = time.time()
         for digest in added:
@@ -157,6 +181,11 @@ def refine_or_reuse(
     When every id to keep is already on and every id to drop already off, the
     active set would equal the latest version's, so that version is returned
     and nothing is written (an identical version would retrain every model)."""
+    return _on_the_latest(lambda: _refine_once(store, blobs, task, keep, drop))
+
+
+def _refine_once(store: Store, blobs: BlobStore, task: Task, keep: Iterable[int] | None,
+                 drop: Iterable[int] | None) -> tuple[DatasetVersion, bool]:
     parent = store.latest_dataset_version(task.id)
     if parent is None:
         raise DataError("task", f"task {task.name!r} with no data", "a feed before refine")

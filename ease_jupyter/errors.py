@@ -52,6 +52,13 @@ class InvalidStateError(EaseMLError, ValueError):
     """An operation that the current state forbids, e.g. a finished job started again."""
 
 
+class StaleParentError(InvalidStateError):
+    """A new dataset version whose parent is no longer the task's latest:
+    another feed or refine stored a version meanwhile. Built on the old
+    latest version, it would lose that version's examples; ``datasets``
+    reads the latest again and retries."""
+
+
 class StorageError(EaseMLError, OSError):
     """The store cannot take or give what was asked. ``code`` and
     ``http_status`` are the JSON error the API answers with (one place for

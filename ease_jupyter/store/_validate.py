@@ -14,7 +14,7 @@ import re
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
-from ease_jupyter.errors import DataError, InvalidStateError
+from ease_jupyter.errors import DataError, InvalidStateError, StaleParentError
 
 from .base import JOB_TRANSITIONS, Job, JobStatus, JobUpdate, NewChunk, Node, NodeKind, VersionKind
 
@@ -24,6 +24,13 @@ TAG_ENTITIES = ("task", "dataset", "job")
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
+
+
+def check_latest_parent(task_id: int, parent_id: int | None, latest_id: int | None) -> None:
+    """A new version builds on the task's latest version (None: it has none yet)."""
+    if parent_id != latest_id:
+        raise StaleParentError(f"task {task_id}: parent_id {parent_id} is no longer its latest dataset version "
+                               f"({latest_id}); another feed or refine stored one meanwhile")
 
 
 def check_id(field: str, value: Any) -> int:

@@ -281,7 +281,10 @@ class Store(abc.ABC):
         and its provenance edge (parent -> version, or None -> version).
 
         A feed needs ``chunk``; a refine needs ``toggles`` and a parent. The
-        parent must belong to the same task.
+        parent must belong to the same task and be its latest version (None
+        only for the first): ``StaleParentError`` otherwise, after the checks
+        of ``toggles``, so that two writers who read the same latest version
+        cannot both build on it.
         """
 
     @abc.abstractmethod

@@ -248,6 +248,9 @@ class InMemoryStore(Store):
                             f"example {example_id}: not in task {task.id} at dataset version {parent.id}"
                             f" (it had examples 0..{known - 1})"
                         )
+            latest = max((x for x in self._versions.values() if x.task_id == task.id), key=lambda x: x.number,
+                         default=None)
+            v.check_latest_parent(task.id, parent_id, None if latest is None else latest.id)
             now = v.utcnow()
             number = 1 + sum(1 for x in self._versions.values() if x.task_id == task.id)
             version = DatasetVersion(

@@ -41,7 +41,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from ..errors import AlreadyExistsError, DataError, InvalidStateError, NotFoundError
+from ..errors import AlreadyExistsError, DataError, InvalidStateError, NotFoundError, StaleParentError
 from ..store import (
     JOB_TRANSITIONS,
     Edge,
@@ -64,8 +64,15 @@ def digest(seed: object) -> str:
     return hashlib.sha256(repr(seed).encode()).hexdigest()
 
 
-def feed(store: Store, task_id: int, count: int, *, parent_id: int | None = None, seed: object = None):
-    """A FEED version of ``count`` examples in one chunk, its blobs named after ``seed``."""
+LATEST = object()  # feed's default parent: the task's latest version, read first
+
+
+def feed(store: Store, task_id: int, count: int, *, parent_id: object = LATEST, seed: object = None):
+    """A FEED version of ``count`` examples in one chunk, its blobs named
+    after ``seed``, on ``parent_id`` (default: the latest version)."""
+    if parent_id is LATEST:
+        latest = store.latest_dataset_version(task_id)
+        parent_id = None if latest is None else latest.id
     return store.create_dataset_version(
         task_id,
         kind=VersionKind.FEED,
@@ -397,6 +404,21 @@ def test_versions_count_from_one_without_gaps(store: Store, fed) -> None:
     for v in (v1, v2, v3):
         assert_recent_utc(v.created_at)
     assert v1.created_at <= v2.created_at <= v3.created_at
+
+
+def test_a_version_must_build_on_the_latest_one(store: Store, fed) -> None:
+    """Two writers that read the same latest version cannot both build on
+    it: the second is refused and stores nothing."""
+    _, t, v1 = fed
+    v2 = feed(store, t.id, 2, parent_id=v1.id)
+    before = snapshot(store, t.id)
+    for stale in (v1.id, None):
+        with pytest.raises(StaleParentError):
+            feed(store, t.id, 1, parent_id=stale)
+    with pytest.raises(StaleParentError):
+        refine(store, t.id, v1.id, {0: False})
+    assert snapshot(store, t.id) == before
+    assert feed(store, t.id, 1, parent_id=v2.id).number == 3
 
 
 def test_each_task_numbers_its_own_versions(store: Store) -> None:
@@ -956,11 +978,17 @@ def test_concurrent_feeds_get_unique_gapless_numbers(store: Store, fed) -> None:
 
     def work(i: int) -> None:
         for k in range(feeds_each):
-            feed(store, t.id, 1 + (i + k) % 3, seed=(i, k))
+            while True:  # as datasets.feed does: read the latest again when another feed got in first
+                try:
+                    feed(store, t.id, 1 + (i + k) % 3, seed=(i, k))
+                    break
+                except StaleParentError:
+                    continue
 
     assert run_threads(threads, work) == []
     versions = store.list_dataset_versions(t.id)
     assert [v.number for v in versions] == list(range(1, threads * feeds_each + 2))
+    assert [v.parent_id for v in versions] == [None] + [v.id for v in versions[:-1]]  # a chain: no feed lost
     chunks = store.list_chunks(t.id)
     ends = [c.first_example_id + c.count for c in chunks]
     assert [c.first_example_id for c in chunks] == [0] + ends[:-1]  # contiguous, no reuse

@@ -25,7 +25,8 @@ def _no_internals(message: str, data_dir) -> None:
 
 
 def _blob_files(data_dir) -> set[str]:
-    return {p.parent.name + p.name for p in (data_dir / "blobs").glob("*/*")}  # the digest (fan-out dir + rest)
+    # the digest (fan-out dir + rest); not a blob being written meanwhile (a temporary file, then renamed)
+    return {p.parent.name + p.name for p in (data_dir / "blobs").glob("*/*") if not p.name.startswith(".tmp-")}
 
 
 def _array_blob_files(data_dir) -> set[str]:

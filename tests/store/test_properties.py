@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from ease_jupyter.errors import NotFoundError
+from ease_jupyter.errors import NotFoundError, StaleParentError
 from ease_jupyter.store import EdgeKind, InMemoryStore, Node, NodeKind, Store, VersionKind
 from ease_jupyter.store._frozen import FrozenDict, freeze, thaw
 from ease_jupyter.store._validate import normalize_json
@@ -53,8 +53,7 @@ class VersionHistory(RuleBasedStateMachine):
     @rule(data=st.data(), count=st.integers(1, 5))
     def feed(self, data: st.DataObject, count: int) -> None:
         task = data.draw(st.sampled_from(self.tasks))
-        parents = [None] + [v[0] for v in task.versions]
-        parent = data.draw(st.sampled_from(parents))
+        parent = task.versions[-1][0] if task.versions else None  # a version builds on the latest
         version = feed(self.store, task.id, count, parent_id=parent, seed=len(task.versions))
         task.versions.append((version.id, VersionKind.FEED, parent))
         task.chunk_sizes.append(count)
@@ -64,13 +63,25 @@ class VersionHistory(RuleBasedStateMachine):
     @rule(data=st.data())
     def refine(self, data: st.DataObject) -> None:
         task = data.draw(st.sampled_from([t for t in self.tasks if t.versions]))
-        parent = data.draw(st.sampled_from([v[0] for v in task.versions]))
+        parent = task.versions[-1][0]
         known = task.examples_at[parent]
         toggles = data.draw(st.dictionaries(st.integers(0, known - 1), st.booleans(), max_size=known))
         version = refine(self.store, task.id, parent, toggles)
         task.versions.append((version.id, VersionKind.REFINE, parent))
         task.examples_at[version.id] = known
         assert {(t.example_id, t.active) for t in self.store.list_toggles(version.id)} == set(toggles.items())
+
+    @precondition(lambda self: any(len(t.versions) >= 2 for t in self.tasks))
+    @rule(data=st.data(), refining=st.booleans())
+    def build_on_a_stale_version(self, data: st.DataObject, refining: bool) -> None:
+        """Refused, and nothing is stored (the invariants check the rest)."""
+        task = data.draw(st.sampled_from([t for t in self.tasks if len(t.versions) >= 2]))
+        stale = data.draw(st.sampled_from([v[0] for v in task.versions[:-1]] + ([] if refining else [None])))
+        with pytest.raises(StaleParentError):
+            if refining:
+                refine(self.store, task.id, stale, {})
+            else:
+                feed(self.store, task.id, 1, parent_id=stale, seed="stale")
 
     @precondition(lambda self: sum(bool(t.versions) for t in self.tasks) >= 2)
     @rule(data=st.data())

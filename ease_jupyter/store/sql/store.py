@@ -347,11 +347,13 @@ class SQLStore(Store):
         with self._writing() as s:
             # Locking the task queues concurrent creators of versions of this task.
             task = self._task(s, task_id, lock=True)
-            # One statement for the version's number, the chunk's first example
-            # id and the parent's task: the write lock is held for each round trip.
-            last, end, parent_task = s.execute(select(
+            # One statement for the version's number, the latest version, the chunk's
+            # first example id and the parent's task: the write lock is held for each round trip.
+            last, latest, end, parent_task = s.execute(select(
                 select(func.max(DatasetVersionRow.number)).where(DatasetVersionRow.task_id == task.id)
                 .scalar_subquery(),
+                select(DatasetVersionRow.id).where(DatasetVersionRow.task_id == task.id)
+                .order_by(DatasetVersionRow.number.desc()).limit(1).scalar_subquery(),
                 select(func.max(ExampleChunkRow.first_example_id + ExampleChunkRow.count))
                 .where(ExampleChunkRow.task_id == task.id).scalar_subquery(),
                 select(DatasetVersionRow.task_id).where(DatasetVersionRow.id == parent_id).scalar_subquery(),
@@ -369,6 +371,7 @@ class SQLStore(Store):
                             f"example {example_id}: not in task {task.id} at dataset version {parent.id}"
                             f" (it had examples 0..{known - 1})"
                         )
+            v.check_latest_parent(task.id, parent_id, latest)
             now = v.utcnow()
             row = DatasetVersionRow(
                 task_id=task.id, number=(last or 0) + 1, kind=kind.value, parent_id=parent_id,
