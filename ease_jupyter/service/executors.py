@@ -316,6 +316,12 @@ class ProcessExecutor:
         theirs.close()
         return _Slot(process, ours)
 
+    def _new_slot(self) -> _Slot:
+        slot = self._start_worker()
+        with self._lock:
+            self._slots.append(slot)
+        return slot
+
     def _send_calls(self) -> None:
         """Hand calls to the worker with the fewest calls (starting one if there is none)."""
         while True:
@@ -326,10 +332,7 @@ class ProcessExecutor:
                 slot = min(self._slots, key=lambda s: len(s.calls), default=None)
             if not future.set_running_or_notify_cancel():
                 continue
-            if slot is None:
-                slot = self._start_worker()
-                with self._lock:
-                    self._slots.append(slot)
+            slot = slot or self._new_slot()
             slot.calls[call_id] = future
             slot.conn.send(("call", call_id, fn, args))
 
@@ -345,10 +348,7 @@ class ProcessExecutor:
                 job_id, future = self._queue.jobs.popleft()
             if not future.set_running_or_notify_cancel():
                 continue
-            if idle is None:
-                idle = self._start_worker()
-                with self._lock:
-                    self._slots.append(idle)
+            idle = idle or self._new_slot()
             idle.jobs[job_id] = future
             idle.conn.send(("job", job_id))
 

@@ -22,6 +22,7 @@ import sys
 import threading
 import json
 import time
+from typing import Callable
 
 import pytest
 from click.testing import CliRunner
@@ -97,6 +98,26 @@ def _inside_an_epoch(progress: dict | None, *, spare: int = 0) -> bool:
             and 0 < _units_done(progress) < UNITS_PER_EPOCH - spare)
 
 
+def _caught(store, job_ids: list[int]) -> bool:
+    """Every job is still running, well inside an epoch (a unit to spare)."""
+    return all(_inside_an_epoch(_progress(store, j), spare=1) and store.get_job(j).status is JobStatus.RUNNING
+               for j in job_ids)
+
+
+def _stopped_while(serve: "Serve", still: Callable[[], bool]) -> bool:
+    """SIGSTOP the service and look again: True (it stays stopped) if ``still()``."""
+    serve.proc.send_signal(signal.SIGSTOP)
+    if still():
+        return True
+    serve.proc.send_signal(signal.SIGCONT)
+    return False
+
+
+def _sigkill(serve: "Serve") -> None:
+    os.kill(serve.proc.pid, signal.SIGKILL)
+    assert serve.proc.wait(30) == -signal.SIGKILL
+
+
 def _left_by_the_kill(data_dir, job_id: int, tasks: list[dict]) -> tuple[dict | None, dict[str, int]]:
     """The job's progress record and, per tenant (task/latest version), the
     finished jobs: what a restart finds. Call it once the service is dead and
@@ -156,16 +177,12 @@ def test_sigkill_mid_training_then_restart(tmp_path, request):
                         "versions": {n: http(first.url, "GET", f"/api/v1/tasks/{n}/versions", token=token).body
                                      for n in ("iris", "digits")},
                     }
-                    first.proc.send_signal(signal.SIGSTOP)
-                    seen = _progress(polling, job["id"])
-                    if _inside_an_epoch(seen, spare=1) and polling.get_job(job["id"]).status is JobStatus.RUNNING:
+                    if _stopped_while(first, lambda: _caught(polling, [job["id"]])):
                         victim = before["history"]["digits"][job["id"]]
                         break
-                    first.proc.send_signal(signal.SIGCONT)
             time.sleep(0.02)
         assert victim is not None, "no torch job was caught inside an epoch"
-        os.kill(first.proc.pid, signal.SIGKILL)
-        assert first.proc.wait(30) == -signal.SIGKILL
+        _sigkill(first)
     finally:
         polling.close()
         if first.proc.poll() is None:
@@ -255,17 +272,12 @@ def test_sigkill_while_two_workloads_train_resumes_both_per_unit(tmp_path, reque
             running = {n: [h for h in _history(client, n).values() if h["status"] == "running"] for n in names}
             if all(running.values()):
                 jobs = [running[n][0]["id"] for n in names]
-                if all(_inside_an_epoch(_progress(polling, j), spare=1) for j in jobs):
-                    first.proc.send_signal(signal.SIGSTOP)
-                    if all(_inside_an_epoch(_progress(polling, j), spare=1)
-                           and polling.get_job(j).status is JobStatus.RUNNING for j in jobs):
-                        victims = jobs
-                        break
-                    first.proc.send_signal(signal.SIGCONT)
+                if _caught(polling, jobs) and _stopped_while(first, lambda: _caught(polling, jobs)):
+                    victims = jobs
+                    break
             time.sleep(0.02)
         assert victims is not None, "the two torch jobs were never caught inside an epoch at once"
-        os.kill(first.proc.pid, signal.SIGKILL)
-        assert first.proc.wait(30) == -signal.SIGKILL
+        _sigkill(first)
     finally:
         polling.close()
         if first.proc.poll() is None:
