@@ -150,12 +150,10 @@ def test_summary_pools_seeds_per_cell(bench):
     assert set(rows[0]["per_task"]) == {"t0", "t1"}
 
 
-def test_cli_writes_json_and_says_the_live_part_is_missing(bench, tmp_path, capsys):
+def test_cli_writes_the_simulation_and_points_to_the_live_results(bench, tmp_path, capsys):
     out = tmp_path / "sim.json"
     assert bench.main(["--quick", "--seeds", "1", "--out", str(out)]) == 0
     data = json.loads(out.read_text())
-    assert data["mode"] == "quick" and data["live"]["implemented"] is False
+    assert data["mode"] == "quick" and data["live"] == "concurrency_live.json (--live)"
     assert {c["workers"] for c in data["cells"].values()} == set(bench.QUICK_WORKERS)
-    assert "not implemented yet" in capsys.readouterr().out
-    assert bench.main(["--live"]) == 2
-    assert "not implemented yet" in capsys.readouterr().err
+    assert "simulation: MOP across tasks" in capsys.readouterr().out
