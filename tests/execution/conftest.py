@@ -35,3 +35,21 @@ class ExploitOnce(Procedure):
 @pytest.fixture
 def exploit_once() -> Callable[[float], ExploitOnce]:
     return ExploitOnce
+
+
+def assert_same_output_under_hash_seeds(script: str) -> None:
+    """``script`` prints the same under three ``PYTHONHASHSEED`` values: no
+    decision depends on the iteration order of a set of strings."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    outputs = set()
+    for hash_seed in ("1", "2", "3"):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed, "PYTHONPATH": str(repo)}
+        run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, cwd=repo)
+        assert run.returncode == 0, run.stderr
+        outputs.add(run.stdout)
+    assert len(outputs) == 1

@@ -4,12 +4,8 @@ determinism and visit-order replay."""
 
 from __future__ import annotations
 
-import os
 import random
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -19,7 +15,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from ease_jupyter.errors import AlreadyExistsError, InvalidStateError, NotFoundError
 from ease_jupyter.execution.mop import MOPScheduler, Unit
 
-REPO = Path(__file__).resolve().parents[2]
+from .conftest import assert_same_output_under_hash_seeds
 
 
 # -- helpers -------------------------------------------------------------------
@@ -291,13 +287,7 @@ def test_deterministic_across_hash_seeds_and_input_order():
         print(out)
         """
     )
-    outputs = set()
-    for hash_seed in ("1", "2", "3"):
-        env = {**os.environ, "PYTHONHASHSEED": hash_seed, "PYTHONPATH": str(REPO)}
-        run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, cwd=REPO)
-        assert run.returncode == 0, run.stderr
-        outputs.add(run.stdout)
-    assert len(outputs) == 1
+    assert_same_output_under_hash_seeds(script)
 
 
 def _run_epochs(sched: MOPScheduler, rng: random.Random, plan: list[list[str]]) -> None:
