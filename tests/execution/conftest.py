@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 import pytest
 
 from ease_jupyter.execution.automl import EpochDecision, Procedure, TrialResult, TrialSpec
+from ease_jupyter.execution.mop import Unit
 
 
 class ExploitOnce(Procedure):
@@ -53,3 +54,29 @@ def assert_same_output_under_hash_seeds(script: str) -> None:
         assert run.returncode == 0, run.stderr
         outputs.add(run.stdout)
     assert len(outputs) == 1
+
+
+def load_benchmark(name: str) -> Any:
+    """``benchmarks/<name>.py`` as a module (the benchmarks are scripts, not a package)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"{name}_benchmark", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def assert_queues_cover_the_epoch(sched: Any, flight: Any) -> None:
+    """Cerebro §5.6's bookkeeping of one scheduler (or one workload's view):
+    every unit of the epoch is in exactly one of Q, Q' (``flight``) and done,
+    and each config's visit log lists its done partitions once each."""
+    universe = {Unit(c, p, sched.epoch) for c in sched.configs for p in sched.partitions}
+    q, qq, done = sched.pending, set(flight), sched.completed
+    assert not (q & qq) and not (q & done) and not (qq & done), "a unit in two of Q / Q' / done"
+    assert q | qq | done == universe, "a unit lost or invented"
+    for c in sched.configs:
+        logged = sched.visit_log[(c, sched.epoch)]
+        assert len(logged) == len(set(logged))
+        assert set(logged) == {u.partition for u in done if u.config == c}

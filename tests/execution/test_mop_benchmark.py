@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "mop.py"
+from .conftest import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("mop_benchmark", PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("mop")
 
 
 def test_summarize_grid_means_per_cell_and_overall(bench):

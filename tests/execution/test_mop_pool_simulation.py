@@ -3,17 +3,15 @@ and the pure helpers of benchmarks/concurrency.py."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-from pathlib import Path
 
 import pytest
 
 from ease_jupyter.execution.mop import PoolTask, WorkerFailure, simulate_pool
 from ease_jupyter.execution.mop.pool_simulation import compare_admission, concurrency_tasks
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "concurrency.py"
+from .conftest import load_benchmark
 
 
 def units_needed(task: PoolTask, workers: int) -> int:
@@ -126,10 +124,7 @@ def test_deterministic_under_a_seed_and_inputs_validated():
 # -- benchmarks/concurrency.py -------------------------------------------------------
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("concurrency_benchmark", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("concurrency")
 
 
 def test_interval_is_a_t_interval_over_seeds(bench):

@@ -15,7 +15,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from ease_jupyter.errors import AlreadyExistsError, InvalidStateError, NotFoundError
 from ease_jupyter.execution.mop import MOPScheduler, Unit
 
-from .conftest import assert_same_output_under_hash_seeds
+from .conftest import assert_queues_cover_the_epoch, assert_same_output_under_hash_seeds
 
 
 # -- helpers -------------------------------------------------------------------
@@ -50,14 +50,7 @@ def assert_invariants(sched: MOPScheduler) -> None:
         assert unit.partition in live[worker], "unit on a worker that lacks its partition"
         assert unit.epoch == sched.epoch
     assert set(sched.idle_workers) == set(live) - set(workers)
-    universe = {Unit(c, p, sched.epoch) for c in sched.configs for p in sched.partitions}
-    q, qq, done = sched.pending, set(flight), sched.completed
-    assert not (q & qq) and not (q & done) and not (qq & done), "a unit in two of Q / Q' / done"
-    assert q | qq | done == universe, "a unit lost or invented"
-    for c in sched.configs:
-        logged = sched.visit_log[(c, sched.epoch)]
-        assert len(logged) == len(set(logged))
-        assert set(logged) == {u.partition for u in done if u.config == c}
+    assert_queues_cover_the_epoch(sched, flight)
 
 
 def assert_complete_epoch(sched: MOPScheduler, epoch: int, configs) -> None:

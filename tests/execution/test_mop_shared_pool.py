@@ -17,7 +17,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from ease_jupyter.errors import AlreadyExistsError, InvalidStateError, NotFoundError
 from ease_jupyter.execution.mop import Assignment, MOPScheduler, SharedPoolScheduler, Unit
 
-from .conftest import assert_same_output_under_hash_seeds
+from .conftest import assert_queues_cover_the_epoch, assert_same_output_under_hash_seeds
 
 
 # -- helpers -------------------------------------------------------------------
@@ -62,14 +62,7 @@ def assert_pool_invariants(pool: SharedPoolScheduler) -> None:
             assert unit.partition in view.workers[worker], "unit on a worker that lacks its partition"
             assert unit.epoch == view.epoch
             flights[worker] = flights.get(worker, []) + [Assignment(name, unit, worker)]
-        universe = {Unit(c, p, view.epoch) for c in view.configs for p in view.partitions}
-        q, qq, done = view.pending, set(flight), view.completed
-        assert not (q & qq) and not (q & done) and not (qq & done), "a unit in two of Q / Q' / done"
-        assert q | qq | done == universe, "a unit lost or invented"
-        for c in view.configs:
-            logged = view.visit_log[(c, view.epoch)]
-            assert len(logged) == len(set(logged))
-            assert set(logged) == {u.partition for u in done if u.config == c}
+        assert_queues_cover_the_epoch(view, flight)
     assert all(len(v) == 1 for v in flights.values()), f"a worker runs several units: {flights}"
     assert {w: v[0] for w, v in flights.items()} == dict(running), "pool and workloads disagree on Q'"
 

@@ -5,6 +5,8 @@ selector ranges over."""
 
 from __future__ import annotations
 
+from collections import deque
+
 import numpy as np
 
 from ...errors import NotFoundError
@@ -55,7 +57,7 @@ class Costs:
         self.store = store
         self.torch_epochs = torch_epochs  # None: no torch executor, so no torch arms
         self._task_configs: dict[int, dict[str, JobSpec]] = {}
-        self._rate: list[float] = []  # measured seconds per estimated FLOP
+        self._rate: deque[float] = deque(maxlen=RATE_WINDOW)  # measured seconds per estimated FLOP
         self._rate_median: float | None = None  # of _rate: each new tenant's arms ask it
 
     def configs(self, task: Task) -> dict[str, JobSpec]:
@@ -82,5 +84,4 @@ class Costs:
         except NotFoundError:
             return
         self._rate.append(job.cost_seconds / spec_flops(task, parse_job(job.model, job.config), n))
-        del self._rate[:-RATE_WINDOW]
         self._rate_median = float(np.median(self._rate))
