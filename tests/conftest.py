@@ -28,3 +28,18 @@ def postgres_url() -> Iterator[str]:
         pytest.skip(POSTGRES_SKIP_REASON)
     with fresh_postgres_database(server_url) as url:
         yield url
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``gpu`` skip with a reason where CUDA is missing (torch
+    is imported only when such a test was collected)."""
+    gpu_items = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu_items:
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU: torch.cuda.is_available() is False on this machine")
+    for item in gpu_items:
+        item.add_marker(skip)

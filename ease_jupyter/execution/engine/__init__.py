@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ease_jupyter.execution.engine.base import (
+    GPU,
     MEMORY,
     Engine,
     EngineError,
@@ -33,6 +34,7 @@ __all__ = [
     "WorkerAdded",
     "WorkerLost",
     "MEMORY",
+    "GPU",
     "LocalEngine",
     "DaskEngine",
     "make_engine",

@@ -58,10 +58,15 @@ __all__ = [
     "WorkerAdded",
     "WorkerLost",
     "MEMORY",
+    "GPU",
 ]
 
 #: The resource name (bytes) that Seneca-style memory sizing reserves per task.
 MEMORY = "MEMORY"
+
+#: The resource a worker with a GPU declares (``--resources GPU=1``, one
+#: worker process per GPU); Dask itself does not know what a GPU is.
+GPU = "GPU"
 
 
 class EngineError(EaseMLError, RuntimeError):
