@@ -17,7 +17,17 @@ import click
 @click.option("--db", "db_url", default=None, help="SQLAlchemy URL (default: SQLite in the data dir; memory:// for a throwaway).")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Blobs, uploads and the SQLite file (default: $EASEML_DATA_DIR or ~/.easeml).")
-@click.option("--engine", default="local", show_default=True, help="local, dask, or tcp://HOST:PORT of a Dask scheduler.")
+@click.option("--engine", default="local", show_default=True, metavar="ENGINE",
+              help="Where picks train: local; dask (a local Dask cluster of --workers processes); gateway (a "
+                   "dask-gateway cluster, configured by dask-gateway's own config, shut down on stop); the address "
+                   "of a Dask scheduler (tcp://HOST:PORT, tls://HOST:PORT); or module:callable, a factory returning "
+                   "a distributed.Client or a cluster (dask-jobqueue, dask-kubernetes). See docs/clusters.md.")
+@click.option("--precision", type=click.Choice(["fp32", "bf16", "fp16"]), default="fp32", show_default=True,
+              help="Arithmetic of torch training units: fp32, or mixed precision bf16 / fp16 (with a gradient "
+                   "scaler) on GPUs.")
+@click.option("--blob-url", default=None, metavar="URL",
+              help="fsspec URL (s3://bucket/path, file:///shared/path) through which MOP partitions and "
+                   "checkpoints travel when the workers share no file system with the service.")
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8585, show_default=True, type=click.IntRange(0, 65535), help="0 picks a free port.")
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64), help="Local training workers (W).")
@@ -51,7 +61,7 @@ import click
               help="Run as a JupyterHub service: users authenticate with hub API tokens (or the hub's OAuth "
                    "login); the API lives under $JUPYTERHUB_SERVICE_PREFIX, and --host/--port default to "
                    "$JUPYTERHUB_SERVICE_URL.")
-def command(db_url, data_dir, engine, host, port, workers, executor, max_running, torch_epochs, mop_partitions,
+def command(db_url, data_dir, engine, precision, blob_url, host, port, workers, executor, max_running, torch_epochs, mop_partitions,
             max_torch_workloads, max_json_mb, max_chunk_mb,
             idle_shutdown, worker_nice, upload_ttl, quota_gb, blob_gc, jupyterhub) -> None:
     """Run the scheduler service until interrupted."""
@@ -77,7 +87,7 @@ def command(db_url, data_dir, engine, host, port, workers, executor, max_running
 
     try:
         config = ServiceConfig(db_url=db_url, data_dir=data_dir or default_data_dir(), host=host, port=port,
-                               engine=engine, workers=workers, executor=executor, max_running_per_user=max_running, torch_epochs=torch_epochs,
+                               engine=engine, precision=precision, blob_url=blob_url, workers=workers, executor=executor, max_running_per_user=max_running, torch_epochs=torch_epochs,
                                mop_partitions=mop_partitions, max_torch_workloads=max_torch_workloads,
                                max_json_bytes=int(max_json_mb * 1024 * 1024), max_chunk_bytes=int(max_chunk_mb * 1024 * 1024),
                                idle_shutdown_seconds=idle_shutdown, worker_nice=worker_nice, upload_ttl_seconds=upload_ttl,

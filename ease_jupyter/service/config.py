@@ -2,12 +2,31 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
 DEFAULT_QUOTA_BYTES = 4 * GIB
+
+ENGINE_MODES = ("local", "dask", "gateway")
+PRECISIONS = ("fp32", "bf16", "fp16")
+_ADDRESS = re.compile(r"^[a-z][a-z0-9+.-]*://\S+$")
+_FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+
+
+def engine_form(spec: str) -> str | None:
+    """``"mode"``, ``"address"`` or ``"factory"`` for an ``--engine`` value of
+    that form, None for anything else (whether a factory imports is checked
+    when the service starts)."""
+    if spec in ENGINE_MODES:
+        return "mode"
+    if _ADDRESS.match(spec):
+        return "address"
+    if _FACTORY.match(spec):
+        return "factory"
+    return None
 
 
 @dataclass(frozen=True)
@@ -21,9 +40,21 @@ class ServiceConfig:
         max_running_per_user: ACAI's cap on running jobs per user (k).
         engine: where picks train: ``"local"`` (each job slot's own
             in-process engine), ``"dask"`` (a Dask LocalCluster of
-            ``workers`` processes, started by the service) or ``tcp://...``
-            (a Dask scheduler). Torch picks run as MOP workloads, and the
-            grid of a scikit-learn pick as concurrent Seneca tasks, there.
+            ``workers`` processes, started by the service), ``gateway`` (a
+            dask-gateway cluster the service starts, configured by
+            dask-gateway's own configuration, shut down on stop), a scheduler
+            address (``tcp://...``, ``tls://...``) or ``module:callable`` (a
+            factory returning a ``distributed.Client`` or a cluster object:
+            dask-jobqueue, dask-kubernetes; docs/clusters.md). Torch picks
+            run as MOP workloads, and the grid of a scikit-learn pick as
+            concurrent Seneca tasks, there.
+        precision: the torch units' arithmetic: ``fp32`` (default), or mixed
+            precision ``bf16`` or ``fp16`` (with a gradient scaler) on GPUs.
+        blob_url: an fsspec URL (``s3://bucket/easeml``, ``file:///shared``)
+            through which MOP partitions and checkpoints travel between the
+            service and the workers when they share no file system; None:
+            checkpoints hop as bytes (or through a local directory where the
+            workers share the service's file system).
         torch: offer torch candidates (image tasks) to the selector.
         torch_epochs: epochs each learning rate of a torch pick trains.
         mop_partitions: data partitions of a torch pick's MOP workload
@@ -99,6 +130,8 @@ class ServiceConfig:
     blob_gc_seconds: float | None = 6 * 3600.0
     jupyterhub: bool = False
     base_url: str = "/"
+    precision: str = "fp32"
+    blob_url: str | None = None
 
     def __post_init__(self) -> None:
         if self.max_running_per_user < 1:
@@ -125,5 +158,11 @@ class ServiceConfig:
             raise ValueError(f"base_url: found {self.base_url!r}, expected a path such as / or /services/easeml/")
         if self.executor not in ("process", "thread"):
             raise ValueError(f"executor: found {self.executor!r}, expected 'process' or 'thread'")
-        if not (self.engine in ("local", "dask") or self.engine.startswith("tcp://")):
-            raise ValueError(f"engine: found {self.engine!r}, expected local, dask or tcp://HOST:PORT")
+        if engine_form(self.engine) is None:
+            raise ValueError(f"engine: found {self.engine!r}, expected local, dask, gateway, a scheduler address "
+                             "such as tcp://HOST:PORT, or module:callable (a factory of a Dask client or cluster)")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision: found {self.precision!r}, expected one of {', '.join(PRECISIONS)}")
+        if self.blob_url is not None and not _ADDRESS.match(self.blob_url):
+            raise ValueError(f"blob_url: found {self.blob_url!r}, expected an fsspec URL such as s3://bucket/path "
+                             "or file:///shared/path")

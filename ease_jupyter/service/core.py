@@ -23,6 +23,7 @@ from . import arrays
 from .auth import TokenCache, check_name, create_user, revoke_token
 from .config import ServiceConfig
 from .events import EventBus
+from .failures import error_code
 from .quota import Quota
 from .loop import ControlLoop
 from . import models
@@ -48,10 +49,10 @@ def version_json(v: DatasetVersion) -> dict[str, Any]:
             "n_examples": v.n_examples, "created_at": _iso(v.created_at)}
 
 
-def job_json(job: Job, version_number: int | None = None) -> dict[str, Any]:
+def job_json(job: Job, version_number: int | None = None, error_code: str | None = None) -> dict[str, Any]:
     return {"id": job.id, "model": job.model, "config": dict(job.config), "status": job.status.value,
             "dataset_version_id": job.dataset_version_id, "dataset_version": version_number,
-            "accuracy": job.accuracy, "cost_seconds": job.cost_seconds, "error": job.error,
+            "accuracy": job.accuracy, "cost_seconds": job.cost_seconds, "error": job.error, "error_code": error_code,
             "attempts": job.attempts, "created_at": _iso(job.created_at), "started_at": _iso(job.started_at),
             "finished_at": _iso(job.finished_at)}
 
@@ -306,7 +307,8 @@ class Service:
     def jobs(self, caller: User, name: str) -> list[dict[str, Any]]:
         task = self._task(caller, name)
         numbers = {v.id: v.number for v in self.store.list_dataset_versions(task.id)}
-        return [job_json(j, numbers.get(j.dataset_version_id)) for j in self.store.list_jobs(task.id)]
+        return [job_json(j, numbers.get(j.dataset_version_id), error_code(self.store, j))
+                for j in self.store.list_jobs(task.id)]
 
     def history(self, caller: User, name: str) -> list[dict[str, Any]]:
         rows = self.jobs(caller, name)

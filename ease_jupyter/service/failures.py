@@ -6,17 +6,22 @@ blob, a full disk, the owner's quota, a store that cannot be written: the
 model is no worse for it). ``fail_job`` records the second kind's error code
 as the job's ``FAILURE_TAG``; the control loop does not report such a job to
 the selector (``failure_code``).
+
+Every failure whose error carries a code (a storage error, a GPU out of
+memory, a device that failed) also gets it as ``ERROR_CODE_TAG``, which the
+API shows as the job's ``error_code`` (``error_code``).
 """
 
 from __future__ import annotations
 
 import traceback
 
-from ..errors import StorageError
+from ..errors import EaseMLError, StorageError
 from ..store import Job, JobStatus, JobUpdate, Store
 from ..store.space import is_disk_full
 
 FAILURE_TAG = "easeml.failure"  # the error code of a job that failed for want of storage
+ERROR_CODE_TAG = "easeml.error_code"  # the error code of any failure that has one
 
 
 def storage_code(error: BaseException) -> str | None:
@@ -35,7 +40,29 @@ def fail_job(store: Store, job_id: int, error: BaseException) -> Job:
         message = str(error)  # our storage errors name the object and the limit
     else:
         message = "".join(traceback.format_exception_only(type(error), error)).strip()
+    any_code = code or _own_code(error)
+    if any_code is not None:
+        store.set_tag("job", job_id, ERROR_CODE_TAG, any_code)
     return store.update_job(job_id, JobStatus.FAILED, JobUpdate(error=message))
+
+
+def _own_code(error: BaseException | None) -> str | None:
+    """The ``code`` of our error, or of the error it was raised from (a MOP
+    workload wraps a unit's error)."""
+    seen = 0
+    while error is not None and seen < 8:
+        code = getattr(error, "code", None)
+        if isinstance(error, EaseMLError) and isinstance(code, str):
+            return code
+        error, seen = error.__cause__, seen + 1
+    return None
+
+
+def error_code(store: Store, job: Job) -> str | None:
+    """The code of a failed job's error, where it has one."""
+    if job.status is not JobStatus.FAILED:
+        return None
+    return store.tags("job", job.id).get(ERROR_CODE_TAG)
 
 
 def failure_code(store: Store, job: Job) -> str | None:
