@@ -95,3 +95,52 @@ class StoreCorruptError(StorageError):
     The message names the object (task, version, job), never a path."""
 
     code, http_status = "store_corrupt", 500
+
+
+def _gib(total_memory: int | None) -> str:
+    return "unknown size" if total_memory is None else f"{total_memory / 2**30:.1f} GiB"
+
+
+class DeviceOutOfMemoryError(EaseMLError):
+    """A unit ran out of its GPU's memory (``gpu_out_of_memory``).
+
+    ``model`` and ``batch_size`` are the config's, ``device`` the device's
+    kind (``"cuda:NVIDIA H100 80GB HBM3"``) and ``total_memory`` its memory
+    in bytes (None when unknown). The retry with half the batch size reads
+    ``batch_size``.
+    """
+
+    code = "gpu_out_of_memory"
+
+    def __init__(self, model: str, batch_size: int, device: str, total_memory: int | None, *,
+                 phase: str = "training", detail: str = ""):
+        self.model, self.batch_size, self.device, self.total_memory = model, batch_size, device, total_memory
+        self.phase, self.detail = phase, detail
+        super().__init__(
+            f"model {model!r} with batch_size {batch_size} does not fit in the memory of {device} "
+            f"({_gib(total_memory)}) during {phase}; expected a smaller batch_size or a smaller model"
+            + (f" ({detail})" if detail else "")
+        )
+
+    def __reduce__(self):  # pickles whole: it crosses Dask and process pipes
+        return _rebuild_oom, (self.model, self.batch_size, self.device, self.total_memory, self.phase, self.detail)
+
+
+def _rebuild_oom(model: str, batch_size: int, device: str, total_memory: int | None, phase: str,
+                 detail: str) -> DeviceOutOfMemoryError:
+    return DeviceOutOfMemoryError(model, batch_size, device, total_memory, phase=phase, detail=detail)
+
+
+class DeviceFailedError(EaseMLError):
+    """A unit's accelerator failed (a CUDA, cuDNN or cuBLAS runtime error other
+    than out of memory; ``device_failed``). The worker is treated as lost:
+    its device may be unusable until the process restarts."""
+
+    code = "device_failed"
+
+    def __init__(self, device: str, detail: str):
+        self.device, self.detail = device, detail
+        super().__init__(f"device {device} failed: {detail}")
+
+    def __reduce__(self):
+        return type(self), (self.device, self.detail)

@@ -24,6 +24,25 @@ partition exactly where it stopped. It hops in one of two ways:
   the driver and passed to the next unit as an argument;
 * ``"directory"``: the unit writes the checkpoint into a shared directory
   (write to a temporary name, then ``os.replace``) and only its path travels.
+  The directory may also be an fsspec URL (``s3://...``) where the workers
+  share no file system with the driver (``blob_io``); partitions can travel
+  the same way (``blob_io.StagedPartition``, read by :func:`default_input_fn`).
+
+Devices (docs/gpus.md). Each unit runs on its worker's device
+(:func:`~ease_jupyter.execution.device.worker_device`: the worker's GPU when
+it has one, else the CPU), chosen inside the unit, never by the driver. The
+net, the partition's tensors and the mini-batch indices live there; a GPU
+worker keeps the tensors of the partitions it holds on the GPU between units
+(:data:`DEVICE_PARTITION_SHARE`). Checkpoints are saved with every tensor on
+the CPU and loaded with ``map_location`` to the unit's device, so a config
+can hop between a GPU worker and a CPU worker. The training loop sums the
+loss on the device and reads it once per unit (no host sync per batch,
+except ``fp16``'s ``GradScaler``, which checks for infinite gradients at
+every step). ``Hooks.precision`` opts into mixed precision (``bf16``;
+``fp16`` with a gradient scaler whose state travels in the checkpoint). A
+CUDA out-of-memory error becomes
+:class:`~ease_jupyter.errors.DeviceOutOfMemoryError` and any other CUDA
+failure :class:`~ease_jupyter.errors.DeviceFailedError`.
 
 Measured on 2026-11-22 with :func:`measure_hop` (this machine: 2 CPU
 cores shared with other jobs, Dask LocalCluster of 2 worker processes x 1
@@ -51,13 +70,18 @@ system with the driver (the local engine, a Dask LocalCluster); a remote
 cluster without a declared shared directory uses ``"bytes"`` (see
 ``MOPRunner(hop="auto")``). Both modes are tested.
 
-Determinism. A unit seeds torch's global generator and a private
-``torch.Generator`` (which orders the mini-batches) from
-``unit_seed(seed, trial, epoch, partition)``, runs with one torch thread, and
-starts from the checkpoint the driver gives it. So a unit re-run after a
-worker died gives bit-identical weights, and a run replayed with the same
-visit order (``MOPScheduler(visit_order=...)``) ends with the same weights
-as the original, whichever workers run the units.
+Determinism. A unit seeds torch's global generators and a private CPU
+``torch.Generator`` (which orders the mini-batches: the permutation is drawn
+on the CPU and then moved to the device, so the batch order of a unit does
+not depend on its device) from ``unit_seed(seed, trial, epoch, partition)``,
+runs with one torch thread and deterministic algorithms, and starts from the
+checkpoint the driver gives it. So, on the CPU, a unit re-run after a worker
+died gives bit-identical weights, and a run replayed with the same visit
+order (``MOPScheduler(visit_order=...)``) ends with the same weights as the
+original, whichever workers run the units. On one GPU model, a unit re-run in
+fp32 gives bit-identical weights for nets whose kernels have deterministic
+CUDA versions (``device`` sets ``CUBLAS_WORKSPACE_CONFIG``); a GPU and a
+CPU, or two precisions, agree only to rounding (docs/gpus.md).
 """
 
 from __future__ import annotations
@@ -65,18 +89,28 @@ from __future__ import annotations
 import hashlib
 import io
 import math
-import os
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from ease_jupyter.errors import EaseMLError
+from ease_jupyter.execution import blob_io
+from ease_jupyter.execution.device import (
+    PRECISIONS,
+    classify_device_error,
+    describe_device,
+    mixed_precision,
+    release_device_memory,
+    worker_device,
+)
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
+    "DEVICE_PARTITION_SHARE",
+    "EVAL_BATCH_SIZE",
     "DEFAULT_HOP",
     "HOP_MODES",
     "HOP_MEASUREMENTS",
@@ -114,6 +148,13 @@ DEFAULT_HOP = "directory"
 
 DEFAULT_BATCH_SIZE = 32
 
+#: Examples per forward pass of :func:`default_eval_fn` (no gradients kept).
+EVAL_BATCH_SIZE = 256
+
+#: Share of a GPU's memory that the partition tensors kept on it may take
+#: (the most recently used partition is kept whatever its size).
+DEVICE_PARTITION_SHARE = 0.25
+
 #: Trial params the units consume; the others go to the model builder.
 #: ``lr`` goes to both (the zoo's ``TorchBuilder`` accepts it and ignores it).
 TRAIN_OPTIONS = ("lr", "batch_size", "momentum", "weight_decay", "clip")
@@ -150,6 +191,11 @@ class UnitSpec:
     def at(self, epoch: int, partition: int) -> "UnitSpec":
         return UnitSpec(self.trial, self.model, self.params, self.builder, epoch, partition, self.seed)
 
+    def with_params(self, **changes: Any) -> "UnitSpec":
+        """The same unit with some params replaced or added (e.g. a retry
+        after an out-of-memory error with ``batch_size=spec.batch_size // 2``)."""
+        return replace(self, params=tuple(sorted({**dict(self.params), **changes}.items())))
+
     @property
     def lr(self) -> float:
         lr = self.options.get("lr", 0.01)
@@ -183,10 +229,13 @@ def unit_seed(seed: int, trial: str, epoch: int, partition: int) -> int:
 
 
 def default_input_fn(partition: Any) -> tuple[Any, Any]:
-    """``(X, y)`` numpy arrays -> ``(float32 tensor, tensor)``; integer labels
-    become int64, anything else float32."""
+    """``(X, y)`` numpy arrays, or a :class:`~ease_jupyter.execution.blob_io.StagedPartition`
+    holding them -> ``(float32 tensor, tensor)`` on the CPU; integer labels
+    become int64, anything else float32. The unit moves them to its device."""
     import torch
 
+    if isinstance(partition, blob_io.StagedPartition):
+        partition = partition.load()
     X, y = partition
     x_t = torch.as_tensor(np.asarray(X, dtype=np.float32))
     y_np = np.asarray(y)
@@ -206,12 +255,16 @@ def default_model_fn(spec: UnitSpec) -> Any:
     return spec.builder(ModelConfig.of(spec.model, options))
 
 
-def _batches(n: int, batch_size: int, generator: Any) -> list[Any]:
-    """A seeded permutation cut into batches; a trailing batch of one example
-    joins the previous one (BatchNorm cannot train on a batch of one)."""
+def _batches(n: int, batch_size: int, generator: Any, device: Any = None) -> list[Any]:
+    """A seeded permutation cut into batches of indices on ``device``; a
+    trailing batch of one example joins the previous one (BatchNorm cannot
+    train on a batch of one). The permutation is drawn with the CPU
+    ``generator`` and moved once, so the order is the same on every device."""
     import torch
 
     order = torch.randperm(n, generator=generator)
+    if device is not None and torch.device(device).type != "cpu":
+        order = order.to(device)
     cuts = list(range(0, n, batch_size))
     if len(cuts) > 1 and n - cuts[-1] == 1:
         cuts.pop()
@@ -219,25 +272,33 @@ def _batches(n: int, batch_size: int, generator: Any) -> list[Any]:
     return [order[a:b] for a, b in zip(cuts, bounds)]
 
 
-def default_train_fn(net: Any, opt: Any, X: Any, y: Any, spec: UnitSpec, generator: Any) -> dict[str, float]:
+def default_train_fn(net: Any, opt: Any, X: Any, y: Any, spec: UnitSpec, generator: Any, *,
+                     amp: Any = None, scaler: Any = None) -> dict[str, float]:
     """One sub-epoch of mini-batch SGD over the partition (``net.train_step``).
 
     Returns the example-weighted mean training loss and the example count. A
     partition of one example is skipped (BatchNorm), reported with
-    ``examples = 0``.
+    ``examples = 0``. The loss is summed in float64 on the device and read
+    once at the end. ``amp`` (a ``device.MixedPrecision``) and ``scaler``
+    are given by the unit for mixed precision only.
     """
+    import torch
+
     n = int(X.shape[0])
     if n < 2:
         return {"loss": float("nan"), "examples": 0.0}
     clip = spec.options.get("clip", 5.0)
-    total = 0.0
-    for idx in _batches(n, spec.batch_size, generator):
-        loss = net.train_step(opt, X[idx], y[idx], clip=clip)
-        total += loss * len(idx)
-    return {"loss": total / n, "examples": float(n)}
+    step_options: dict[str, Any] = {"clip": clip}
+    if amp is not None:
+        step_options.update(autocast=amp.autocast, scaler=scaler)
+    total = torch.zeros((), dtype=torch.float64, device=X.device)
+    for idx in _batches(n, spec.batch_size, generator, X.device):
+        loss = net.train_step(opt, X[idx], y[idx], **step_options)
+        total += torch.as_tensor(loss, dtype=torch.float64) * len(idx)
+    return {"loss": float(total) / n, "examples": float(n)}
 
 
-def default_eval_fn(net: Any, X: Any, y: Any, spec: UnitSpec, batch_size: int = 256) -> dict[str, Any]:
+def default_eval_fn(net: Any, X: Any, y: Any, spec: UnitSpec, batch_size: int = EVAL_BATCH_SIZE) -> dict[str, Any]:
     """Sums over one validation partition that :func:`combine_eval` merges:
 
     * classification: ``n``, ``loss_sum``, ``correct``;
@@ -300,52 +361,110 @@ def combine_eval(parts: Sequence[Mapping[str, Any]]) -> dict[str, float]:
 
 @dataclass(frozen=True)
 class Hooks:
-    """Cerebro's user-defined functions (§4.1), with zoo defaults.
+    """Cerebro's user-defined functions (§4.1), with zoo defaults, and the
+    units' arithmetic.
 
-    All four must be picklable (module-level functions or callable values)
-    to reach Dask workers.
+    All four functions must be picklable (module-level functions or callable
+    values) to reach Dask workers. ``input_fn`` returns tensors on any device
+    (the unit moves them to its own). ``precision`` is one of
+    :data:`~ease_jupyter.execution.device.PRECISIONS`: with ``"bf16"`` or
+    ``"fp16"`` on a device that autocasts, ``train_fn`` is also given the
+    keywords ``amp`` (a ``device.MixedPrecision``) and ``scaler`` (a
+    ``GradScaler`` for ``fp16``, else None), and ``eval_fn`` runs under
+    autocast; with ``"fp32"`` the hooks are called exactly as before.
     """
 
     input_fn: Callable[[Any], tuple[Any, Any]] = default_input_fn
     model_fn: Callable[[UnitSpec], Any] = default_model_fn
     train_fn: Callable[..., Mapping[str, float]] = default_train_fn
     eval_fn: Callable[..., Mapping[str, Any]] = default_eval_fn
+    precision: str = "fp32"
+
+    def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise EaseMLError(f"Hooks.precision: found {self.precision!r}, expected one of {list(PRECISIONS)}")
 
 
 # -- checkpoints ---------------------------------------------------------------------
 
 
-def save_checkpoint(net: Any, opt: Any) -> bytes:
-    """The net's ``state_dict`` (weights and adapt buffers) and the
-    optimizer's state as ``torch.save`` bytes."""
+def _on_cpu(obj: Any) -> Any:
+    """``obj`` (a state dict, nested) with every tensor on the CPU; returned
+    as is when it is already, so CPU checkpoints keep their exact bytes."""
     import torch
 
+    def moved(o: Any) -> Any:
+        if isinstance(o, torch.Tensor):
+            return o.cpu()
+        if isinstance(o, dict):
+            out = type(o)((k, moved(v)) for k, v in o.items())
+            if hasattr(o, "_metadata"):  # a module's state dict: versions for load_state_dict
+                out._metadata = o._metadata
+            return out
+        if isinstance(o, (list, tuple)):
+            return type(o)(moved(v) for v in o)
+        return o
+
+    def anywhere_else(o: Any) -> bool:
+        if isinstance(o, torch.Tensor):
+            return o.device.type != "cpu"
+        if isinstance(o, dict):
+            return any(anywhere_else(v) for v in o.values())
+        if isinstance(o, (list, tuple)):
+            return any(anywhere_else(v) for v in o)
+        return False
+
+    return moved(obj) if anywhere_else(obj) else obj
+
+
+def save_checkpoint(net: Any, opt: Any, scaler: Any = None) -> bytes:
+    """The net's ``state_dict`` (weights and adapt buffers), the optimizer's
+    state and, for ``fp16``, the gradient scaler's state, as ``torch.save``
+    bytes with every tensor on the CPU (device-neutral)."""
+    import torch
+
+    state = {"model": _on_cpu(net.state_dict()), "optimizer": _on_cpu(opt.state_dict()) if opt is not None else None}
+    if scaler is not None:
+        state["scaler"] = scaler.state_dict()
     buf = io.BytesIO()
-    torch.save({"model": net.state_dict(), "optimizer": opt.state_dict() if opt is not None else None}, buf)
+    torch.save(state, buf)
     return buf.getvalue()
 
 
 def read_checkpoint(ref: bytes | str) -> bytes:
-    """Checkpoint bytes from either hop mode's reference."""
+    """Checkpoint bytes from either hop mode's reference (bytes, a path or
+    an fsspec URL)."""
     if isinstance(ref, (bytes, bytearray, memoryview)):
         return bytes(ref)
-    with open(ref, "rb") as f:
-        return f.read()
+    return blob_io.read_bytes(ref)
 
 
-def load_checkpoint(net: Any, opt: Any, ref: bytes | str, lr: float | None = None) -> None:
-    """Restore a checkpoint into ``net`` (and ``opt``); the learning rate is
-    then reset to ``lr``, the trial's own (a PBT child keeps its parent's
-    weights and momentum but not its learning rate)."""
+def _net_device(net: Any) -> Any:
     import torch
 
-    state = torch.load(io.BytesIO(read_checkpoint(ref)), weights_only=True)
+    for t in net.parameters():
+        return t.device
+    for t in net.buffers():
+        return t.device
+    return torch.device("cpu")
+
+
+def load_checkpoint(net: Any, opt: Any, ref: bytes | str, lr: float | None = None, *, scaler: Any = None) -> None:
+    """Restore a checkpoint into ``net`` (and ``opt``, and ``scaler``) on the
+    net's device; the learning rate is then reset to ``lr``, the trial's own
+    (a PBT child keeps its parent's weights and momentum but not its learning
+    rate)."""
+    import torch
+
+    state = torch.load(io.BytesIO(read_checkpoint(ref)), map_location=_net_device(net), weights_only=True)
     net.load_state_dict(state["model"])
     if opt is not None and state.get("optimizer") is not None:
         opt.load_state_dict(state["optimizer"])
         if lr is not None:
             for group in opt.param_groups:
                 group["lr"] = lr
+    if scaler is not None and state.get("scaler"):
+        scaler.load_state_dict(state["scaler"])
 
 
 def _make_optimizer(net: Any, spec: UnitSpec) -> Any:
@@ -355,32 +474,33 @@ def _make_optimizer(net: Any, spec: UnitSpec) -> Any:
 
 
 def _write(out_dir: str, spec: UnitSpec, data: bytes) -> str:
-    """Write a checkpoint atomically under ``out_dir``; a re-run of a lost unit
-    never overwrites the checkpoint it starts from."""
-    sub = os.path.join(out_dir, hashlib.blake2b(spec.trial.encode(), digest_size=8).hexdigest())
-    os.makedirs(sub, exist_ok=True)
-    path = os.path.join(sub, f"e{spec.epoch:05d}-p{spec.partition:05d}-{uuid.uuid4().hex[:12]}.pt")
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
-    return path
+    """Write a checkpoint atomically under ``out_dir`` (a path or an fsspec
+    URL); a re-run of a lost unit never overwrites the checkpoint it starts
+    from (each write has a fresh name)."""
+    trial_dir = hashlib.blake2b(spec.trial.encode(), digest_size=8).hexdigest()
+    name = f"e{spec.epoch:05d}-p{spec.partition:05d}-{uuid.uuid4().hex[:12]}.pt"
+    return blob_io.write_atomic(out_dir, f"{trial_dir}/{name}", data)
 
 
 class _Seeded:
-    """One unit's torch settings: its seed in the global generator and in a
-    private ``torch.Generator`` (returned), deterministic kernels, one thread.
-    The global generator and the deterministic flag are restored on exit."""
+    """One unit's torch settings: its seed in the global generators and in a
+    private CPU ``torch.Generator`` (returned), deterministic kernels, one
+    thread. The global generators and the deterministic flag are restored on
+    exit."""
 
-    def __init__(self, seed: int):
+    def __init__(self, seed: int, device: Any = None):
         self.seed = seed
+        self.device = device
 
     def __enter__(self) -> Any:
         import torch
 
         self._state = torch.random.get_rng_state()
+        self._cuda = self.device is not None and torch.device(self.device).type == "cuda"
+        if self._cuda:
+            self._cuda_state = torch.cuda.get_rng_state(self.device)
         self._deterministic = torch.are_deterministic_algorithms_enabled()
-        torch.manual_seed(self.seed)
+        torch.manual_seed(self.seed)  # also seeds every CUDA device
         torch.use_deterministic_algorithms(True, warn_only=True)
         if torch.get_num_threads() != 1:
             torch.set_num_threads(1)
@@ -392,13 +512,15 @@ class _Seeded:
         import torch
 
         torch.random.set_rng_state(self._state)
+        if self._cuda:
+            torch.cuda.set_rng_state(self._cuda_state, self.device)
         torch.use_deterministic_algorithms(self._deterministic, warn_only=True)
 
 
 def initial_checkpoint(spec: UnitSpec, X: Any, y: Any, hooks: Hooks = Hooks()) -> bytes:
     """Fresh weights for a trial: build the net under the trial's seed, adapt
     it to the training data (input/target statistics become buffers), and
-    save it with a fresh optimizer."""
+    save it with a fresh optimizer. Runs on the CPU, wherever it is called."""
     with _Seeded(unit_seed(spec.seed, spec.trial, -1, -1)):
         net = hooks.model_fn(spec)
         X_t, y_t = hooks.input_fn((X, y))
@@ -406,15 +528,136 @@ def initial_checkpoint(spec: UnitSpec, X: Any, y: Any, hooks: Hooks = Hooks()) -
         return save_checkpoint(net, _make_optimizer(net, spec))
 
 
-def load_model(ref: bytes | str, spec: UnitSpec, hooks: Hooks = Hooks()) -> Any:
-    """A net with a checkpoint's weights, in eval mode."""
-    net = hooks.model_fn(spec)
+def load_model(ref: bytes | str, spec: UnitSpec, hooks: Hooks = Hooks(), device: Any = "cpu") -> Any:
+    """A net with a checkpoint's weights on ``device`` (default the CPU), in eval mode."""
+    net = hooks.model_fn(spec).to(device)
     load_checkpoint(net, None, ref)
     net.eval()
     return net
 
 
+# -- partitions on the device ------------------------------------------------------------
+
+
+class _DevicePartitions:
+    """The tensors of the partitions a GPU worker holds, kept on its GPU
+    between units, so that a unit does not copy its partition to the device
+    again (Cerebro places a partition on a worker once, §4.2).
+
+    An entry is keyed by the input hook, the device and the partition: a
+    staged partition by its URL, ``(X, y)`` numpy arrays by identity, checked
+    with weak references (the worker's copy is the same object at every
+    unit, and the entry goes at the next unit after the worker dropped it).
+    Other partitions are not kept. The partition's arrays must not change while it is placed.
+    Entries beyond :data:`DEVICE_PARTITION_SHARE` of the GPU's memory are
+    dropped, least recently used first, and all of them after an
+    out-of-memory error.
+    """
+
+    def __init__(self) -> None:
+        import threading
+        from collections import OrderedDict
+
+        self._items: OrderedDict[Any, tuple[tuple[Any, ...], tuple[Any, Any]]] = OrderedDict()
+        self._lock = threading.RLock()
+
+    @staticmethod
+    def _key(partition: Any, input_fn: Any, device: Any) -> tuple[Any, tuple[Any, ...]] | None:
+        import weakref
+
+        if isinstance(partition, blob_io.StagedPartition):
+            source: Any = ("url", partition.url)
+            refs: tuple[Any, ...] = ()
+        elif isinstance(partition, tuple) and len(partition) == 2 and all(isinstance(a, np.ndarray) for a in partition):
+            source = ("arrays", id(partition[0]), id(partition[1]))
+            refs = tuple(weakref.ref(a) for a in partition)
+        else:
+            return None
+        key = (input_fn, str(device), source)
+        try:
+            hash(key)
+        except TypeError:
+            return None
+        return key, refs
+
+    def get(self, partition: Any, input_fn: Any, device: Any) -> tuple[Any, Any]:
+        found = self._key(partition, input_fn, device)
+        with self._lock:
+            self._drop_dead()
+        if found is not None:
+            key, refs = found
+            with self._lock:
+                hit = self._items.get(key)
+                if hit is not None and all(r() is a for r, a in zip(hit[0], partition if refs else ())):
+                    self._items.move_to_end(key)
+                    return hit[1]
+        X, y = input_fn(partition)
+        tensors = (_to_device(X, device), _to_device(y, device))
+        if found is not None:
+            with self._lock:
+                self._items[key] = (refs, tensors)
+                self._items.move_to_end(key)
+                self._evict(device)
+        return tensors
+
+    def _drop_dead(self) -> None:
+        """Forget the partitions whose arrays the worker no longer holds."""
+        for key in [k for k, (refs, _) in self._items.items() if any(r() is None for r in refs)]:
+            del self._items[key]
+
+    def _evict(self, device: Any) -> None:
+        limit = DEVICE_PARTITION_SHARE * (describe_device(device).total_memory or 0)
+        while len(self._items) > 1 and self._bytes() > limit:
+            self._items.popitem(last=False)
+
+    def _bytes(self) -> int:
+        return sum(_nbytes(t) for _, pair in self._items.values() for t in pair)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+
+def _nbytes(t: Any) -> int:
+    return int(t.numel() * t.element_size()) if hasattr(t, "element_size") else 0
+
+
+def _to_device(t: Any, device: Any) -> Any:
+    return t.to(device) if hasattr(t, "to") else t
+
+
+_DEVICE_PARTITIONS = _DevicePartitions()
+
+
+def _unit_tensors(partition: Any, hooks: Hooks, device: Any) -> tuple[Any, Any]:
+    """The partition's ``(X, y)`` tensors on ``device`` (kept there on a GPU)."""
+    if device.type == "cpu":
+        X, y = hooks.input_fn(partition)
+        return _to_device(X, device), _to_device(y, device)
+    return _DEVICE_PARTITIONS.get(partition, hooks.input_fn, device)
+
+
 # -- the units ---------------------------------------------------------------------------
+
+
+def _run_classified(body: Callable[[], Any], spec: UnitSpec, device: Any, phase: str, batch_size: int) -> Any:
+    """Run a unit's body; a device failure becomes our error (see
+    ``device.classify_device_error``). The body's frames (its tensors) are
+    gone before the CUDA cache is emptied."""
+    try:
+        return body()
+    except RuntimeError as exc:
+        failure = classify_device_error(exc, device, model=spec.model, batch_size=batch_size, phase=phase)
+        if failure is None:
+            raise
+    _DEVICE_PARTITIONS.clear()
+    release_device_memory(device)
+    raise failure
+
+
+def _config_batch_size(spec: UnitSpec) -> int:
+    bs = spec.options.get("batch_size", DEFAULT_BATCH_SIZE)
+    return bs if isinstance(bs, int) else DEFAULT_BATCH_SIZE
 
 
 def train_unit(partition: Any, checkpoint: bytes | str, spec: UnitSpec, hooks: Hooks = Hooks(), out_dir: str | None = None) -> UnitOutput:
@@ -422,39 +665,80 @@ def train_unit(partition: Any, checkpoint: bytes | str, spec: UnitSpec, hooks: H
 
     Args:
         partition: the partition's data, as ``hooks.input_fn`` reads it.
-        checkpoint: the config's latest checkpoint (bytes or a path).
+        checkpoint: the config's latest checkpoint (bytes, a path or a URL).
         spec: the trial, with ``epoch`` and ``partition`` set.
         out_dir: None to return the checkpoint as bytes ("bytes" hop), or the
-            shared directory to write it into ("directory" hop).
+            shared directory (a path or an fsspec URL) to write it into
+            ("directory" hop).
+
+    Metrics: the train hook's (``loss``, ``examples``), ``seconds`` (the
+    whole unit), ``train_seconds`` (the train hook), ``hop_seconds``
+    (reading, restoring, saving and writing the checkpoint), ``input_seconds``
+    (the partition to tensors on the device), ``checkpoint_bytes`` and
+    ``gpu`` (1.0 when the unit ran on a GPU).
+
+    Raises:
+        DeviceOutOfMemoryError: the config does not fit in the GPU's memory.
+        DeviceFailedError: the GPU failed.
     """
     started = time.perf_counter()
-    with _Seeded(unit_seed(spec.seed, spec.trial, spec.epoch, spec.partition)) as gen:
-        X, y = hooks.input_fn(partition)
-        net = hooks.model_fn(spec)
-        opt = _make_optimizer(net, spec)
-        load_checkpoint(net, opt, checkpoint, spec.lr)
-        net.train()
-        metrics = dict(hooks.train_fn(net, opt, X, y, spec, gen))
-        data = save_checkpoint(net, opt)
-    out: bytes | str = data if out_dir is None else _write(out_dir, spec, data)
-    metrics["seconds"] = time.perf_counter() - started
-    metrics["checkpoint_bytes"] = float(len(data))
-    return UnitOutput(out, metrics)
+    device = worker_device()
+    amp = mixed_precision(hooks.precision, device)
+
+    def body() -> UnitOutput:
+        with _Seeded(unit_seed(spec.seed, spec.trial, spec.epoch, spec.partition), device) as gen:
+            t0 = time.perf_counter()
+            X, y = _unit_tensors(partition, hooks, device)
+            t1 = time.perf_counter()
+            net = hooks.model_fn(spec).to(device)
+            opt = _make_optimizer(net, spec)
+            scaler = amp.scaler()
+            load_checkpoint(net, opt, checkpoint, spec.lr, scaler=scaler)
+            net.train()
+            t2 = time.perf_counter()
+            extra = {"amp": amp, "scaler": scaler} if amp.active else {}
+            metrics = dict(hooks.train_fn(net, opt, X, y, spec, gen, **extra))
+            t3 = time.perf_counter()
+            data = save_checkpoint(net, opt, scaler)
+        out: bytes | str = data if out_dir is None else _write(out_dir, spec, data)
+        done = time.perf_counter()
+        metrics["seconds"] = done - started
+        metrics["train_seconds"] = t3 - t2
+        metrics["hop_seconds"] = (t2 - t1) + (done - t3)
+        metrics["input_seconds"] = t1 - t0
+        metrics["checkpoint_bytes"] = float(len(data))
+        metrics["gpu"] = 1.0 if device.type == "cuda" else 0.0
+        return UnitOutput(out, metrics)
+
+    return _run_classified(body, spec, device, "training", _config_batch_size(spec))
 
 
 def eval_unit(partition: Any, checkpoint: bytes | str, spec: UnitSpec, hooks: Hooks = Hooks()) -> dict[str, Any]:
     """One validation unit: the checkpoint's sums on one validation partition
-    (parameters are not trained, Cerebro §4.1)."""
+    (parameters are not trained, Cerebro §4.1), on the worker's device.
+
+    Raises:
+        DeviceOutOfMemoryError: with ``phase="validation"`` and the
+            evaluation batch (:data:`EVAL_BATCH_SIZE`).
+        DeviceFailedError: the GPU failed.
+    """
     started = time.perf_counter()
-    with _Seeded(unit_seed(spec.seed, spec.trial, spec.epoch, spec.partition)):
-        X, y = hooks.input_fn(partition)
-        net = hooks.model_fn(spec)
-        load_checkpoint(net, None, checkpoint)
-        for p in net.parameters():
-            p.requires_grad_(False)
-        sums = dict(hooks.eval_fn(net, X, y, spec))
-    sums["seconds"] = time.perf_counter() - started
-    return sums
+    device = worker_device()
+    amp = mixed_precision(hooks.precision, device)
+
+    def body() -> dict[str, Any]:
+        with _Seeded(unit_seed(spec.seed, spec.trial, spec.epoch, spec.partition), device):
+            X, y = _unit_tensors(partition, hooks, device)
+            net = hooks.model_fn(spec).to(device)
+            load_checkpoint(net, None, checkpoint)
+            for p in net.parameters():
+                p.requires_grad_(False)
+            with amp.autocast():
+                sums = dict(hooks.eval_fn(net, X, y, spec))
+        sums["seconds"] = time.perf_counter() - started
+        return sums
+
+    return _run_classified(body, spec, device, "validation", EVAL_BATCH_SIZE)
 
 
 # -- measuring the hop modes -----------------------------------------------------------
@@ -490,7 +774,6 @@ def measure_hop(
         X, y = partition
         ckpt: bytes | str = initial_checkpoint(spec, X, y, hooks)
         if mode == "directory":
-            os.makedirs(directory, exist_ok=True)
             ckpt = _write(directory, spec.at(-1, -1), ckpt)
         times = []
         size = 0.0
@@ -504,11 +787,11 @@ def measure_hop(
                 raise EaseMLError(f"hop probe unit {i}: {ev}")
             times.append(time.perf_counter() - started)
             if mode == "directory" and isinstance(ckpt, str):
-                os.remove(ckpt)
+                blob_io.remove(ckpt)
             ckpt = ev.result.checkpoint
             size = ev.result.metrics["checkpoint_bytes"]
         if isinstance(ckpt, str):
-            os.remove(ckpt)
+            blob_io.remove(ckpt)
         return {"median": statistics.median(times), "mean": statistics.fmean(times), "checkpoint_bytes": size}
     finally:
         engine.drop("hop-probe")

@@ -26,17 +26,21 @@ How execution uses a net (one config, one MOP unit)::
     net.adapt(X_train, Y_train)              # input/target statistics -> buffers
     opt = net.make_optimizer(config.options["lr"])
     for xb, yb in batches:
-        net.train_step(opt, xb, yb)          # forward, loss, backward, clip, step
+        net.train_step(opt, xb, yb)          # forward, loss, backward, clip, step -> loss tensor
     y_hat = net.predict(X_val)               # class indices, or outputs
 
 ``adapt`` stores statistics as buffers, so they travel in the state dict with
-the weights when a model hops between workers.
+the weights when a model hops between workers. A net trains on the device of
+its weights (``net.to(device)``): ``train_step`` and ``predict`` move their
+batch there, and ``train_step`` returns the loss as a device tensor so that a
+training loop need not wait for the device at every step.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
-from typing import Any, Sequence
+from typing import Any, Callable, ContextManager, Sequence
 
 import numpy as np
 import torch
@@ -64,10 +68,12 @@ __all__ = [
 ]
 
 
-def _as_tensor(a: Any) -> torch.Tensor:
+def _as_tensor(a: Any, device: torch.device | None = None) -> torch.Tensor:
+    """A float32 tensor; a tensor keeps its device, other data go to ``device``
+    (default: the CPU)."""
     if isinstance(a, torch.Tensor):
         return a.detach().to(torch.float32)
-    return torch.as_tensor(np.asarray(a, dtype=np.float32))
+    return torch.as_tensor(np.asarray(a, dtype=np.float32), device=device)
 
 
 class ZooModule(nn.Module):
@@ -102,7 +108,7 @@ class ZooModule(nn.Module):
     def loss(self, out: torch.Tensor, y: Any) -> torch.Tensor:
         """Cross-entropy on logits; ``y`` holds class indices (N,) or one-hot /
         probability rows (N, D)."""
-        y = y if isinstance(y, torch.Tensor) else torch.as_tensor(np.asarray(y))
+        y = y if isinstance(y, torch.Tensor) else torch.as_tensor(np.asarray(y), device=out.device)
         if y.dim() == 2 and y.shape == out.shape:
             return F.cross_entropy(out, y.to(out.dtype))
         return F.cross_entropy(out, y.reshape(-1).long())
@@ -114,31 +120,66 @@ class ZooModule(nn.Module):
             raise EaseMLError(f"lr: found {lr!r}, expected a positive finite number")
         return torch.optim.SGD(self.parameters(), lr=float(lr), momentum=momentum, weight_decay=weight_decay)
 
-    def train_step(self, optimizer: torch.optim.Optimizer, x: Any, y: Any, *, clip: float | None = 5.0) -> float:
-        """One SGD step on a batch; returns the batch loss before the step.
+    @property
+    def device(self) -> torch.device:
+        """The device of the net's weights (the CPU for a net without any)."""
+        for t in self.parameters():
+            return t.device
+        for t in self.buffers():
+            return t.device
+        return torch.device("cpu")
+
+    def train_step(
+        self,
+        optimizer: torch.optim.Optimizer,
+        x: Any,
+        y: Any,
+        *,
+        clip: float | None = 5.0,
+        autocast: Callable[[], ContextManager[Any]] | None = None,
+        scaler: Any = None,
+    ) -> torch.Tensor:
+        """One SGD step on a batch; returns the batch loss before the step, as
+        a detached 0-d tensor on the net's device (reading it as a number
+        waits for the device, so a training loop sums tensors and reads once).
 
         Gradients are clipped to norm ``clip`` so that lr=0.1 does not make
-        recurrent nets blow up.
+        recurrent nets blow up. ``autocast`` makes the context of the forward
+        pass and the loss (mixed precision); ``scaler``, a
+        ``torch.amp.GradScaler``, scales the loss for float16 and unscales the
+        gradients before clipping.
         """
         self.train()
-        x = _as_tensor(x)
-        y_t = y if isinstance(y, torch.Tensor) else torch.as_tensor(np.asarray(y))
+        device = self.device
+        x = _as_tensor(x, device).to(device)
+        y_t = (y if isinstance(y, torch.Tensor) else torch.as_tensor(np.asarray(y))).to(device)
         optimizer.zero_grad(set_to_none=True)
-        out = self.fit_forward(x, y_t)
-        loss = self.loss(out, y_t)
-        loss.backward()
-        if clip is not None:
-            nn.utils.clip_grad_norm_(self.parameters(), clip)
-        optimizer.step()
-        return float(loss.detach())
+        with autocast() if autocast is not None else contextlib.nullcontext():
+            out = self.fit_forward(x, y_t)
+            loss = self.loss(out, y_t)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            if clip is not None:
+                scaler.unscale_(optimizer)
+                nn.utils.clip_grad_norm_(self.parameters(), clip)
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            if clip is not None:
+                nn.utils.clip_grad_norm_(self.parameters(), clip)
+            optimizer.step()
+        return loss.detach()
 
     @torch.no_grad()
     def predict(self, x: Any) -> torch.Tensor:
-        """Class indices (classification) or outputs (regression), in eval mode."""
+        """Class indices (classification) or outputs (regression), in eval
+        mode, computed on the net's device (and returned there)."""
         was_training = self.training
         self.eval()
+        device = self.device
         try:
-            out = self(_as_tensor(x))
+            out = self(_as_tensor(x, device).to(device))
         finally:
             self.train(was_training)
         return out.argmax(dim=1) if self.task == "classification" else out
@@ -486,7 +527,7 @@ class Seq2Seq(ZooModule):
         return self(x, steps=y.shape[1])
 
     def loss(self, out: torch.Tensor, y: Any) -> torch.Tensor:
-        y = _as_tensor(y)
+        y = _as_tensor(y, out.device)
         return F.mse_loss((out - self.out_mean) / self.out_std, (y - self.out_mean) / self.out_std)
 
 
@@ -558,7 +599,7 @@ class RecoveryNet(ZooModule):
         return y.permute(0, 2, 3, 1).reshape(n, *self.output_shape)
 
     def loss(self, out: torch.Tensor, y: Any) -> torch.Tensor:
-        y = _as_tensor(y).reshape(out.shape)
+        y = _as_tensor(y, out.device).reshape(out.shape)
         span = self._span(self.out_lo, self.out_hi)
         return F.mse_loss((out - self.out_lo) / span, (y - self.out_lo) / span)
 

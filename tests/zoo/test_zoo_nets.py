@@ -109,7 +109,10 @@ def _separable_batch(shape, classes=2, n=32, seed=0):
 def _assert_learns(net, x, y, lr, steps=8):
     net.adapt(x, y)
     opt = net.make_optimizer(lr)
-    losses = [net.train_step(opt, x, y) for _ in range(steps)]
+    steps_out = [net.train_step(opt, x, y) for _ in range(steps)]
+    # a detached 0-d loss tensor on the net's device: read once, after the steps
+    assert all(isinstance(v, torch.Tensor) and v.dim() == 0 and not v.requires_grad for v in steps_out)
+    losses = [float(v) for v in steps_out]
     assert all(map(lambda v: v == v, losses))  # no NaN
     assert losses[-1] < losses[0], losses
     return losses
