@@ -19,15 +19,17 @@ batch size 256, in three arms that each see the same number of examples:
   it onto the GPU, train one sub-epoch, save it device-neutral (CPU tensors)
   and write it. The partition's tensors stay on the GPU between units
   (``units.DEVICE_PARTITION_SHARE``); their one copy per worker is reported
-  apart (``partition_to_device_s``). The units run with deterministic
-  algorithms (``torch.use_deterministic_algorithms``, warn only).
+  apart (``partition_to_device_s``). The units run with their default
+  kernels on a GPU: torch's fast ones with cuDNN autotuning
+  (``Hooks(deterministic=None)``).
 * **plain**: one model of the same net from the same initial weights, in a
   plain torch loop (``randperm`` on the GPU, forward, cross-entropy,
   backward, the same gradient clipping, SGD step) for U epochs over the
-  same data already on the GPU, torch's default (non-deterministic) kernels.
-* **plain_det**: the plain loop with deterministic algorithms on, as in the
-  units: the gap between plain and plain_det is the price of determinism,
-  the gap between plain_det and mop the price of the units themselves.
+  same data already on the GPU, with the same kernels as the units (fast,
+  cuDNN autotuning).
+* **plain_det**: the plain loop with deterministic algorithms on (what
+  ``Hooks(deterministic=True)`` gives the units): the gap between plain
+  and plain_det is the price of bit-identical re-runs on a GPU.
 
 Each arm runs in fp32, bf16 (autocast) and fp16 (autocast and a
 ``GradScaler``), through ``device.mixed_precision`` in all three arms.
@@ -161,8 +163,9 @@ def run_plain(w: Workload, precision: str, deterministic: bool) -> float:
     amp = mixed_precision(precision, w.device)
     scaler = amp.scaler()
     n = len(w.Xd)
-    was = torch.are_deterministic_algorithms_enabled()
+    was = torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark
     torch.use_deterministic_algorithms(deterministic, warn_only=True)
+    torch.backends.cudnn.benchmark = not deterministic  # the units' policy on a GPU
     try:
         total = torch.zeros((), device=w.device)
         _sync(w.device)
@@ -188,7 +191,8 @@ def run_plain(w: Workload, precision: str, deterministic: bool) -> float:
         _sync(w.device)
         seconds = time.perf_counter() - started
     finally:
-        torch.use_deterministic_algorithms(was, warn_only=True)
+        torch.use_deterministic_algorithms(was[0], warn_only=True)
+        torch.backends.cudnn.benchmark = was[1]
     if not math.isfinite(float(total)):
         print(f"  note: plain {precision} loss is not finite", flush=True)
     return seconds

@@ -74,12 +74,13 @@ Determinism. A unit seeds torch's global generators and a private CPU
 ``torch.Generator`` (which orders the mini-batches: the permutation is drawn
 on the CPU and then moved to the device, so the batch order of a unit does
 not depend on its device) from ``unit_seed(seed, trial, epoch, partition)``,
-runs with one torch thread and deterministic algorithms, and starts from the
-checkpoint the driver gives it. So, on the CPU, a unit re-run after a worker
+runs with one torch thread and deterministic algorithms (on a GPU only with
+``Hooks(deterministic=True)``), and starts from the checkpoint the driver
+gives it. So, on the CPU, a unit re-run after a worker
 died gives bit-identical weights, and a run replayed with the same visit
 order (``MOPScheduler(visit_order=...)``) ends with the same weights as the
-original, whichever workers run the units. On one GPU model, a unit re-run in
-fp32 gives bit-identical weights for nets whose kernels have deterministic
+original, whichever workers run the units. On one GPU model, with
+``Hooks(deterministic=True)``, a unit re-run in fp32 gives bit-identical weights for nets whose kernels have deterministic
 CUDA versions (``device`` sets ``CUBLAS_WORKSPACE_CONFIG``); a GPU and a
 CPU, or two precisions, agree only to rounding (docs/gpus.md).
 """
@@ -372,6 +373,13 @@ class Hooks:
     keywords ``amp`` (a ``device.MixedPrecision``) and ``scaler`` (a
     ``GradScaler`` for ``fp16``, else None), and ``eval_fn`` runs under
     autocast; with ``"fp32"`` the hooks are called exactly as before.
+
+    ``deterministic``: None (default) runs deterministic algorithms on the
+    CPU, where they cost nothing measurable, and torch's fast kernels with
+    cuDNN autotuning on a GPU, where deterministic ones cost about a fifth
+    of the throughput (docs/gpus.md); True asks for deterministic kernels on
+    every device (bit-identical re-runs on one GPU model), False for the
+    fast ones everywhere.
     """
 
     input_fn: Callable[[Any], tuple[Any, Any]] = default_input_fn
@@ -379,10 +387,19 @@ class Hooks:
     train_fn: Callable[..., Mapping[str, float]] = default_train_fn
     eval_fn: Callable[..., Mapping[str, Any]] = default_eval_fn
     precision: str = "fp32"
+    deterministic: bool | None = None
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
             raise EaseMLError(f"Hooks.precision: found {self.precision!r}, expected one of {list(PRECISIONS)}")
+        if self.deterministic not in (None, True, False):
+            raise EaseMLError(f"Hooks.deterministic: found {self.deterministic!r}, expected None, True or False")
+
+    def deterministic_on(self, device: Any) -> bool:
+        """Whether a unit on ``device`` runs deterministic kernels."""
+        if self.deterministic is not None:
+            return self.deterministic
+        return getattr(device, "type", str(device)) != "cuda"
 
 
 # -- checkpoints ---------------------------------------------------------------------
@@ -484,13 +501,15 @@ def _write(out_dir: str, spec: UnitSpec, data: bytes) -> str:
 
 class _Seeded:
     """One unit's torch settings: its seed in the global generators and in a
-    private CPU ``torch.Generator`` (returned), deterministic kernels, one
-    thread. The global generators and the deterministic flag are restored on
-    exit."""
+    private CPU ``torch.Generator`` (returned), one thread, and the kernels
+    ``deterministic`` asks for (deterministic algorithms; on a GPU without
+    them, cuDNN's autotuned kernels). The global generators and both flags
+    are restored on exit."""
 
-    def __init__(self, seed: int, device: Any = None):
+    def __init__(self, seed: int, device: Any = None, deterministic: bool = True):
         self.seed = seed
         self.device = device
+        self.deterministic = deterministic
 
     def __enter__(self) -> Any:
         import torch
@@ -499,9 +518,11 @@ class _Seeded:
         self._cuda = self.device is not None and torch.device(self.device).type == "cuda"
         if self._cuda:
             self._cuda_state = torch.cuda.get_rng_state(self.device)
+            self._cudnn_benchmark = torch.backends.cudnn.benchmark
+            torch.backends.cudnn.benchmark = not self.deterministic
         self._deterministic = torch.are_deterministic_algorithms_enabled()
         torch.manual_seed(self.seed)  # also seeds every CUDA device
-        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.use_deterministic_algorithms(self.deterministic, warn_only=True)
         if torch.get_num_threads() != 1:
             torch.set_num_threads(1)
         gen = torch.Generator()
@@ -514,6 +535,7 @@ class _Seeded:
         torch.random.set_rng_state(self._state)
         if self._cuda:
             torch.cuda.set_rng_state(self._cuda_state, self.device)
+            torch.backends.cudnn.benchmark = self._cudnn_benchmark
         torch.use_deterministic_algorithms(self._deterministic, warn_only=True)
 
 
@@ -686,7 +708,8 @@ def train_unit(partition: Any, checkpoint: bytes | str, spec: UnitSpec, hooks: H
     amp = mixed_precision(hooks.precision, device)
 
     def body() -> UnitOutput:
-        with _Seeded(unit_seed(spec.seed, spec.trial, spec.epoch, spec.partition), device) as gen:
+        with _Seeded(unit_seed(spec.seed, spec.trial, spec.epoch, spec.partition), device,
+                     hooks.deterministic_on(device)) as gen:
             t0 = time.perf_counter()
             X, y = _unit_tensors(partition, hooks, device)
             t1 = time.perf_counter()
@@ -727,7 +750,8 @@ def eval_unit(partition: Any, checkpoint: bytes | str, spec: UnitSpec, hooks: Ho
     amp = mixed_precision(hooks.precision, device)
 
     def body() -> dict[str, Any]:
-        with _Seeded(unit_seed(spec.seed, spec.trial, spec.epoch, spec.partition), device):
+        with _Seeded(unit_seed(spec.seed, spec.trial, spec.epoch, spec.partition), device,
+                     hooks.deterministic_on(device)):
             X, y = _unit_tensors(partition, hooks, device)
             net = hooks.model_fn(spec).to(device)
             load_checkpoint(net, None, checkpoint)

@@ -313,19 +313,39 @@ def _cuda_spec(**extra):
 
 
 @pytest.mark.gpu
+def test_gpu_units_use_fast_kernels_unless_deterministic_ones_are_asked_for(rgb):
+    import torch
+
+    X, y = rgb
+    init = initial_checkpoint(_cuda_spec(), X, y)
+    seen = []
+
+    def train_fn(net, opt, Xp, yp, spec, gen, **kw):
+        seen.append((torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark))
+        return units.default_train_fn(net, opt, Xp, yp, spec, gen, **kw)
+
+    before = (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark)
+    for deterministic in (None, True):
+        train_unit((X[:64], y[:64]), init, _cuda_spec().at(0, 0), Hooks(train_fn=train_fn, deterministic=deterministic))
+    assert seen == [(False, True), (True, False)]
+    assert (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark) == before
+
+
+@pytest.mark.gpu
 def test_gpu_units_run_on_the_gpu_and_describe_it():
     d = describe_device(worker_device())
     assert d.kind.startswith("cuda:") and d.total_memory > 2**30
 
 
 @pytest.mark.gpu
-def test_gpu_unit_rerun_gives_bit_identical_weights_in_fp32(rgb):
+def test_gpu_unit_rerun_gives_bit_identical_weights_in_fp32_with_deterministic_kernels(rgb):
     X, y = rgb
     init = initial_checkpoint(_cuda_spec(), X, y)
     part = (X[:384], y[:384])
-    a = train_unit(part, init, _cuda_spec().at(0, 1))
-    b = train_unit(part, init, _cuda_spec().at(0, 1))  # the partition's tensors now come from the GPU cache
-    fresh = train_unit((X[:384].copy(), y[:384].copy()), init, _cuda_spec().at(0, 1))  # copied to the GPU again
+    hooks = Hooks(deterministic=True)
+    a = train_unit(part, init, _cuda_spec().at(0, 1), hooks)
+    b = train_unit(part, init, _cuda_spec().at(0, 1), hooks)  # the partition's tensors now come from the GPU cache
+    fresh = train_unit((X[:384].copy(), y[:384].copy()), init, _cuda_spec().at(0, 1), hooks)  # copied to the GPU again
     assert a.metrics["gpu"] == 1.0
     assert same_weights(a.checkpoint, b.checkpoint) and same_weights(a.checkpoint, fresh.checkpoint)
     assert a.metrics["loss"] == b.metrics["loss"]
@@ -464,3 +484,14 @@ def test_gpu_benchmark_runs_end_to_end_on_the_cpu(tmp_path, monkeypatch):
         assert row["hop"]["units"] == 4 and row["hop"]["units_on_gpu"] == 0
         assert 0 < row["hop"]["hop_seconds_median"] < row["hop"]["unit_seconds_median"]
     assert r["precisions"]["fp16"]["effective_precision"] == "fp32"
+
+
+def test_units_are_deterministic_on_the_cpu_by_default_and_as_asked():
+    import torch
+
+    assert Hooks().deterministic_on(torch.device("cpu")) is True
+    assert Hooks().deterministic_on(torch.device("cuda")) is False
+    assert Hooks(deterministic=True).deterministic_on(torch.device("cuda")) is True
+    assert Hooks(deterministic=False).deterministic_on(torch.device("cpu")) is False
+    with pytest.raises(EaseMLError, match="Hooks.deterministic: found 'yes'"):
+        Hooks(deterministic="yes")
