@@ -18,6 +18,11 @@ safety factor) from the workers' ``MEMORY`` resource, so more tasks fit on a
 worker at once. The :class:`~ease_jupyter.execution.memory.CostReport`
 compares the reserved GB·s with what the fixed reservation would have cost.
 
+GPU workers. A scikit-learn fit uses no GPU, so while the engine has CPU
+workers the tasks run on those only (``Engine.submit(..., workers=...)``)
+and never take the slot of a GPU worker (one per GPU, for the MOP units);
+a pool of GPU workers only runs them there.
+
 Scores follow ``sklearn_fit``: accuracy for classification, R² clipped to
 [0, 1] for regression. A config whose fit raises gets a NaN score and its
 error; it never stops the others.
@@ -28,13 +33,14 @@ from __future__ import annotations
 import itertools
 import math
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from ease_jupyter.errors import EaseMLError
-from ease_jupyter.execution.engine.base import MEMORY, Engine, UnitDone
+from ease_jupyter.execution.engine.base import MEMORY, Engine, UnitDone, UnitLost, cpu_workers
 from ease_jupyter.execution.memory import (
     STEP,
     CostReport,
@@ -46,6 +52,10 @@ from ease_jupyter.execution.memory import (
 from ease_jupyter.execution.sklearn_fit import fit_and_score
 
 __all__ = ["GridPoint", "GridResult", "cartesian", "grid_search", "split_80_20"]
+
+#: Times one grid task is submitted again after the workers it was kept to
+#: were all lost (a task that keeps losing its workers fails the grid).
+MAX_LOST = 3
 
 
 @dataclass(frozen=True)
@@ -117,6 +127,13 @@ def split_80_20(X: Any, y: Any, *, test_size: float = 0.2, classification: bool 
             stratify = y
     X_tr, X_te, y_tr, y_te = train_test_split(X, y, test_size=test_size, random_state=seed, stratify=stratify)
     return X_tr, y_tr, X_te, y_te
+
+
+def _grid_workers(resources: Mapping[str, Mapping[str, float]]) -> list[str] | None:
+    """The workers a grid task may run on (worker -> declared resources): the
+    CPU workers when there are GPU workers too, else any (None)."""
+    cpus = cpu_workers(resources)
+    return cpus if cpus and len(cpus) < len(resources) else None
 
 
 # -- model factories (picklable values, shipped to workers) --------------------------
@@ -258,24 +275,40 @@ def grid_search(
     started = time.perf_counter()
     end = None if timeout is None else time.monotonic() + timeout
     try:
-        worker_mem = [float(r.get(MEMORY, 0.0)) for r in engine.worker_resources().values()]
+        allowed = _grid_workers(engine.worker_resources())
+        worker_mem = [float(r.get(MEMORY, 0.0)) for w, r in engine.worker_resources().items()
+                      if allowed is None or w in allowed]
         fixed = int(fixed_bytes if fixed_bytes is not None else (min(worker_mem) if worker_mem else 0))
         if memory in ("auto", "fixed") and fixed <= 0:
             raise EaseMLError("fixed_bytes: found no MEMORY resource on the workers, expected workers that declare MEMORY or memory=None")
         data = engine.share((X_tr, y_tr, X_te, y_te))
 
+        submitted: dict[int, tuple[int | None, bool]] = {}  # point -> (reservation, probe)
+
         def submit(i: int, reserve: int | None, probe: bool) -> str:
             res = {MEMORY: reserve} if reserve else None
-            return engine.submit(_fit_task, make, points_params[i], data, classification, probe, resources=res)
+            submitted[i] = (reserve, probe)
+            return engine.submit(_fit_task, make, points_params[i], data, classification, probe, resources=res,
+                                 workers=_grid_workers(engine.worker_resources()))
 
         def collect(handles: dict[str, int]) -> dict[int, dict[str, Any]]:
-            left = None if end is None else max(0.0, end - time.monotonic())
-            events = engine.wait_all(handles, timeout=left)
-            out = {}
-            for h, ev in events.items():
-                if not isinstance(ev, UnitDone):
-                    raise EaseMLError(f"grid task {points_params[handles[h]]}: {ev}")
-                out[handles[h]] = ev.result
+            out: dict[int, dict[str, Any]] = {}
+            lost: Counter = Counter()
+            while handles:
+                left = None if end is None else max(0.0, end - time.monotonic())
+                events = engine.wait_all(handles, timeout=left)
+                again = {}
+                for h, ev in events.items():
+                    i = handles[h]
+                    # the CPU workers it was kept to were all lost: it runs again on the live ones
+                    if isinstance(ev, UnitLost) and lost[i] < MAX_LOST:
+                        lost[i] += 1
+                        again[submit(i, *submitted[i])] = i
+                    elif not isinstance(ev, UnitDone):
+                        raise EaseMLError(f"grid task {points_params[i]}: {ev}")
+                    else:
+                        out[i] = ev.result
+                handles = again
             return out
 
         results: dict[int, dict[str, Any]] = {}

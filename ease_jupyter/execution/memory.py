@@ -24,6 +24,9 @@ task faster. We keep the structure of Alg. 1:
 3. :func:`gb_seconds` prices a run as the sum over tasks of reserved GB x
    task seconds, the unit Lambda bills and the quantity compared against a
    fixed, generous reservation in :class:`CostReport`.
+
+Torch configs on GPUs are sized the same way, on GPU memory and by batch
+size (:mod:`ease_jupyter.execution.gpu_memory`).
 """
 
 from __future__ import annotations

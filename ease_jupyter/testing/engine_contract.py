@@ -4,9 +4,11 @@ reusable pytest suite.
 Every engine must pass the ``test_*`` functions below: workers and their
 resources, partition placement (Cerebro §4.3: each partition on ``r``
 workers, never broadcast), pinned units with deadlines, unpinned tasks,
-cancellation, and the events a lost unit or worker produces. To run the
+cancellation, unpinned tasks kept to named workers (``submit(...,
+workers=...)``), and the events a lost unit or worker produces. To run the
 suite against an engine, import it into a test module and provide two
-fixtures, each an engine with two workers and a ``kind`` attribute::
+fixtures, each an engine with two workers (declaring no ``GPU``) and a
+``kind`` attribute::
 
     import pytest
     from ease_jupyter.testing.engine_contract import *  # noqa: F401,F403
@@ -82,6 +84,10 @@ def nap(data, seconds):
 
 def add(a, b):
     return a + b
+
+
+def where_task(_):
+    return where()
 
 
 def collect(engine, handles, timeout=60.0):
@@ -190,6 +196,31 @@ def test_unpinned_tasks_resources_and_shared_values(engine):
         engine.submit(add, 1, 2, resources={"GPU": 1})
 
 
+def test_unpinned_tasks_run_only_on_the_named_workers(engine):
+    """``submit(..., workers=...)`` keeps a task on those workers (a
+    scikit-learn grid off the GPU workers); names not live are ignored."""
+    ws = engine.workers()
+    for w in ws:
+        handles = [engine.submit(where_task, i, workers=[w]) for i in range(3)]
+        handles.append(engine.submit(where_task, 3, workers=[w, "no-such-worker"]))
+        done = collect(engine, handles)
+        assert [done[h].result for h in handles] == [w] * 4
+
+
+def test_a_workers_restriction_must_name_a_live_worker(engine):
+    for bad in (["no-such-worker"], [], "not-a-list"):
+        with pytest.raises(EngineError, match="workers"):
+            engine.submit(add, 1, 2, workers=bad)
+    too_much = max(r[MEMORY] for r in engine.worker_resources().values()) * 2
+    with pytest.raises(EngineError, match="resources"):
+        engine.submit(add, 1, 2, resources={MEMORY: too_much}, workers=engine.workers()[:1])
+
+
+def test_no_declared_gpu_means_every_worker_is_a_cpu_worker(engine):
+    assert engine.gpu_workers() == []
+    assert engine.cpu_workers() == engine.workers()
+
+
 def test_cancelled_handles_never_report(engine):
     w = engine.workers()[0]
     engine.place("c", 0, [w])
@@ -255,6 +286,23 @@ def test_unpinned_tasks_survive_a_killed_worker(fresh_engine):
     fresh_engine.kill_worker(fresh_engine.workers()[0])
     done = collect(fresh_engine, handles, timeout=60)
     assert all(isinstance(ev, UnitDone) for ev in done.values())
+
+
+def test_a_task_whose_named_workers_are_all_lost_is_reported_lost(fresh_engine):
+    """A restricted task never waits forever for workers that are gone, nor
+    runs where it was not allowed: it is lost, and the caller decides."""
+    w0, w1 = fresh_engine.workers()
+    fresh_engine.place("busy", 0, [w0])
+    pinned = fresh_engine.submit_pinned(nap, "busy", 3.0, worker=w0, timeout=120)
+    time.sleep(0.3)
+    queued = fresh_engine.submit(where_task, 0, workers=[w0])  # waits behind the pinned unit
+    running = fresh_engine.submit(nap, None, 3.0, workers=[w1])
+    time.sleep(0.3)
+    fresh_engine.kill_worker(w0)
+    done = collect(fresh_engine, [queued, pinned, running], timeout=60)
+    assert isinstance(done[pinned], UnitLost)
+    assert isinstance(done[queued], UnitLost) and done[queued].reason == "worker-lost"
+    assert isinstance(done[running], UnitDone)  # its worker lives: untouched
 
 
 # What ``import *`` brings into a test module: the tests (computed, so that a

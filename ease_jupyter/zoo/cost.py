@@ -87,7 +87,9 @@ def forward_flops(module: Any, example_shape: Sequence[int], **forward_kwargs: A
     forward pass runs is checked on its own and, if the counter saw nothing,
     counted analytically (:func:`_lstm_flops`). Elementwise work is not
     counted, except :data:`INPUT_ELEMENT_FLOPS` per input element for input
-    scaling and pooling, so that a larger input never looks cheaper.
+    scaling and pooling, so that a larger input never looks cheaper. The
+    example is made on the device of ``module``'s parameters: a net already
+    on a GPU is counted where it is, to the same count.
     """
     import torch
     from torch.utils.flop_counter import FlopCounterMode
@@ -101,7 +103,8 @@ def forward_flops(module: Any, example_shape: Sequence[int], **forward_kwargs: A
     was_training = module.training
     module.eval()
     try:
-        x = torch.zeros((1, *example_shape), dtype=torch.float32)
+        device = next((p.device for p in module.parameters()), torch.device("cpu"))
+        x = torch.zeros((1, *example_shape), dtype=torch.float32, device=device)
         with torch.no_grad(), FlopCounterMode(display=False) as counter:
             module(x, **forward_kwargs)
         total = float(counter.get_total_flops()) + INPUT_ELEMENT_FLOPS * math.prod(example_shape)
@@ -110,7 +113,7 @@ def forward_flops(module: Any, example_shape: Sequence[int], **forward_kwargs: A
         handles = []
         for lstm, shape in seen:
             with torch.no_grad(), FlopCounterMode(display=False) as sub:
-                lstm(torch.zeros(shape))
+                lstm(torch.zeros(shape, device=device))
             if sub.get_total_flops() == 0:
                 steps = shape[1] if lstm.batch_first else shape[0]
                 total += _lstm_flops(lstm, steps)

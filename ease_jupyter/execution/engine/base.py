@@ -16,10 +16,14 @@ and Seneca-style grid evaluation need, nothing more:
   A dead worker whose pinned units would otherwise wait forever is reported
   the same way, from the cluster's own membership events (no heartbeat of
   ours).
-* **Unpinned tasks** ``submit(fn, *args, resources=...)`` for Seneca grid
-  evaluation: any worker with enough of each resource (``"MEMORY"`` in bytes)
-  may run them. ``share(value)`` puts a value into the cluster once for
-  many tasks.
+* **Unpinned tasks** ``submit(fn, *args, resources=..., workers=...)`` for
+  Seneca grid evaluation: any worker with enough of each resource
+  (``"MEMORY"`` in bytes), or only the named ``workers``, may run them.
+  ``share(value)`` puts a value into the cluster once for many tasks.
+* **Devices.** A worker with a GPU declares ``GPU=1`` (one worker process
+  per GPU; Dask does not know what a GPU is). :meth:`Engine.gpu_workers`
+  and :meth:`Engine.cpu_workers` split the live workers by that resource, so
+  that torch units go to GPU workers and scikit-learn tasks keep off them.
 * **One event stream.** ``events(timeout)`` returns what happened since the
   last call: ``UnitDone``, ``UnitFailed``, ``UnitLost``, ``WorkerLost``,
   ``WorkerAdded``. Each handle is resolved by exactly one of ``UnitDone``,
@@ -59,6 +63,8 @@ __all__ = [
     "WorkerLost",
     "MEMORY",
     "GPU",
+    "gpu_workers",
+    "cpu_workers",
 ]
 
 #: The resource name (bytes) that Seneca-style memory sizing reserves per task.
@@ -139,6 +145,14 @@ class Engine(abc.ABC):
     def worker_resources(self) -> dict[str, dict[str, float]]:
         """Each live worker's declared resources (e.g. ``{"MEMORY": bytes}``)."""
         return {w: {} for w in self.workers()}
+
+    def gpu_workers(self) -> list[str]:
+        """The live workers that declare a ``GPU`` resource above 0, sorted."""
+        return gpu_workers(self.worker_resources())
+
+    def cpu_workers(self) -> list[str]:
+        """The live workers that declare no ``GPU`` resource (or 0), sorted."""
+        return cpu_workers(self.worker_resources())
 
     @property
     def shared_filesystem(self) -> bool:
@@ -231,15 +245,25 @@ class Engine(abc.ABC):
         fn: Callable[..., Any],
         *args: Any,
         resources: Mapping[str, float] | None = None,
+        workers: Sequence[str] | None = None,
     ) -> str:
         """Run ``fn(*args)`` on any worker that has at least ``resources``.
+
+        ``workers`` (names from :meth:`workers`) restricts the task to those
+        workers, e.g. a scikit-learn grid to the CPU workers so that it never
+        takes a GPU worker's slot. Names that are not live are ignored. It
+        moves among them when one is lost; when all of them are lost before
+        it finished, it is reported ``UnitLost(reason="worker-lost")`` (it
+        cannot wait for names that are never reused) and the caller submits
+        it again where it wants.
 
         Arguments that came from :meth:`share` are resolved to their values
         on the worker. Unpinned tasks move freely: a lost worker's tasks run
         again elsewhere, so they have no deadline.
 
         Raises:
-            EngineError: no live worker declares enough of some resource.
+            EngineError: no live worker (of ``workers``, when given) declares
+                enough of some resource, or none of ``workers`` is live.
         """
 
     @abc.abstractmethod
@@ -316,6 +340,35 @@ def check_timeout(timeout: float) -> float:
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) or timeout <= 0:
         raise EngineError(f"timeout: found {timeout!r}, expected a positive number of seconds")
     return float(timeout)
+
+
+def gpu_workers(resources: Mapping[str, Mapping[str, float]]) -> list[str]:
+    """The workers of ``resources`` (worker -> declared resources) that
+    declare a ``GPU`` above 0, sorted."""
+    return sorted(w for w, res in resources.items() if res.get(GPU, 0) > 0)
+
+
+def cpu_workers(resources: Mapping[str, Mapping[str, float]]) -> list[str]:
+    """The workers of ``resources`` that declare no ``GPU`` (or 0), sorted."""
+    return sorted(w for w, res in resources.items() if not res.get(GPU, 0) > 0)
+
+
+def check_workers(workers: Sequence[str] | None, live: Iterable[str]) -> list[str] | None:
+    """The live ones of a task's ``workers`` restriction (None: no restriction).
+
+    Raises:
+        EngineError: a restriction that is not a sequence of names, or that
+            names no live worker (the task could never start).
+    """
+    if workers is None:
+        return None
+    if isinstance(workers, (str, bytes)) or not all(isinstance(w, str) for w in workers):
+        raise EngineError(f"workers: found {workers!r}, expected a sequence of worker names")
+    alive = set(live)
+    chosen = sorted(w for w in set(workers) if w in alive)
+    if not chosen:
+        raise EngineError(f"workers: found {sorted(set(workers))}, expected at least one live worker of {sorted(alive)}")
+    return chosen
 
 
 def check_resources(resources: Mapping[str, float] | None, available: Mapping[str, Mapping[str, float]]) -> dict[str, float]:

@@ -1,5 +1,10 @@
 """The Dask adapter: the only module of ease_jupyter that imports ``distributed``.
 
+It attaches to any Dask cluster: a ``LocalCluster`` it starts, a scheduler
+address (``tcp://``, ``tls://`` with a ``Security``), a ``Client``, or a
+cluster object made by dask-gateway, dask-jobqueue or dask-kubernetes
+(``engine.clusters`` makes those from an ``--engine`` value; docs/clusters.md).
+
 All pinning lives here (STYLE §6, the coffea/cugraph lesson):
 
 * a data partition is scattered to exactly the workers that should hold it
@@ -35,11 +40,14 @@ import queue
 import signal
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Mapping, Sequence
 
 import dask
+from dask.utils import funcname
 from distributed import Client, LocalCluster, WorkerPlugin
+from distributed.security import Security
 
 from ease_jupyter.execution.engine.base import (
     MEMORY,
@@ -53,8 +61,10 @@ from ease_jupyter.execution.engine.base import (
     WorkerLost,
     check_resources,
     check_timeout,
+    check_workers,
     new_handle,
 )
+from ease_jupyter.execution.engine.clusters import close_cluster
 
 __all__ = ["DaskEngine", "WorkerSetup", "DASK_CONFIG", "local_cluster"]
 
@@ -131,6 +141,58 @@ def local_cluster(n_workers: int, *, memory_per_worker: int | None = None,
         )
 
 
+def _connect(cluster: Any, security: Any) -> tuple[Client, bool]:
+    """A client of ``cluster`` (an address, a Client or a cluster object) and
+    whether the engine made it (and so closes it)."""
+    if isinstance(cluster, Client):
+        if security is not None:
+            raise EngineError("security: found one next to an existing Client, expected None (a Client has its own)")
+        return cluster, False
+    if isinstance(cluster, str):
+        target: Any = cluster
+        if cluster.startswith("gateway://"):
+            _load_gateway_comm(cluster)
+        if security is None:
+            security = _security_from_config(cluster)
+    elif isinstance(getattr(cluster, "scheduler_address", None), str):
+        target = cluster  # the Client takes its address and its security from it
+    elif callable(getattr(cluster, "get_client", None)):
+        return cluster.get_client(), True
+    else:
+        raise EngineError(f"engine: found a {type(cluster).__name__}, expected None, a scheduler address, a "
+                          "distributed.Client or a cluster object (with scheduler_address or get_client())")
+    try:
+        return Client(target, security=security, set_as_default=False), True
+    except (OSError, TimeoutError) as error:
+        where = cluster if isinstance(cluster, str) else cluster.scheduler_address
+        raise EngineError(f"engine: could not connect to the Dask scheduler at {where!r} ({error}); expected a "
+                          "running scheduler reachable from here") from error
+
+
+def _security_from_config(address: str) -> Security | None:
+    """The dask config's TLS settings (``distributed.comm.tls.*``) for a
+    ``tls://`` address; None elsewhere (the Client's own default)."""
+    if not address.startswith("tls://") or dask.config.get("distributed.client.security-loader", None):
+        return None
+    security = Security()
+    if not (security.tls_ca_file and security.tls_client_cert):
+        raise EngineError(f"security: found no TLS credentials for {address!r}, expected a "
+                          "distributed.security.Security or the dask config keys distributed.comm.tls.ca-file, "
+                          "distributed.comm.tls.client.cert and distributed.comm.tls.client.key")
+    return security
+
+
+def _load_gateway_comm(address: str) -> None:
+    """``gateway://`` addresses (a dask-gateway cluster's scheduler behind the
+    gateway's proxy) need dask-gateway's comm backend, which it registers
+    with distributed on import."""
+    try:
+        import dask_gateway  # noqa: F401 - registers the "gateway" comm
+    except ImportError as error:
+        raise EngineError(f"engine: found {address!r}, but the package dask-gateway is not installed; expected "
+                          "`pip install ease_jupyter[gateway]`") from error
+
+
 #: ``bytes`` arguments of a pinned unit larger than this are scattered
 #: straight to the unit's worker instead of riding in the task graph through
 #: the scheduler (measured: 2.8 s -> see ``units.HOP_MEASUREMENTS``).
@@ -145,31 +207,51 @@ class _Pending:
     deadline: float | None
     submitted: float
     inputs: tuple[Any, ...] = ()  # futures of scattered arguments, released with the unit
+    allowed: frozenset[str] | None = None  # an unpinned task restricted to these workers' addresses
 
 
 class DaskEngine(Engine):
-    """Engine on a Dask cluster: a ``LocalCluster`` by default, or the
-    scheduler at ``address``.
+    """Engine on a Dask cluster: a ``LocalCluster`` by default, the scheduler
+    at an address, or a cluster someone else made (dask-gateway,
+    dask-jobqueue, dask-kubernetes; see ``engine.clusters``).
 
     Args:
-        address: a scheduler address (``tcp://host:8786``); None starts a
-            ``LocalCluster`` with worker processes and one thread each.
+        cluster: None starts a ``LocalCluster`` with worker processes and one
+            thread each; a scheduler address (``tcp://host:8786``,
+            ``tls://host:8786``, a gateway's ``gateway://...``); an existing
+            ``distributed.Client``; or a cluster object (anything with
+            ``scheduler_address``, e.g. ``GatewayCluster``, ``SLURMCluster``,
+            ``KubeCluster``).
+        security: a ``distributed.security.Security`` for the connection.
+            Default: the cluster object's own, else the dask config's
+            ``distributed.comm.tls.*`` (a ``tls://`` address needs one).
+        owns_cluster: close the given Client or cluster object (a cluster:
+            ``shutdown()`` where it has one, so a gateway cluster stops) when
+            the engine closes. A ``LocalCluster`` started here is always owned.
         n_workers: local workers; default and maximum: the number of cores.
         memory_per_worker: each local worker's memory limit and its declared
             ``MEMORY`` resource (bytes); default: total memory / workers.
         resources: more resources declared by local workers.
         restart_on_deadline: restart (through its nanny) a worker whose
             pinned unit missed its deadline.
-        shared_filesystem: whether the workers of the cluster at ``address``
+        shared_filesystem: whether the workers of a cluster not started here
             see the driver's file system (always true for a LocalCluster).
         gather_timeout: seconds to fetch a finished unit's result before it
             counts as lost with its worker.
+
+    A worker that declares no ``MEMORY`` resource (plain ``dask worker``, a
+    gateway or jobqueue worker) counts its memory limit as ``MEMORY``: a
+    request for it is checked against that limit and not passed to Dask,
+    whose scheduler would hold a task asking for an undeclared resource
+    forever.
     """
 
     def __init__(
         self,
-        address: str | None = None,
+        cluster: Any = None,
         *,
+        security: Any = None,
+        owns_cluster: bool = False,
         n_workers: int | None = None,
         memory_per_worker: int | None = None,
         resources: Mapping[str, float] | None = None,
@@ -177,21 +259,28 @@ class DaskEngine(Engine):
         gather_timeout: float = 60.0,
         shared_filesystem: bool = False,
     ):
-        self._cluster: LocalCluster | None = None
-        self._shared_fs = bool(shared_filesystem) or address is None
+        self._cluster: Any = None  # closed with the engine
+        self._own_client = True
+        self._shared_fs = bool(shared_filesystem) or cluster is None
         self._restart = restart_on_deadline
         self._gather_timeout = float(gather_timeout)
         cores = os.cpu_count() or 1
         with dask.config.set(DASK_CONFIG):
-            if address is None:
+            if cluster is None:
                 n = cores if n_workers is None else n_workers
                 if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= cores:
                     raise EngineError(f"n_workers: found {n_workers!r}, expected an integer in [1, {cores}] (one worker per core)")
                 self._cluster = local_cluster(n, memory_per_worker=memory_per_worker, resources=resources)
                 self._client = Client(self._cluster, set_as_default=False)
             else:
-                self._client = Client(address, set_as_default=False)
-        self._client.register_plugin(WorkerSetup(), name=WorkerSetup.name)
+                self._client, self._own_client = _connect(cluster, security)
+                if owns_cluster:
+                    self._cluster = cluster
+        try:
+            self._client.register_plugin(WorkerSetup(), name=WorkerSetup.name)
+        except Exception:
+            self._close_connection()
+            raise
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._lock = threading.RLock()
         self._pending: dict[str, _Pending] = {}
@@ -202,6 +291,11 @@ class DaskEngine(Engine):
         self._generation: dict[str, int] = {}
         self._threads: list[threading.Thread] = []
         self._closed = False
+        self._scheduler_gone = False
+        # Handles are unique in this process only; several processes (the
+        # service's job slots) may be clients of one cluster, whose task keys
+        # must not collide.
+        self._tag = uuid.uuid4().hex[:12]
         self._client.subscribe_topic("all", self._on_scheduler_event)
         for address_ in sorted(self._client.scheduler_info(n_workers=-1)["workers"]):
             self._admit(address_)
@@ -227,6 +321,13 @@ class DaskEngine(Engine):
             raise EngineError(f"worker: found {worker!r}, expected one of the live workers {self.workers()}")
         return address
 
+    def _key(self, name: str, fn: Callable[..., Any] | None = None) -> str:
+        """The Dask key of our ``name`` (a handle or a data key), unique to
+        this engine. A task's key starts with its function's name, as Dask's
+        own keys do, so the dashboard, the task stream and the workers' logs
+        say what ran (``train_unit-unit-12-...``)."""
+        return f"{name}-{self._tag}" if fn is None else f"{funcname(fn)}-{name}-{self._tag}"
+
     @property
     def client(self) -> Client:
         """The Dask client (for diagnostics; submit work through the engine)."""
@@ -242,16 +343,31 @@ class DaskEngine(Engine):
             return sorted(self._name_of.values())
 
     def worker_resources(self) -> dict[str, dict[str, float]]:
+        return {name: implied for name, (implied, _declared) in self._resources().items()}
+
+    def _resources(self) -> dict[str, tuple[dict[str, float], dict[str, float]]]:
+        """Each live worker's resources as the engine reports them (with
+        ``MEMORY`` implied by the memory limit where undeclared) and as
+        declared to Dask."""
         info = self._client.scheduler_info(n_workers=-1)["workers"]
+        out = {}
         with self._lock:
-            return {self._name_of[a]: dict(i.get("resources") or {}) for a, i in info.items() if a in self._name_of}
+            for address, i in info.items():
+                if address not in self._name_of:
+                    continue
+                declared = {k: float(v) for k, v in (i.get("resources") or {}).items()}
+                implied = dict(declared)
+                if MEMORY not in implied and i.get("memory_limit"):
+                    implied[MEMORY] = float(i["memory_limit"])
+                out[self._name_of[address]] = (implied, declared)
+        return out
 
     # -- data ----------------------------------------------------------------------------
     def place(self, key: Hashable, data: Any, workers: Sequence[str]) -> None:
         with self._lock:
             targets = [(w, self._live_address(w)) for w in workers]
         for name, address in targets:
-            dask_key = f"data-{key}-{new_handle('copy')}"
+            dask_key = self._key(f"data-{key}-{new_handle('copy')}")
             try:
                 fut = self._client.scatter({dask_key: data}, workers=[address], broadcast=False, hash=False)[dask_key]
             except Exception as error:  # noqa: BLE001 - the scheduler dropped the worker (e.g. its nanny closed) meanwhile
@@ -270,7 +386,7 @@ class DaskEngine(Engine):
                 del self._placed[k]  # releasing the future frees the data
 
     def share(self, value: Any) -> Any:
-        dask_key = f"shared-{new_handle('value')}"
+        dask_key = self._key(f"shared-{new_handle('value')}")
         return self._client.scatter({dask_key: value}, hash=False)[dask_key]
 
     # -- submission ----------------------------------------------------------------------
@@ -287,7 +403,7 @@ class DaskEngine(Engine):
         with self._lock:
             fut = self._client.submit(
                 _call, fn, data, *args,
-                key=handle, workers=[address], allow_other_workers=False, pure=False,
+                key=self._key(handle, fn), workers=[address], allow_other_workers=False, pure=False,
             )
             self._pending[handle] = _Pending(handle, fut, address, now + timeout, now, inputs)
         fut.add_done_callback(lambda _f, h=handle: self._queue.put(("done", h)))
@@ -299,20 +415,36 @@ class DaskEngine(Engine):
         out, inputs = [], []
         for i, a in enumerate(args):
             if isinstance(a, (bytes, bytearray)) and len(a) > DIRECT_BYTES:
-                key = f"{handle}-arg{i}"
+                key = self._key(f"{handle}-arg{i}")
                 a = self._client.scatter({key: a}, workers=[address], broadcast=False, hash=False)[key]
                 inputs.append(a)
             out.append(a)
         return tuple(out), tuple(inputs)
 
-    def submit(self, fn: Callable[..., Any], *args: Any, resources: Mapping[str, float] | None = None) -> str:
+    def submit(self, fn: Callable[..., Any], *args: Any, resources: Mapping[str, float] | None = None,
+               workers: Sequence[str] | None = None) -> str:
+        """See :meth:`Engine.submit`. With ``workers`` (engine worker names),
+        the task runs only on those of them that are live (Dask's
+        ``workers=[addresses], allow_other_workers=False``); when all of them
+        are lost before it finishes, it is reported ``UnitLost``."""
         if self._closed:
             raise EngineError("engine: found it closed, expected an open engine")
-        req = check_resources(resources, self.worker_resources())
+        resources_of = self._resources()
+        allowed = None
+        chosen = check_workers(workers, resources_of)
+        if chosen is not None:
+            resources_of = {w: resources_of[w] for w in chosen}
+            with self._lock:
+                allowed = frozenset(self._address_of[w] for w in chosen)
+        req = check_resources(resources, {w: implied for w, (implied, _) in resources_of.items()})
+        # Only resources some worker declares to Dask go to Dask (MEMORY may be implied).
+        dask_req = {k: v for k, v in req.items() if any(k in declared for _, declared in resources_of.values())}
         handle = new_handle("task")
-        fut = self._client.submit(_call, fn, *args, key=handle, resources=req or None, pure=False)
+        placement = {} if allowed is None else {"workers": sorted(allowed), "allow_other_workers": False}
+        fut = self._client.submit(_call, fn, *args, key=self._key(handle, fn), resources=dask_req or None, pure=False,
+                                  **placement)
         with self._lock:
-            self._pending[handle] = _Pending(handle, fut, None, None, time.monotonic())
+            self._pending[handle] = _Pending(handle, fut, None, None, time.monotonic(), allowed=allowed)
         fut.add_done_callback(lambda _f, h=handle: self._queue.put(("done", h)))
         return handle
 
@@ -368,7 +500,9 @@ class DaskEngine(Engine):
             self._lost.add(name)
             for k in [k for k in self._placed if k[1] == name]:
                 del self._placed[k]
-            lost = [p for p in self._pending.values() if p.address == address]
+            live = set(self._name_of)
+            lost = [p for p in self._pending.values()
+                    if p.address == address or (p.allowed is not None and address in p.allowed and not p.allowed & live)]
             for p in lost:
                 del self._pending[p.handle]
         for p in lost:
@@ -398,6 +532,28 @@ class DaskEngine(Engine):
                     self._threads.append(t)
         return nearest
 
+    def _check_scheduler(self, out: list[Event]) -> None:
+        """A cluster that goes away (its scheduler stopped, a gateway cluster
+        shut down) takes every worker and every result with it: its units
+        are lost (their futures are cancelled by the client) and so is each
+        of its workers, as if each had left. If the client reconnects (the
+        scheduler is back at its address), its workers join again under new
+        names, with no data."""
+        status = self._client.status
+        if status == "running" and self._scheduler_gone:
+            self._scheduler_gone = False
+            self._client.subscribe_topic("all", self._on_scheduler_event)
+            for address in sorted(self._client.scheduler_info(n_workers=-1)["workers"]):
+                name = self._admit(address)
+                if name is not None:
+                    out.append(WorkerAdded(name))
+        elif status in ("connecting", "closed", "failed") and not self._scheduler_gone:
+            self._scheduler_gone = True
+            with self._lock:
+                addresses = sorted(self._name_of)
+            for address in addresses:
+                self._lose_worker(address, "scheduler-lost", out)
+
     def _restart_worker(self, address: str) -> None:
         try:
             self._client.restart_workers([address], timeout=60, raise_for_error=False)
@@ -409,6 +565,7 @@ class DaskEngine(Engine):
         end = time.monotonic() + max(0.0, float(timeout))
         while True:
             now = time.monotonic()
+            self._check_scheduler(out)
             nearest = self._check_deadlines(now, out)
             try:
                 wait = end - now if nearest is None else min(end, nearest) - now
@@ -458,6 +615,15 @@ class DaskEngine(Engine):
             f.cancel()
         for t in self._threads:
             t.join(timeout=10)
-        self._client.close()
-        if self._cluster is not None:
-            self._cluster.close()
+        self._close_connection()
+
+    def _close_connection(self) -> None:
+        """Close our client, then the cluster we own (a gateway cluster is
+        shut down on the gateway)."""
+        cluster, self._cluster = self._cluster, None
+        try:
+            if self._own_client or cluster is self._client:
+                self._client.close()
+        finally:
+            if cluster is not None:
+                close_cluster(cluster)

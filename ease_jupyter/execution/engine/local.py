@@ -9,6 +9,11 @@ away), and a fresh worker with a new name takes its place, as a Dask nanny
 restarts a killed worker process. A pinned unit past its deadline is
 treated the same way.
 
+Workers may declare resources of their own (``worker_resources``), e.g. one
+``GPU=1`` worker beside CPU workers, so that the placement rules for GPU
+pools can be tested on a machine without a GPU; :meth:`LocalEngine.add_worker`
+lets a worker join later, as a cluster that scales up.
+
 Because the workers share one interpreter, torch runs on one thread here
 (``torch.set_num_threads(1)`` while the engine is open) and units must not
 rely on torch's global random state when more than one runs at once; the
@@ -36,6 +41,7 @@ from ease_jupyter.execution.engine.base import (
     WorkerLost,
     check_resources,
     check_timeout,
+    check_workers,
     new_handle,
 )
 
@@ -55,6 +61,7 @@ class _Task:
     deadline: float | None
     submitted: float
     resources: dict[str, float] = field(default_factory=dict)
+    allowed: frozenset[str] | None = None  # an unpinned task's ``workers`` restriction
 
 
 @dataclass
@@ -83,6 +90,9 @@ class LocalEngine(Engine):
         n_workers: number of worker threads.
         resources: each worker's declared resources; ``MEMORY`` defaults to
             4 GiB.
+        worker_resources: one mapping per worker, declared on top of
+            ``resources`` (e.g. ``[{}, {"GPU": 1}]``); a replacement worker
+            declares what the worker it replaces did.
         respawn: replace a lost worker with a fresh one (like a Dask nanny).
         torch_threads: torch intra-op threads while the engine is open
             (restored by :meth:`close`); None leaves torch alone.
@@ -93,11 +103,15 @@ class LocalEngine(Engine):
         n_workers: int = 2,
         *,
         resources: Mapping[str, float] | None = None,
+        worker_resources: Sequence[Mapping[str, float]] | None = None,
         respawn: bool = True,
         torch_threads: int | None = 1,
     ):
         if isinstance(n_workers, bool) or not isinstance(n_workers, int) or n_workers < 1:
             raise EngineError(f"n_workers: found {n_workers!r}, expected a positive integer")
+        own = [{}] * n_workers if worker_resources is None else list(worker_resources)
+        if len(own) != n_workers or not all(isinstance(r, Mapping) for r in own):
+            raise EngineError(f"worker_resources: found {worker_resources!r}, expected one mapping per worker ({n_workers})")
         self._resources = {MEMORY: float(DEFAULT_LOCAL_MEMORY), **{k: float(v) for k, v in (resources or {}).items()}}
         self._respawn = respawn
         self._cv = threading.Condition()
@@ -115,8 +129,8 @@ class LocalEngine(Engine):
             self._old_threads = torch.get_num_threads()
             torch.set_num_threads(int(torch_threads))
         with self._cv:
-            for _ in range(n_workers):
-                self._spawn_locked()
+            for res in own:
+                self._spawn_locked(res)
             self._events.clear()  # the first workers are not "added" events
 
     # -- workers ---------------------------------------------------------------
@@ -132,10 +146,18 @@ class LocalEngine(Engine):
         with self._cv:
             return {w.name: dict(w.resources) for w in self._workers.values() if w.alive}
 
-    def _spawn_locked(self) -> str:
+    def add_worker(self, resources: Mapping[str, float] | None = None) -> str:
+        """A new worker joins (``WorkerAdded``), declaring ``resources`` on top
+        of the engine's; returns its name."""
+        with self._cv:
+            if self._closed:
+                raise EngineError("engine: found it closed, expected an open engine")
+            return self._spawn_locked(resources or {})
+
+    def _spawn_locked(self, own: Mapping[str, float]) -> str:
         name = f"local-{self._serial}"
         self._serial += 1
-        w = _Worker(name, dict(self._resources))
+        w = _Worker(name, {**self._resources, **{k: float(v) for k, v in own.items()}})
         w.thread = threading.Thread(target=self._run_worker, args=(w,), name=f"ease-{name}", daemon=True)
         self._workers[name] = w
         w.thread.start()
@@ -186,12 +208,16 @@ class LocalEngine(Engine):
             self._cv.notify_all()
             return task.handle
 
-    def submit(self, fn: Callable[..., Any], *args: Any, resources: Mapping[str, float] | None = None) -> str:
+    def submit(self, fn: Callable[..., Any], *args: Any, resources: Mapping[str, float] | None = None,
+               workers: Sequence[str] | None = None) -> str:
         with self._cv:
             if self._closed:
                 raise EngineError("engine: found it closed, expected an open engine")
-            req = check_resources(resources, {w.name: w.resources for w in self._workers.values() if w.alive})
-            task = _Task(new_handle("task"), fn, args, None, None, None, time.monotonic(), req)
+            allowed = check_workers(workers, self.workers_locked())
+            live = {w.name: w.resources for w in self._workers.values() if w.alive and (allowed is None or w.name in allowed)}
+            req = check_resources(resources, live)
+            task = _Task(new_handle("task"), fn, args, None, None, None, time.monotonic(), req,
+                         None if allowed is None else frozenset(allowed))
             self._inflight[task.handle] = task
             self._shared.append(task)
             self._cv.notify_all()
@@ -217,7 +243,8 @@ class LocalEngine(Engine):
         if w.queue:
             return w.queue.popleft()
         for task in self._shared:
-            if all(w.resources.get(k, 0) >= v for k, v in task.resources.items()):
+            if (task.allowed is None or w.name in task.allowed) and all(
+                    w.resources.get(k, 0) >= v for k, v in task.resources.items()):
                 self._shared.remove(task)
                 return task
         return None
@@ -272,12 +299,16 @@ class LocalEngine(Engine):
             else:
                 lost.append(w.running)
         w.running = None
+        for task in list(self._shared):  # restricted to workers that are all gone now
+            if task.allowed is not None and not any(self._workers[n].alive for n in task.allowed):
+                self._shared.remove(task)
+                lost.append(task)
         for task in lost:
             if self._inflight.pop(task.handle, None) is not None:
                 self._events.append(UnitLost(task.handle, name, "worker-lost"))
         self._events.append(WorkerLost(name, reason))
         if self._respawn and not self._closed:
-            self._spawn_locked()
+            self._spawn_locked(w.resources)  # a nanny restarts the same kind of worker
         self._cv.notify_all()
 
     def kill_worker(self, worker: str) -> None:

@@ -3,10 +3,14 @@
 In MOP the model hops, not the data (Cerebro §3.1, §4.2): after every
 training unit the trial's weights move to whichever worker trains it next.
 A checkpoint reference is what a unit takes and returns (``units``): the
-bytes themselves with the ``"bytes"`` hop, or a path in a directory that
+bytes themselves with the ``"bytes"`` hop, or a file in a directory that
 every worker can read with the ``"directory"`` hop. Only a completed unit
 moves a trial's reference, so a lost unit runs again from the same one
 (§5.6).
+
+The directory is a local path (a file system the driver and the workers
+share) or an fsspec URL (``s3://bucket/easeml``, ``file:///shared``) where
+they share none; references into a URL are URLs themselves.
 """
 
 from __future__ import annotations
@@ -17,12 +21,34 @@ import tempfile
 import uuid
 
 from ease_jupyter.errors import EaseMLError, InvalidStateError, NotFoundError
-from ease_jupyter.execution.units import HOP_MODES, read_checkpoint
+from ease_jupyter.execution.blob_io import is_url, read_bytes, remove, write_atomic
+from ease_jupyter.execution.units import HOP_MODES
 
 __all__ = ["Ref", "HopStore"]
 
-#: A checkpoint reference: the bytes ("bytes" hop) or a file path ("directory" hop).
+#: A checkpoint reference: the bytes ("bytes" hop) or a file path or URL ("directory" hop).
 Ref = bytes | str
+
+
+def read_ref(ref: Ref) -> bytes:
+    """Checkpoint bytes from either hop mode's reference (a path or an fsspec URL)."""
+    if isinstance(ref, (bytes, bytearray, memoryview)):
+        return bytes(ref)
+    return read_bytes(ref)
+
+
+def remove_tree(location: str) -> None:
+    """Remove a directory (a path or an fsspec URL) and everything in it; a missing one is fine."""
+    if not is_url(location):
+        shutil.rmtree(location, ignore_errors=True)
+        return
+    import fsspec
+
+    fs, path = fsspec.core.url_to_fs(location)
+    try:
+        fs.rm(path, recursive=True)
+    except FileNotFoundError:
+        pass
 
 
 class HopStore:
@@ -30,16 +56,22 @@ class HopStore:
 
     Args:
         hop: ``"bytes"`` or ``"directory"`` (``units.HOP_MODES``).
-        directory: the "directory" hop's directory, shared by all workers;
-            None makes a temporary one at :meth:`open`, removed at
-            :meth:`close`. A given directory is kept.
+        directory: the "directory" hop's directory (a path or an fsspec
+            URL), shared by all workers; kept at :meth:`close`.
+        under: with no ``directory``, :meth:`open` makes the run's own
+            folder under this path or fsspec URL (default: the local
+            temporary directory); :meth:`close` removes it with everything
+            in it.
     """
 
-    def __init__(self, hop: str, directory: str | None = None):
+    def __init__(self, hop: str, directory: str | None = None, *, under: str | None = None):
         if hop not in HOP_MODES:
             raise EaseMLError(f"hop: found {hop!r}, expected one of {list(HOP_MODES)}")
+        if directory is not None and under is not None:
+            raise EaseMLError(f"under: found {under!r} with directory {directory!r}, expected one of the two")
         self.hop = hop
         self._given = directory
+        self._under = under
         self._dir: str | None = None
         self._own = False
         self._latest: dict[str, Ref] = {}
@@ -48,18 +80,27 @@ class HopStore:
     def open(self) -> "HopStore":
         """Create the directory the "directory" hop needs (no-op for "bytes")."""
         if self.hop == "directory" and self._dir is None:
-            if self._given is None:
-                self._dir, self._own = tempfile.mkdtemp(prefix="easeml-ckpt-"), True
-            else:
-                self._dir = self._given
-                os.makedirs(self._dir, exist_ok=True)
+            if self._given is not None:
+                location = self._given
+            elif self._under is None:
+                location, self._own = tempfile.mkdtemp(prefix="easeml-ckpt-"), True
+            else:  # a URL's folders exist once an object is written in them
+                location, self._own = f"{self._under.rstrip('/')}/easeml-run-{uuid.uuid4().hex}", True
+            if not is_url(location):
+                os.makedirs(location, exist_ok=True)
+            self._dir = location.rstrip("/")
         return self
 
     def close(self) -> None:
-        """Remove the directory if :meth:`open` made it."""
+        """Remove the directory (and everything in it) if :meth:`open` made it."""
         if self._own and self._dir is not None:
-            shutil.rmtree(self._dir, ignore_errors=True)
+            remove_tree(self._dir)
             self._dir, self._own = None, False
+
+    @property
+    def directory(self) -> str | None:
+        """The open "directory" hop's directory (a path or URL), else None."""
+        return self._dir
 
     @property
     def out_dir(self) -> str | None:
@@ -84,11 +125,11 @@ class HopStore:
 
     def read(self, trial: str) -> bytes:
         """``trial``'s latest checkpoint as bytes."""
-        return read_checkpoint(self.ref(trial))
+        return read_ref(self.ref(trial))
 
     def read_all(self) -> dict[str, bytes]:
         """Every trial's latest checkpoint as bytes."""
-        return {t: read_checkpoint(ref) for t, ref in self._latest.items()}
+        return {t: read_ref(ref) for t, ref in self._latest.items()}
 
     def put(self, trial: str, data: bytes) -> None:
         """Store ``data`` as ``trial``'s checkpoint (a new trial's first one)."""
@@ -107,19 +148,10 @@ class HopStore:
             return data
         if self._dir is None:
             raise InvalidStateError("hop store: found it not open, expected open() before the first checkpoint")
-        sub = os.path.join(self._dir, "init")
-        os.makedirs(sub, exist_ok=True)
         # A unique name: a count of files could repeat once _discard removed some.
-        path = os.path.join(sub, f"{uuid.uuid4().hex}.pt")
-        with open(path + ".tmp", "wb") as f:
-            f.write(data)
-        os.replace(path + ".tmp", path)
-        return path
+        return write_atomic(self._dir, f"init/{uuid.uuid4().hex}.pt", data)
 
     @staticmethod
     def _discard(ref: Ref | None) -> None:
         if isinstance(ref, str):
-            try:
-                os.remove(ref)
-            except FileNotFoundError:
-                pass
+            remove(ref, missing_ok=True)

@@ -143,6 +143,14 @@ class Placement:
         if self.map.orphans() and self._orphaned_since is None:
             self._orphaned_since = time.monotonic()
 
+    def retire(self, worker: str, reason: str) -> None:
+        """A live worker leaves the run (set aside for GPU workers, or its
+        device failed): drop the run's copies there, then as :meth:`worker_lost`."""
+        for kind in KINDS:
+            for pid in sorted(self.map.held_by(kind, worker)):
+                self.engine.drop(self.key(kind, pid), [worker])
+        self.worker_lost(worker, reason)
+
     def _place(self, kind: str, pid: int, worker: str) -> bool:
         """Copy a partition to ``worker``; False (and the worker counts as lost)
         if it left again before its data arrived."""

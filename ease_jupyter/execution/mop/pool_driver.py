@@ -19,6 +19,14 @@ Each phase joins the pool afresh at a unit boundary, so time between phases
 is not credit (``SharedPoolScheduler.add_workload``). Workloads join and
 leave at unit boundaries too.
 
+A phase may be *partial* (the runner's GPU sizing before training): it
+ends once every unit that a live worker can run is done, since its units
+are pinned to workers that may leave. Before a unit is submitted, its
+workload may refuse the worker (``MOPRunner._pool_allows``: a trial sized
+not to fit that worker's GPU); the unit goes back to Q and another worker
+that holds its partition takes it, and the refused draw counts as a
+dispatched unit in the pool's fairness.
+
 Two ways to use it:
 
 * ``PoolDriver(engine).run_alone(runner)`` runs one workload on the calling
@@ -32,7 +40,27 @@ Faults (§5.6): a lost worker leaves the pool once; each workload's
 placement forgets it and re-places its partitions, and its unit in flight
 (of whichever workload) goes back to that workload's Q. An error of one
 workload (a unit that keeps failing, no worker left for its partitions)
-fails that workload only.
+fails that workload only. A unit whose device failed
+(``DeviceFailedError``) goes back to Q the same way and its worker leaves
+the pool for good, as a lost one; a unit that ran out of device memory
+(``DeviceOutOfMemoryError``) runs again with half its trial's batch size,
+once per trial (``MOPRunner._pool_out_of_memory``), outside
+``max_unit_retries``.
+
+GPU workers (Cerebro §4.3 ran one worker per GPU, one unit at a time).
+MOP units are torch units, so while the engine has workers that declare a
+``GPU`` resource, only those are in the pool: the partitions live on them
+and no unit goes to a CPU worker. The rules:
+
+* a pool that starts with GPU workers sets the CPU workers aside;
+* a GPU worker that joins a pool of CPU workers takes over: the CPU
+  workers leave the pool (their units in flight go back to Q, their copies
+  of the partitions are dropped) and the partitions are placed on it;
+* a CPU worker that joins while GPU workers are in the pool is set aside;
+* when the last GPU worker is lost (or its device failed) and none joins
+  within the workloads' ``repair_grace``, the set-aside CPU workers join the
+  pool and training goes on there, on the CPU, rather than wait;
+* a pool with no GPU worker at all behaves as one without the rule.
 """
 
 from __future__ import annotations
@@ -40,12 +68,14 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
+import time
 import weakref
 from collections import Counter
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
+from ease_jupyter.errors import DeviceFailedError, DeviceOutOfMemoryError
 from ease_jupyter.execution.engine.base import (
     Engine,
     EngineError,
@@ -54,6 +84,7 @@ from ease_jupyter.execution.engine.base import (
     UnitLost,
     WorkerAdded,
     WorkerLost,
+    gpu_workers,
 )
 from ease_jupyter.execution.mop.results import RunnerError
 from ease_jupyter.execution.mop.scheduler import Unit
@@ -70,7 +101,8 @@ EVENT_WAIT = 0.2  # seconds the loop waits for an event when nothing happens
 @dataclass(frozen=True)
 class Phase:
     """One phase of a workload as it joins the pool: the arguments of
-    ``SharedPoolScheduler.add_workload`` (``epoch`` is its ``first_epoch``)."""
+    ``SharedPoolScheduler.add_workload`` (``epoch`` is its ``first_epoch``).
+    A ``partial`` phase ends when what is left of it no live worker can run."""
 
     configs: tuple[str, ...]
     availability: Mapping[str, Iterable[int]]
@@ -78,6 +110,7 @@ class Phase:
     seed: int
     visit_order: Mapping[tuple[str, int], Any] | None
     epoch: int
+    partial: bool = False
 
 
 class PoolSlot:
@@ -115,6 +148,7 @@ class _Entry:
     namespace: str  # prefixes its data keys on the engine
     future: Future = field(default_factory=Future)
     failures: Counter = field(default_factory=Counter)  # unit -> times its function raised, this phase
+    partial: bool = False  # its current phase is partial
 
 
 _drivers: "weakref.WeakKeyDictionary[Engine, PoolDriver]" = weakref.WeakKeyDictionary()
@@ -140,6 +174,11 @@ class PoolDriver:
         self._active: dict[str, _Entry] = {}
         self._inflight: dict[str, tuple[str, str, Unit, str]] = {}  # handle -> (workload, kind, unit, worker)
         self._warm: set[str] = set()  # workers that completed a unit (their first unit's deadline is longer)
+        self._gpu: dict[str, bool] = {}  # worker -> whether it declares a GPU (asked once per worker)
+        self._gpu_mode = False  # the pool holds GPU workers only (see the module docstring)
+        self._gpus_gone_since: float | None = None  # in GPU mode, when the last GPU worker left
+        self._set_aside: set[str] = set()  # live CPU workers kept out of the pool while GPU workers exist
+        self._device_failed: set[str] = set()  # workers this driver never uses again
         self._names = itertools.count()
         self._thread: threading.Thread | None = None
         #: Workload name -> units completed (train and validation), over the driver's life.
@@ -222,6 +261,7 @@ class PoolDriver:
             self._step()
 
     def _step(self) -> None:
+        self._fall_back_to_cpus()
         for a in self._pool.schedule():
             self._submit(self._active[a.workload], a.unit, a.worker)
         for ev in self.engine.events(EVENT_WAIT):
@@ -235,8 +275,12 @@ class PoolDriver:
         placement = entry.runner._placement
         if placement.needs_repair():
             placement.repair(busy)
-        while entry.name in self._active and self._pool.workload(entry.name).epoch_done():
+        while entry.name in self._active and self._phase_over(entry):
             self._advance(entry)
+
+    def _phase_over(self, entry: _Entry) -> bool:
+        view = self._pool.workload(entry.name)
+        return view.epoch_done() or (entry.partial and view.stuck())
 
     def _guard(self, entry: _Entry, fn: Any, *args: Any) -> None:
         """Run ``fn(*args)`` for ``entry``; an error fails that workload only."""
@@ -248,7 +292,11 @@ class PoolDriver:
     # -- workloads join, change phase and leave ------------------------------------------------------
     def _join(self, entry: _Entry) -> None:
         if not self._active:  # nothing runs: start from the engine's workers as they are now
-            self._pool = SharedPoolScheduler(self.engine.workers(), seed=self._seed, weights=self._weights)
+            live = [w for w in self.engine.workers() if w not in self._device_failed]
+            gpus = [w for w in live if self._is_gpu(w, refresh=True)]
+            self._gpu_mode, self._gpus_gone_since = bool(gpus), None
+            self._set_aside = set(live) - set(gpus) if gpus else set()
+            self._pool = SharedPoolScheduler(gpus or live, seed=self._seed, weights=self._weights)
         try:
             finished = entry.runner._pool_open(entry.namespace, list(self._pool.workers))
         except Exception as error:  # noqa: BLE001
@@ -268,6 +316,7 @@ class PoolDriver:
                                 partitions=phase.partitions, seed=phase.seed, visit_order=phase.visit_order,
                                 first_epoch=phase.epoch)
         entry.failures.clear()
+        entry.partial = phase.partial
         entry.runner._pool_phase_started(PoolSlot(self._pool, entry.name))
 
     def _advance(self, entry: _Entry) -> None:
@@ -320,6 +369,9 @@ class PoolDriver:
         runner = entry.runner
         kind = runner._pool_kind
         try:
+            if not runner._pool_allows(unit, worker):
+                self._pool.requeue(entry.name, unit)
+                return
             fn, key, args = runner._pool_unit(unit)
             timeout = runner.unit_timeout if worker in self._warm else runner.first_unit_timeout
             h = self.engine.submit_pinned(fn, key, *args, worker=worker, timeout=timeout)
@@ -352,6 +404,20 @@ class PoolDriver:
             self._pool.complete(name, unit, worker)
             self.units_completed[name] += 1
             self._guard(entry, runner._pool_unit_done, kind, unit, worker, ev.result)
+        elif isinstance(ev, UnitFailed) and isinstance(ev.error, DeviceFailedError):
+            runner._faults.note(f"{kind} unit {unit} failed on {worker}, whose device failed: {ev.error}; "
+                                f"the worker leaves the pool")
+            runner._requeued += 1
+            self._device_failed.add(worker)
+            self._lose_worker(worker, "device failed", drop=True)  # the pool puts the unit back in Q
+        elif isinstance(ev, UnitFailed) and isinstance(ev.error, DeviceOutOfMemoryError):
+            try:
+                runner._pool_out_of_memory(kind, unit, worker, ev.error)
+            except Exception as error:  # noqa: BLE001 - the config does not fit: the workload ends
+                self._fail(entry, error)
+                return
+            self._pool.requeue(name, unit)
+            runner._requeued += 1
         elif isinstance(ev, UnitFailed):
             entry.failures[unit] += 1
             if entry.failures[unit] > runner.max_unit_retries:
@@ -371,9 +437,18 @@ class PoolDriver:
             runner._requeued += 1
 
     # -- workers (§5.5-5.6) -------------------------------------------------------------------------
-    def _lose_worker(self, worker: str, reason: str) -> None:
+    def _lose_worker(self, worker: str, reason: str, *, drop: bool = False) -> None:
         """A worker left: its unit in flight goes back to its workload's Q,
-        and every workload's placement forgets what it held."""
+        and every workload's placement forgets what it held (and drops its
+        copies there when ``drop``: the worker itself lives on)."""
+        self._set_aside.discard(worker)
+        self._withdraw(worker, reason, drop=drop)
+        if self._gpu_mode and self._gpus_gone_since is None and not any(self._gpu.get(w) for w in self._pool.workers):
+            self._gpus_gone_since = time.monotonic()
+
+    def _withdraw(self, worker: str, reason: str, *, drop: bool) -> None:
+        """Take ``worker`` out of the pool and of every workload's placement
+        (its unit in flight goes back to Q)."""
         if worker in self._pool.workers:
             for a in self._pool.remove_worker(worker):
                 for h, (name, _, unit, _w) in list(self._inflight.items()):
@@ -384,12 +459,48 @@ class PoolDriver:
         for entry in list(self._active.values()):
             placement = entry.runner._placement
             if worker in placement.live:
-                self._guard(entry, placement.worker_lost, worker, reason)
+                self._guard(entry, placement.retire if drop else placement.worker_lost, worker, reason)
 
     def _add_worker(self, worker: str) -> None:
-        """A worker joined: each workload places its under-replicated partitions there."""
-        if worker in self._pool.workers:
+        """A worker joined: each workload places its under-replicated partitions
+        there (a CPU worker that joins while GPU workers exist is set aside)."""
+        if worker in self._pool.workers or worker in self._set_aside or worker in self._device_failed:
+            return
+        if self._is_gpu(worker, refresh=True):
+            if not self._gpu_mode:  # the first GPU worker takes over from the CPU workers
+                for cpu in [w for w in self._pool.workers if not self._gpu.get(w)]:
+                    self._withdraw(cpu, "set aside: a GPU worker joined", drop=True)
+                    self._set_aside.add(cpu)
+            self._gpu_mode, self._gpus_gone_since = True, None
+        elif self._gpu_mode:
+            self._set_aside.add(worker)
             return
         self._pool.add_worker(worker)
         for entry in list(self._active.values()):
             self._guard(entry, entry.runner._pool_worker_added, worker)
+
+    def _fall_back_to_cpus(self) -> None:
+        """The last GPU worker left and none came back within the workloads'
+        ``repair_grace``: the set-aside CPU workers join the pool."""
+        if self._gpus_gone_since is None or not self._active:
+            return
+        grace = min(entry.runner.repair_grace for entry in self._active.values())
+        if time.monotonic() - self._gpus_gone_since < grace:
+            return
+        live = set(self.engine.workers())
+        cpus = sorted(self._set_aside & live)
+        self._gpu_mode, self._gpus_gone_since, self._set_aside = False, None, set()
+        for entry in self._active.values():
+            entry.runner._faults.note(f"no GPU worker left: training goes on on the CPU workers {cpus}")
+        for worker in cpus:
+            self._add_worker(worker)
+
+    def _is_gpu(self, worker: str, *, refresh: bool = False) -> bool:
+        """Whether ``worker`` declares a GPU; asked of the engine once per
+        worker (``refresh``: ask now for workers not known yet)."""
+        if worker not in self._gpu and refresh:
+            resources = self.engine.worker_resources()
+            gpus = set(gpu_workers(resources))
+            for w in resources:
+                self._gpu.setdefault(w, w in gpus)
+        return self._gpu.get(worker, False)

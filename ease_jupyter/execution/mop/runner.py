@@ -42,6 +42,38 @@ its parts live beside it, one job each:
 through its one driver (``PoolDriver.shared(engine).run(runner, owner=...)``),
 not with several ``run()`` calls at once.
 
+Devices. Each worker trains on its own device (``units``). While the engine
+has GPU workers (workers that declare ``GPU``), the data are cut into one
+partition per GPU worker by default and placed on GPU workers only, and no
+unit runs on a CPU worker (the rules are ``pool_driver``'s).
+
+GPU memory sizing (Seneca Alg. 1, ``gpu_memory``). Before a trial's first
+training unit on GPU workers, a sizing phase runs
+``gpu_memory.sizing_unit`` for it once on each GPU worker that holds a
+training partition of the run, as a pinned unit through the pool like any
+other (so it has its GPU to itself), with the partition there as its
+sample. From the results (``gpu_memory.plan_from_sizings``) the trial keeps
+its batch size if it fits, or trains with the largest size that fits
+(:attr:`MOPRunner.planned_batch_sizes`, ``plan.describe()`` in
+``RunResult.faults``); its units keep off the GPU workers it does not fit
+on; and when not even the smallest batch fits any GPU, the run fails with a
+``DeviceOutOfMemoryError`` whose message is the plan's (model, batch size,
+GPU memory). Where the workers have no CUDA device the units answer None
+and nothing changes; a pool without GPU workers runs no sizing unit.
+
+A unit that still runs out of its GPU's memory runs again with half its
+trial's batch size, which the trial keeps
+(:attr:`MOPRunner.reduced_batch_sizes`, noted in ``RunResult.faults``);
+running out again fails the run with a ``DeviceOutOfMemoryError`` that names
+the model, the batch size and the GPU memory.
+
+Data where the workers are. With ``blob_url`` (an fsspec URL such as
+``s3://bucket/easeml``) the run makes its own folder there: the "directory"
+hop's checkpoints live in it, and every partition is staged there once
+(``blob_io.stage_partition``), so only a small ``StagedPartition`` is placed
+on a worker (its ``load()`` gives the arrays; the default ``input_fn``
+calls it). The folder is removed when the run ends.
+
 Faults (§5.6). A unit that is lost (its worker died, its deadline passed,
 its input went away) goes back to Q and runs again from the same
 checkpoint, which never changed because only a completed unit moves a
@@ -60,9 +92,11 @@ import random
 import time
 from typing import Any, Callable, Mapping, Sequence
 
-from ease_jupyter.errors import EaseMLError
+from ease_jupyter.errors import DeviceOutOfMemoryError, EaseMLError
 from ease_jupyter.execution.automl.base import Procedure, TrialResult, TrialSpec
+from ease_jupyter.execution.blob_io import is_url, stage_partition
 from ease_jupyter.execution.engine.base import Engine
+from ease_jupyter.execution.gpu_memory import BatchSizing, GpuPlan, plan_from_sizings, sizing_unit
 from ease_jupyter.execution.mop.checkpoints import HopStore
 from ease_jupyter.execution.mop.partitions import TRAIN, VAL, PartitionMap, partition, split_validation
 from ease_jupyter.execution.mop.placement import FaultLog, Placement
@@ -86,7 +120,6 @@ from ease_jupyter.execution.units import (
     combine_eval,
     eval_unit,
     initial_checkpoint,
-    read_checkpoint,
     train_unit,
 )
 
@@ -95,6 +128,9 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+#: The sizing phase's kind (``_pool_kind``): it reads training partitions.
+SIZE = "size"
 
 
 def _builders_of(models: Any) -> dict[str, Callable[[Any], Any]]:
@@ -121,14 +157,19 @@ class MOPRunner:
         validation: ``(X_val, y_val)``; default: the examples that
             ``holdout.validation_mask(ids, val_fraction, seed)`` holds out.
         example_ids: stable ids for that split (default ``0..n-1``).
-        n_partitions: default: one per live worker.
+        n_partitions: default: one per live GPU worker if the engine has
+            any, else one per live worker.
         replication: copies of each partition (Cerebro §5.5).
         hop: ``"bytes"``, ``"directory"`` (see ``units``) or ``"auto"``: the
             measured faster ``units.DEFAULT_HOP`` ("directory") when a
-            ``checkpoint_dir`` is given or the engine's workers share the
-            driver's file system, else "bytes".
+            ``checkpoint_dir`` or ``blob_url`` is given or the engine's
+            workers share the driver's file system, else "bytes".
         checkpoint_dir: the directory of the "directory" hop (shared by all
             workers); default: a temporary directory, removed at the end.
+        blob_url: an fsspec URL that the driver and every worker can reach
+            (``s3://bucket/easeml``, ``file:///shared``); the run's
+            checkpoints ("directory" hop) and staged partitions go to a
+            folder of its own there, removed at the end. None: as without.
         hooks: Cerebro's input_fn/model_fn/train_fn (+ eval_fn).
         seed: shuffling, scheduling, initial weights and unit seeds.
         unit_timeout: seconds a pinned unit may take before it counts as lost.
@@ -151,6 +192,11 @@ class MOPRunner:
         repair_grace: seconds to wait for a new worker before re-placing a
             lost partition on a live one.
         worker_wait: seconds to wait for any worker when none is left.
+        sizing_fn: the pinned unit that sizes a trial's batch on a GPU
+            worker, ``sizing_fn(partition, spec, requested_batch_size,
+            hooks) -> BatchSizing | None`` (None: no CUDA there); default
+            ``gpu_memory.sizing_unit``. None turns GPU sizing off (then
+            only the halve-and-retry after running out of memory applies).
     """
 
     def __init__(
@@ -168,6 +214,7 @@ class MOPRunner:
         replication: int = 1,
         hop: str = "auto",
         checkpoint_dir: str | None = None,
+        blob_url: str | None = None,
         hooks: Hooks = Hooks(),
         seed: int = 0,
         unit_timeout: float = 300.0,
@@ -180,7 +227,17 @@ class MOPRunner:
         max_epochs: int = 1000,
         repair_grace: float = 5.0,
         worker_wait: float = 120.0,
+        sizing_fn: Callable[..., BatchSizing | None] | None = sizing_unit,
     ):
+        if blob_url is not None:
+            if not isinstance(blob_url, str) or not is_url(blob_url):
+                raise EaseMLError(f"blob_url: found {blob_url!r}, expected an fsspec URL such as 's3://bucket/easeml'")
+            if checkpoint_dir is not None:
+                raise EaseMLError(f"checkpoint_dir: found {checkpoint_dir!r} with blob_url, expected None "
+                                  "(the checkpoints go under blob_url)")
+            if hop not in ("auto", "directory"):
+                raise EaseMLError(f"hop: found {hop!r} with blob_url, expected 'directory' or 'auto'")
+            hop = "directory"
         if hop == "auto":
             hop = DEFAULT_HOP if checkpoint_dir is not None or engine.shared_filesystem else "bytes"
         if hop not in HOP_MODES:
@@ -211,13 +268,18 @@ class MOPRunner:
         self.repair_grace = float(repair_grace)
         self.worker_wait = float(worker_wait)
         self._X, self._y = train
-        p = n_partitions or len(engine.workers())
+        p = n_partitions or len(engine.gpu_workers()) or len(engine.workers())
         if isinstance(p, bool) or not isinstance(p, int) or p < 1:
             raise EaseMLError(f"n_partitions: found {n_partitions!r}, expected a positive integer")
         p = min(p, len(self._X) // 2)  # every partition gets at least two examples (BatchNorm)
         self._parts = partition(train, val, p, self.seed)
         self._p = p
         self._checkpoint_dir = checkpoint_dir
+        self.blob_url = blob_url
+        self.sizing_fn = sizing_fn
+        self._reduced: dict[str, int] = {}  # trial -> its batch size after running out of device memory
+        self._planned: dict[str, int] = {}  # trial -> the batch size its GPU sizing cut it to
+        self._plans: dict[str, GpuPlan] = {}  # trial -> its GPU plan
         self._hops: HopStore | None = None  # the running run's, from run()
         self._placement: Placement | None = None  # likewise
         self._slot: PoolSlot | None = None  # the current phase's scheduler in the pool
@@ -236,14 +298,31 @@ class MOPRunner:
             raise RunnerError("partition_map: found no run started, expected run() to be running")
         return self._placement.map
 
+    @property
+    def reduced_batch_sizes(self) -> dict[str, int]:
+        """Trial -> the batch size its units use since one of them ran out of
+        device memory (half the trial's own); trials not named use their own."""
+        return dict(self._reduced)
+
+    @property
+    def planned_batch_sizes(self) -> dict[str, int]:
+        """Trial -> the batch size its units use because GPU sizing found
+        its own too big for the GPUs (before any of its units ran); trials
+        not named keep their own."""
+        return dict(self._planned)
+
+    @property
+    def gpu_plans(self) -> dict[str, GpuPlan]:
+        """Trial -> its GPU plan, for the trials sized on CUDA devices."""
+        return dict(self._plans)
+
     # -- progress, for restart recovery (§5.6) ------------------------------------------------
     def checkpoint(self, trial: str) -> bytes:
         """``trial``'s weights after its last finished train unit (or its
         initial ones). Valid while :meth:`run` runs, e.g. from ``on_unit``."""
-        ref = self._hops.get(trial) if self._hops is not None else None
-        if ref is None:
+        if self._hops is None or trial not in self._hops:
             raise RunnerError(f"trial {trial!r}: no checkpoint, expected a trial admitted by the running run")
-        return read_checkpoint(ref)
+        return self._hops.read(trial)
 
     def trial_progress(self, trial: str) -> TrialProgress:
         """Where ``trial`` stands: its scores so far and its train units of
@@ -307,10 +386,19 @@ class MOPRunner:
         self._visit_log: dict[tuple[str, int], tuple[int, ...]] = {}
         self._history: list[EpochMetrics] = []
         self._epochs_run = 0
-        self._placement = Placement(self.engine, self._parts, replication=self.replication,
+        self._reduced = {}
+        self._oom_retried: set[str] = set()  # trials whose one retry after running out of memory is used
+        self._planned, self._plans = {}, {}
+        self._sized: set[str] = set()  # trials whose GPU sizing is done (or found no CUDA)
+        self._sizings: dict[str, dict[str, BatchSizing | None]] = {}  # trial -> worker -> result, this phase
+        self._size_on: list[str] = []  # the sizing phase's workers (its pseudo-partition i is worker i)
+        self._keep_off: dict[str, frozenset[str]] = {}  # trial -> GPU workers it was sized not to fit on
+        self._gpus = set(self.engine.gpu_workers()) if self.sizing_fn is not None else set()
+        self._placement = None  # this run's, once its partitions are staged
+        self._hops = HopStore(self.hop, self._checkpoint_dir, under=self.blob_url).open()
+        self._placement = Placement(self.engine, self._staged_parts(), replication=self.replication,
                                     repair_grace=self.repair_grace, worker_wait=self.worker_wait,
                                     faults=self._faults, forget=lambda sched, unit: None, namespace=namespace)
-        self._hops = HopStore(self.hop, self._checkpoint_dir).open()
         if not workers:
             raise RunnerError("engine: found no live workers, expected at least one")
         if isinstance(self.replication, bool) or not isinstance(self.replication, int) or not 1 <= self.replication <= len(workers):
@@ -328,9 +416,19 @@ class MOPRunner:
         self._mop_epoch = self._epochs_done
         self._restoring = self.resume is not None
         self._placement.place_all(workers)
-        self._pool_kind = TRAIN
+        self._pool_kind = self._training_or_sizing()
         self._check_epochs()
         return False
+
+    def _staged_parts(self) -> Mapping[str, Mapping[int, Any]]:
+        """What is placed on the workers: the partitions themselves, or with
+        ``blob_url`` their :class:`StagedPartition` in the run's folder (staged
+        once; a re-placement after a lost worker places the same reference)."""
+        if self.blob_url is None:
+            return self._parts
+        base = f"{self._hops.directory}/partitions"
+        return {kind: {pid: stage_partition(data, base, f"{kind}-{pid}") for pid, data in parts.items()}
+                for kind, parts in self._parts.items()}
 
     def _check_epochs(self) -> None:
         if self._mop_epoch >= self.max_epochs:
@@ -338,8 +436,14 @@ class MOPRunner:
 
     def _pool_phase(self) -> Phase:
         """The scheduler of the phase that starts now: this epoch's training
-        units, or its validation units (parameters not trained)."""
+        units, or its validation units (parameters not trained), or, before
+        training, the sizing of new trials on the GPU workers."""
         kind, epoch = self._pool_kind, self._mop_epoch
+        if kind == SIZE:  # one unit per (trial, worker): pseudo-partition i is held by worker i only
+            unsized = tuple(t for t in self._live if t not in self._sized)
+            seed = random.Random(f"{self.seed}/size/{epoch}").randrange(2**32)
+            return Phase(unsized, {w: {i} for i, w in enumerate(self._size_on)}, range(len(self._size_on)),
+                         seed, None, 0, partial=True)
         if kind == TRAIN:  # a seed of its own per epoch: an epoch's draws do not depend on the others'
             seed = random.Random(f"{self.seed}/train/{epoch}").randrange(2**32)
             return Phase(tuple(self._live), self._placement.availability(TRAIN), range(self._p), seed,
@@ -351,6 +455,9 @@ class MOPRunner:
         """The phase's scheduler is in the pool as ``slot``: placement changes
         go to it, and a resumed run takes its finished units as done."""
         self._slot = slot
+        if self._pool_kind == SIZE:
+            self._sizings = {}
+            return
         self._placement.attach(self._pool_kind, slot)
         if self._pool_kind == VAL:
             self._val_parts: dict[str, list[Mapping[str, Any]]] = {}
@@ -361,6 +468,10 @@ class MOPRunner:
     def _pool_unit(self, unit: Unit) -> tuple[Callable[..., Any], str, tuple[Any, ...]]:
         """``(fn, key, args)`` of ``unit`` of the current phase, for ``Engine.submit_pinned``."""
         t = unit.config
+        if self._pool_kind == SIZE:
+            worker = self._size_on[unit.partition]
+            pid = min(self._placement.map.held_by(TRAIN, worker))
+            return self.sizing_fn, self._placement.key(TRAIN, pid), (self._uspec[t], self._size_request(t), self.hooks)
         spec = self._uspec[t].at(self._epochs[t], unit.partition)
         key = self._placement.key(self._pool_kind, unit.partition)
         if self._pool_kind == TRAIN:
@@ -370,6 +481,9 @@ class MOPRunner:
     def _pool_unit_done(self, kind: str, unit: Unit, worker: str, result: Any) -> None:
         """Take a finished unit's result into the run, then tell ``on_unit``."""
         t = unit.config
+        if kind == SIZE:
+            self._sizings.setdefault(t, {})[worker] = result
+            return
         if kind == TRAIN:
             assert isinstance(result, UnitOutput)
             self._hops.advance(t, result.checkpoint)
@@ -383,10 +497,17 @@ class MOPRunner:
 
     def _pool_phase_done(self, visit_log: Mapping[tuple[str, int], Sequence[int]]) -> bool:
         """The phase's units are all done (``visit_log``: its scheduler's).
-        After training, validation starts; after validation, the epoch is
+        After sizing, the new trials follow their plans and training starts;
+        after training, validation starts; after validation, the epoch is
         scored and ``procedure.epoch_end`` decides. Returns whether the run finished."""
         self._placement.detach(self._pool_kind)
         self._slot = None
+        if self._pool_kind == SIZE:
+            for t in sorted(t for t in self._live if t not in self._sized):
+                self._follow_plan(t, self._sizings.get(t, {}))
+            self._sizings = {}
+            self._pool_kind = TRAIN
+            return False
         if self._pool_kind == TRAIN:
             self._visit_log.update({k: tuple(v) for k, v in visit_log.items()})
             self._pool_kind = VAL
@@ -408,9 +529,114 @@ class MOPRunner:
             return True
         self._placement.rebalance()
         self._mop_epoch += 1
-        self._pool_kind = TRAIN
+        self._pool_kind = self._training_or_sizing()
         self._check_epochs()
         return False
+
+    # -- GPU memory sizing (gpu_memory, Seneca Alg. 1) ----------------------------------------------
+    def _training_or_sizing(self) -> str:
+        """SIZE when live trials that were never sized can be sized on GPU
+        workers that hold training partitions of this run, else TRAIN."""
+        if self.sizing_fn is None or all(t in self._sized for t in self._live):
+            return TRAIN
+        placement = self._placement
+        self._size_on = sorted(w for w in self._gpus & placement.live if placement.map.held_by(TRAIN, w))
+        return SIZE if self._size_on else TRAIN
+
+    def _size_request(self, t: str) -> int:
+        """The batch size to size trial ``t`` for: its own, or the largest
+        training partition when that is smaller (no unit trains on a larger
+        batch, so only a smaller size is a cut)."""
+        largest = max(len(x) for x, _ in self._parts[TRAIN].values())
+        return min(self._uspec[t].batch_size, largest)
+
+    def _follow_plan(self, t: str, sizings: Mapping[str, BatchSizing | None]) -> None:
+        """Take trial ``t``'s sizing results (worker -> result) into its
+        spec: keep or cut its batch size, keep its units off the GPU
+        workers it does not fit on.
+
+        Raises:
+            DeviceOutOfMemoryError: not even the smallest batch fits any GPU.
+            RunnerError: some partition has no copy on a worker ``t`` fits on.
+        """
+        spec = self._uspec[t]
+        plan = plan_from_sizings(spec.model, sizings)
+        self._sized.add(t)
+        if plan is None:
+            return  # no CUDA on the GPU workers: train as asked
+        self._plans[t] = plan
+        if plan.batch_size is None:
+            s = plan.sizing
+            raise DeviceOutOfMemoryError(spec.model, s.peaks[0][0], s.device or f"the GPU of {plan.probed_on!r}",
+                                         s.total_bytes, phase="sizing", detail=f"trial {t!r}: {plan.describe()}")
+        notes = []
+        if plan.cut:
+            self._uspec[t] = spec.with_params(batch_size=plan.batch_size)
+            self._planned[t] = plan.batch_size
+            notes.append(f"it trains with batch size {plan.batch_size}")
+        keep_off = frozenset(w for w, s in sizings.items() if s is not None) - set(plan.workers)
+        if keep_off:
+            self._keep_off[t] = keep_off
+            notes.append(f"its units keep off {sorted(keep_off)}")
+        if notes:
+            self._faults.note(f"GPU sizing of trial {t!r}: {plan.describe()}; {'; '.join(notes)}")
+        else:
+            log.info("GPU sizing of trial %r: %s", t, plan.describe())
+        if keep_off:
+            for kind in (TRAIN, VAL):
+                self._check_reachable(t, kind, self._placement.map.partitions(kind))
+
+    def _check_reachable(self, t: str, kind: str, pids: Sequence[int]) -> None:
+        """Raise when a partition of ``kind`` has live copies only on
+        workers that trial ``t`` keeps off (its units could never run)."""
+        placement = self._placement
+        for pid in pids:
+            holders = placement.map.holders(kind, pid) & placement.live
+            if holders and not holders - self._keep_off[t]:
+                raise RunnerError(
+                    f"trial {t!r}: {kind} partition {pid} lives only on {sorted(holders)}, where it does not fit "
+                    f"({self._plans[t].describe()}); expected a copy on one of {list(self._plans[t].workers)} "
+                    f"(raise replication)")
+
+    def _pool_allows(self, unit: Unit, worker: str) -> bool:
+        """Whether ``unit`` of the current phase may run on ``worker``: not
+        where its trial was sized not to fit (the driver puts it back in Q).
+
+        Raises:
+            RunnerError: no live copy of its partition is on a worker it fits on.
+        """
+        keep_off = self._keep_off.get(unit.config)
+        if self._pool_kind == SIZE or keep_off is None or worker not in keep_off:
+            return True
+        self._check_reachable(unit.config, self._pool_kind, [unit.partition])
+        return False
+
+    def _pool_out_of_memory(self, kind: str, unit: Unit, worker: str, error: DeviceOutOfMemoryError) -> None:
+        """``unit`` ran out of its device's memory on ``worker``: it runs again,
+        once per trial. A training unit's trial uses half its batch size from
+        now on; a validation unit (whose batch is the units' own) runs as it was.
+
+        Raises:
+            DeviceOutOfMemoryError: the trial ran out of memory once already
+                (or its batch size cannot be halved): its config does not fit.
+        """
+        t = unit.config
+        spec = self._uspec[t]
+        training = error.phase == "training"
+        size = spec.batch_size
+        if t in self._oom_retried or (training and size // 2 < 2):
+            raise DeviceOutOfMemoryError(spec.model, error.batch_size, error.device, error.total_memory,
+                                         phase=error.phase,
+                                         detail=f"trial {t!r}, after one retry") from error
+        self._oom_retried.add(t)
+        if training:
+            self._uspec[t] = spec.with_params(batch_size=size // 2)
+            self._reduced[t] = size // 2
+            then = f"trial {t!r} goes on with batch size {size // 2}"
+        else:
+            then = "it runs once more"
+        self._faults.note(f"{kind} unit {unit} ran out of memory on {worker} ({error.device}) at batch size "
+                          f"{error.batch_size}: {then}")
 
     def _pool_worker_added(self, worker: str) -> None:
         """A worker joined the pool: place this run's under-replicated
@@ -418,8 +644,10 @@ class MOPRunner:
         placement = self._placement
         if worker in placement.live:
             return
+        if self.sizing_fn is not None and worker in self.engine.gpu_workers():
+            self._gpus.add(worker)
         placement.worker_added(worker)
-        if worker in placement.live and self._slot is not None:
+        if worker in placement.live and self._slot is not None and self._pool_kind != SIZE:
             self._slot.add_worker(worker, placement.availability(self._pool_kind)[worker])
 
     def _pool_close(self) -> None:
@@ -427,7 +655,7 @@ class MOPRunner:
         if self._placement is not None:
             self._placement.drop_all()
         if self._hops is not None:
-            self._hops.close()
+            self._hops.close()  # with blob_url, the run's folder: checkpoints and staged partitions
 
     def _emit(self, fn: Callable[[Any], None], value: Any) -> None:
         try:
