@@ -472,6 +472,27 @@ class Selector:
         self.picker.on_membership_change()
         return dropped
 
+    def set_costs(self, user: str, costs: Mapping[str, float]) -> None:
+        """Replace cost estimates of a user's candidates (the ``c_k`` of
+        cost-aware GP-UCB, pvldb §4.1), e.g. once the devices they train on
+        were measured; candidates not named keep theirs.
+
+        Raises:
+            KeyError: an unknown user, or a model that is not her candidate.
+            ValueError: a cost that is not finite and > 0.
+        """
+        u = self._get(user)
+        unknown = set(costs) - set(u.names)
+        if unknown:
+            raise KeyError(f"costs of {user}: unknown models {sorted(unknown)[:5]}")
+        cost = u.cost.copy()
+        new = self._cost_vector(costs, [m for m in u.names if m in costs], f"costs of {user}")
+        for m, c in zip([m for m in u.names if m in costs], new):
+            cost[u.index[m]] = c
+        u.cost = cost
+        self._update_c_star()
+        self._dirty.add(u.slot)
+
     def set_weight(self, user: str, weight: float) -> None:
         """Change a user's weight in the objective."""
         if not (weight > 0 and math.isfinite(weight)):

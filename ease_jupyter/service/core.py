@@ -7,8 +7,11 @@ Results are plain JSON-ready dicts.
 
 from __future__ import annotations
 
+import logging
+import os
 import tempfile
 import time
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +31,13 @@ from .quota import Quota
 from .loop import ControlLoop
 from . import models
 from .executors import JobExecutor, JobRunner, ProcessExecutor, ThreadExecutor
-from .mop import TorchJobs
+from .mop import TorchJobs, measure_torch_pool
 from .runner import SklearnJobs
 from .scheduler_view import decision_event, scheduler_view
 from .suspicion import DEFAULT_TOP_K, MAX_TOP_K, NoModelError, SuspicionScorer
 from ..zoo import Engine
+
+log = logging.getLogger(__name__)
 
 
 def _iso(value) -> str | None:
@@ -47,6 +52,17 @@ def task_json(task: Task) -> dict[str, Any]:
 def version_json(v: DatasetVersion) -> dict[str, Any]:
     return {"id": v.id, "number": v.number, "kind": v.kind.value, "parent_id": v.parent_id,
             "n_examples": v.n_examples, "created_at": _iso(v.created_at)}
+
+
+def _may_have_gpus(config: ServiceConfig) -> bool:
+    """Whether the torch pool may have GPU workers, told without importing
+    torch here: a cluster may; a local engine only on a host with an NVIDIA
+    driver."""
+    if not config.torch:
+        return False
+    if config.engine != "local":
+        return True
+    return os.path.exists("/proc/driver/nvidia/version") or os.path.exists("/dev/nvidiactl")
 
 
 def job_json(job: Job, version_number: int | None = None, error_code: str | None = None) -> dict[str, Any]:
@@ -112,7 +128,8 @@ class Service:
         executors = {Engine.SKLEARN: executor(SklearnJobs(engine, self.quota), config.workers)}
         if config.torch:  # several MOP workloads at once, on one engine of `workers` workers
             executors[Engine.TORCH] = executor(TorchJobs(engine, config.workers, config.seed or 0,
-                                                         config.mop_partitions, self.quota),
+                                                         config.mop_partitions, self.quota, config.precision,
+                                                         config.blob_url),
                                                config.max_torch_workloads)
         self.loop = ControlLoop(self.store, self.blobs, executors=executors, torch_epochs=config.torch_epochs,
                                 max_running_per_user=config.max_running_per_user,
@@ -142,7 +159,31 @@ class Service:
 
     def start(self) -> "Service":
         self.loop.start()
+        if _may_have_gpus(self.config):
+            self.measure_devices()
         return self
+
+    def measure_devices(self) -> "Future[Any] | None":
+        """Measure the speed of each device kind torch picks train on, in the
+        background, and price the arms by it once known (``loop.use_speeds``);
+        None where this service trains no torch."""
+        executor = self.loop.executors.get(Engine.TORCH)
+        if executor is None:
+            return None
+        future = executor.call(measure_torch_pool, executor.runner)
+
+        def priced(done: "Future[Any]") -> None:
+            try:
+                speeds = done.result()
+            except Exception:  # noqa: BLE001 - the arms keep the default speed
+                log.warning("could not measure the devices of the torch pool", exc_info=True)
+                return
+            if speeds is not None:
+                log.info("device speeds: %s", {k: f"{v.flops_per_second:.3g} FLOP/s" for k, v in speeds.kinds.items()})
+                self.loop.use_speeds(speeds)
+
+        future.add_done_callback(priced)
+        return future
 
     def stop(self) -> None:
         """Stop the loop (running jobs finish and are recorded) and close the store; idempotent."""

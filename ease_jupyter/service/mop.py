@@ -70,6 +70,7 @@ from ..datasets import load
 from ..execution.automl import LearningRateGrid
 from ..execution.mop.pool_driver import PoolDriver
 from ..execution.mop.runner import EpochMetrics, MOPRunner, UnitRecord
+from ..execution.units import Hooks
 from ..jobspec import TorchWorkload, metric_name, parse_job, point_label
 from ..store import BlobStore, Job, JobStatus, JobUpdate, Store
 from .candidates import candidate_of
@@ -82,6 +83,7 @@ log = logging.getLogger(__name__)
 PROGRESS_TAG = "easeml.mop.progress"
 RESUMED_TAG = "easeml.mop.resumed_from"
 RESUMED_UNITS_TAG = "easeml.mop.resumed_units"
+REDUCED_BATCH_TAG = "easeml.mop.reduced_batch_size"  # config -> batch size after an out-of-memory retry
 
 
 def _existing_metrics(store: Store, job_id: int) -> set[tuple[int, str]]:
@@ -90,13 +92,16 @@ def _existing_metrics(store: Store, job_id: int) -> set[tuple[int, str]]:
 
 def run_torch_job(store: Store, blobs: BlobStore, engine: Any, job_id: int, *,
                   publish: Callable[[int, dict], None] | None = None, seed: int = 0,
-                  partitions: int | None = None, quota: Any = None) -> Job:
+                  partitions: int | None = None, quota: Any = None, precision: str = "fp32",
+                  blob_url: str | None = None) -> Job:
     """Train a queued torch job (a pick) as one MOP workload on the engine's
     shared driver, beside the other jobs running there, and wait for it;
     resume from its last finished MOP unit if it ran before. queued -> running -> succeeded | failed.
     The callbacks below run on the driver's thread, between units.
     With a ``quota.Quota``, the job fails (``QuotaExceededError``) when its
-    owner is at her quota before training or its model would take her over it."""
+    owner is at her quota before training or its model would take her over it.
+    ``precision`` is the units' arithmetic (``Hooks.precision``); with a
+    ``blob_url``, partitions and checkpoints travel through that fsspec URL."""
     publish = publish or (lambda owner, event: None)
     job = store.get_job(job_id)
     if job.status is not JobStatus.QUEUED:
@@ -175,9 +180,15 @@ def run_torch_job(store: Store, blobs: BlobStore, engine: Any, job_id: int, *,
 
             runner = MOPRunner(engine, LearningRateGrid(cand.name, lrs, epochs=epochs), [cand], X, y,
                                example_ids=data.example_ids, seed=seed, n_partitions=progress.partitions,
+                               hooks=Hooks(precision=precision), blob_url=blob_url,
                                on_metrics=on_metrics, on_unit=on_unit, resume=resume)
             runner_box.append(runner)
-            PoolDriver.shared(engine, seed=seed).run(runner, owner=str(task.owner_id))
+            try:
+                PoolDriver.shared(engine, seed=seed).run(runner, owner=str(task.owner_id))
+            finally:
+                if runner.reduced_batch_sizes:  # out-of-memory retries (the job's record says so)
+                    store.set_tag("job", job_id, REDUCED_BATCH_TAG, json.dumps(
+                        {point_label({"lr": trial_lr[t]}): b for t, b in sorted(runner.reduced_batch_sizes.items())}))
         ranked = [(v[0], t, v[1]) for t, v in progress.best.items() if not math.isnan(v[0])]
         if not ranked:
             raise RuntimeError("no config produced a finite validation score")
@@ -193,6 +204,32 @@ def run_torch_job(store: Store, blobs: BlobStore, engine: Any, job_id: int, *,
         return fail_job(store, job_id, error)
 
 
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def measure_torch_pool(store: Store, blobs: BlobStore, runner: "TorchJobs") -> Any:
+    """The device speeds of the pool torch picks train on
+    (``device_speed.PoolSpeeds``), or None for a pool without GPU workers,
+    where torch and scikit-learn run on the same kind of device and one
+    speed prices both. Runs where the torch jobs run (``executor.call``),
+    on an engine of its own, so that it takes no events from the jobs'."""
+    from ..execution.device_speed import measure_pool
+
+    engine = runner.make_engine()
+    try:
+        if not engine.gpu_workers():
+            return None
+        return measure_pool(engine, timeout=PROBE_SECONDS)
+    finally:
+        engine.close()
+
+
+PROBE_SECONDS = 120.0
+
+
 @dataclass(frozen=True)
 class TorchJobs:
     """The job runner of torch picks (``executors.JobRunner``): its job slots
@@ -206,14 +243,21 @@ class TorchJobs:
     seed: int = 0
     partitions: int | None = None
     quota: Any = None
+    precision: str = "fp32"
+    blob_url: str | None = None
 
     def make_engine(self) -> Any:
         from ..execution.engine import make_engine
 
-        kwargs = {"n_workers": self.engine_workers} if self.engine in ("local", "dask") else {}
+        kwargs: dict[str, Any] = {"n_workers": self.engine_workers} if self.engine in ("local", "dask") else {}
+        if self.engine == "local" and _has_cuda():  # one GPU box: its local workers train there
+            from ..execution.engine import GPU
+
+            kwargs["worker_resources"] = [{GPU: 1}] * self.engine_workers
         return make_engine(self.engine, **kwargs)
 
     def run(self, store: Store, blobs: BlobStore, engine: Any, job_id: int,
             publish: Callable[[int, dict], None]) -> Job:
         return run_torch_job(store, blobs, engine, job_id, publish=publish, seed=self.seed,
-                             partitions=self.partitions, quota=self.quota)
+                             partitions=self.partitions, quota=self.quota, precision=self.precision,
+                             blob_url=self.blob_url)

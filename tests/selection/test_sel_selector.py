@@ -314,3 +314,18 @@ def test_hybrid_ei_is_hybrids_user_picker_with_ei_per_cost_models():
         tried[u].add(m)
         sel.observe(u, m, truth[(u, m)])
     assert phases[:3] == ["initial"] * 3 and "greedy" in phases
+
+
+def test_set_costs_replaces_the_named_estimates_and_steers_cost_aware_picks():
+    names = [f"m{j}" for j in range(6)]
+    sel = Selector(names, history=np.full((10, 6), 0.7), policy="greedy", random_state=0)
+    sel.add_user("u", costs=[1.0] * 6)
+    sel.set_costs("u", {"m4": 0.01, "m5": 3.0})
+    assert sel.to_dict()["users"][0]["cost"] == [1.0, 1.0, 1.0, 1.0, 0.01, 3.0]
+    assert pairs(sel.next_picks(1)) == [("u", "m4")]  # equal priors: the cheapest arm's bonus is largest
+    with pytest.raises(KeyError, match="unknown models"):
+        sel.set_costs("u", {"nope": 1.0})
+    with pytest.raises(ValueError, match="finite and > 0"):
+        sel.set_costs("u", {"m1": 0.0})
+    with pytest.raises(KeyError, match="unknown user"):
+        sel.set_costs("v", {"m1": 1.0})

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable
+from typing import Any, Callable
 
-from ...errors import StorageError
+from ...errors import NotFoundError, StorageError
 from ...jobspec import DEFAULT_EPOCHS
 from ...selection.selector import Selector
 from ...store import BlobStore, Store, Task
@@ -84,6 +84,25 @@ class ControlLoop:
         """Re-queue jobs left RUNNING and restore the selector state (``recovery``)."""
         with self._lock:
             self.view.mark(recover(self.state, self.saved, self.costs, seed=self.seed))
+        self._wake.set()
+
+    def use_speeds(self, speeds: Any) -> None:
+        """Price arms at the measured device speeds (``device_speed.PoolSpeeds``)
+        from now on, the tenants already registered included: a GPU pool
+        makes torch arms cheaper in GP-UCB's ``c_k`` (pvldb §4.1)."""
+        with self._lock:
+            self.costs.use_speeds(speeds)
+            selector = self.selector
+            if selector is None:
+                return
+            for name, tenant in self.state.tenants.items():
+                try:
+                    task = self.store.get_task(tenant.task_id)
+                    n = self.store.get_dataset_version(tenant.version_id).n_examples
+                except NotFoundError:
+                    continue
+                arms = [k for k in tenant.configs if k in set(selector.model_names)]
+                selector.set_costs(name, {k: self.costs.seconds(task, tenant.configs[k], n) for k in arms})
         self._wake.set()
 
     def notify(self, task_id: int | None = None) -> None:

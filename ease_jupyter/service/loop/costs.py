@@ -1,11 +1,19 @@
 """What a pick costs: the selector's cost estimates (ease.ml pvldb §4.1, the
-``c_k`` of cost-aware GP-UCB) from the candidates' FLOP counts, scaled by the
-seconds per FLOP measured on finished jobs; and the model catalogue the
-selector ranges over."""
+``c_k`` of cost-aware GP-UCB) and the model catalogue the selector ranges over.
+
+A pick's estimate is its FLOPs (``Candidate.cost``) over the speed of the
+devices its engine runs on: torch arms at the speed of the pool's GPU workers
+when it has any, scikit-learn arms at the CPU's (``execution.device_speed``
+measures both per device kind; without a measurement, 1 GFLOP/s for both).
+Finished jobs then correct the prediction: per engine, the median of measured
+over predicted seconds (an engine with no finished job yet takes the median
+over all engines, or 1). So a GPU pool makes torch arms cheaper from the
+first pick on, and what the jobs measure still has the last word."""
 
 from __future__ import annotations
 
 from collections import deque
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -16,10 +24,13 @@ from ...store import Job, Store, Task
 from ...zoo import Engine, candidates
 from ..candidates import arm_specs, task_candidates
 
-FLOPS_PER_SECOND = 1e9  # first guess, replaced by measured runtimes (see Costs.seconds)
+if TYPE_CHECKING:
+    from ...execution.device_speed import PoolSpeeds
+
+FLOPS_PER_SECOND = 1e9  # the speed assumed where none was measured (see Costs.seconds)
 NOMINAL_PROGRAMS = (((16,), (4,)), ((16,), (1,)))  # flat classification and regression
 NOMINAL_TORCH_PROGRAMS = (((8, 8, 1), (4,)), ((8, 8, 3), (4,)))  # images: the torch arms
-RATE_WINDOW = 200  # measured jobs the seconds-per-FLOP median is taken over
+RATE_WINDOW = 200  # measured jobs, per engine, the correction's median is taken over
 
 
 def catalogue() -> tuple[list[str], np.ndarray]:
@@ -51,14 +62,32 @@ def spec_flops(task: Task, spec: JobSpec, n: int) -> float:
 
 
 class Costs:
-    """Each task's arms (made once per task) and their estimated seconds."""
+    """Each task's arms (made once per task) and their estimated seconds.
 
-    def __init__(self, store: Store, *, torch_epochs: int | None):
+    ``speeds`` (``execution.device_speed.measure_pool``) prices torch and
+    scikit-learn arms at their devices' measured speeds; None assumes
+    :data:`FLOPS_PER_SECOND` for both. :meth:`use_speeds` sets it later.
+    """
+
+    def __init__(self, store: Store, *, torch_epochs: int | None, speeds: PoolSpeeds | None = None):
         self.store = store
         self.torch_epochs = torch_epochs  # None: no torch executor, so no torch arms
         self._task_configs: dict[int, dict[str, JobSpec]] = {}
-        self._rate: deque[float] = deque(maxlen=RATE_WINDOW)  # measured seconds per estimated FLOP
-        self._rate_median: float | None = None  # of _rate: each new tenant's arms ask it
+        # measured seconds per estimated FLOP of finished jobs, per engine
+        self._rate: dict[Engine, deque[float]] = {e: deque(maxlen=RATE_WINDOW) for e in Engine}
+        self._correction: dict[Engine, float] = {}  # what each new tenant's arms ask (see correction)
+        self.use_speeds(speeds)
+
+    def use_speeds(self, speeds: PoolSpeeds | None) -> None:
+        """Price arms at these device speeds from now on (None: the
+        1 GFLOP/s assumption). Tenants registered earlier keep their costs,
+        as with the learned correction."""
+        self.speeds = speeds
+        self._speed = {
+            Engine.TORCH: speeds.torch.flops_per_second if speeds is not None else FLOPS_PER_SECOND,
+            Engine.SKLEARN: speeds.sklearn.flops_per_second if speeds is not None else FLOPS_PER_SECOND,
+        }
+        self._update_corrections()
 
     def configs(self, task: Task) -> dict[str, JobSpec]:
         """The task's arms: arm key -> the job a pick of it trains
@@ -68,14 +97,23 @@ class Costs:
             found = self._task_configs[task.id] = arm_specs(task, torch_epochs=self.torch_epochs)
         return found
 
+    def predicted(self, task: Task, spec: JobSpec, n: int) -> float:
+        """The pick's FLOPs over its engine's device speed, in seconds."""
+        return spec_flops(task, spec, n) / self._speed[spec.engine]
+
+    def correction(self, engine: Engine) -> float:
+        """Measured over predicted seconds: the median over ``engine``'s
+        finished jobs, else over all engines' jobs, else 1."""
+        return self._correction.get(engine, 1.0)
+
     def seconds(self, task: Task, spec: JobSpec, n: int) -> float:
-        """Candidate.cost (FLOPs) times the median measured seconds per FLOP
-        (a first guess of 1 GFLOP/s before anything was measured)."""
-        rate = self._rate_median if self._rate_median is not None else 1.0 / FLOPS_PER_SECOND
-        return max(spec_flops(task, spec, n) * rate, 1e-3)
+        """The pick's predicted seconds times its engine's correction (once
+        the engine has finished jobs: its FLOPs times their median measured
+        seconds per FLOP)."""
+        return max(self.predicted(task, spec, n) * self.correction(spec.engine), 1e-3)
 
     def learn(self, job: Job) -> None:
-        """Take a finished job's measured seconds into the rate."""
+        """Take a finished job's measured seconds into its engine's correction."""
         if not job.cost_seconds:
             return
         try:
@@ -83,5 +121,17 @@ class Costs:
             n = self.store.get_dataset_version(job.dataset_version_id).n_examples
         except NotFoundError:
             return
-        self._rate.append(job.cost_seconds / spec_flops(task, parse_job(job.model, job.config), n))
-        self._rate_median = float(np.median(self._rate))
+        spec = parse_job(job.model, job.config)
+        self._rate[spec.engine].append(job.cost_seconds / spec_flops(task, spec, n))
+        self._update_corrections()
+
+    def _update_corrections(self) -> None:
+        # Rates are kept per FLOP, not per predicted second, so that a later
+        # use_speeds re-prices what was learned before it.
+        ratios = {e: [r * self._speed[e] for r in rates] for e, rates in self._rate.items()}
+        pooled = [r for rs in ratios.values() for r in rs]
+        self._correction = {}
+        for engine in Engine:
+            found = ratios[engine] or pooled
+            if found:
+                self._correction[engine] = float(np.median(found))
