@@ -212,7 +212,9 @@ def measure(args: argparse.Namespace, device: torch.device) -> dict:
     X, y = synthetic_images(args.images)
     directory = tempfile.mkdtemp(prefix="easeml-gpu-bench-")
     # warm-up on a slice: CUDA context, cuDNN/cuBLAS handles, the allocator, each precision's kernels
-    warm = Workload(X[:2048], y[:2048], args.net, args.batch, 2, device)
+    # (every batch here and below has the same shape: cuDNN autotunes each new
+    # shape once, which must not land in a measured arm)
+    warm = Workload(X[:args.batch * 8], y[:args.batch * 8], args.net, args.batch, 2, device)
     warm_ips = {}
     for p in PRECISIONS:
         for arm in ARMS:
@@ -223,10 +225,10 @@ def measure(args: argparse.Namespace, device: torch.device) -> dict:
     # a repeat must fit twice in the budget: cut the images if the warm-up says it would not
     budget = args.budget_s - (time.perf_counter() - started)
     per_image = sum(1.0 / v for v in warm_ips.values())  # seconds per image per unit, all arms and precisions
-    n = len(X)
+    n = len(X) - len(X) % args.batch
     fit = int(budget / 2.5 / (per_image * args.units))
     if fit < n:
-        n = max(args.batch * 4, fit)
+        n = max(args.batch * 4, fit - fit % args.batch)
         print(f"budget: {n} of {len(X)} images per partition", flush=True)
     w = Workload(X[:n], y[:n], args.net, args.batch, args.units, device)
     del X, y

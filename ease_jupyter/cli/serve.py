@@ -96,9 +96,19 @@ def command(db_url, data_dir, engine, precision, blob_url, host, port, workers, 
                                jupyterhub=jupyterhub, base_url=base_url)
     except ValueError as error:
         raise click.BadParameter(str(error)) from None
+    from ease_jupyter.execution.engine import EngineError
+    from ease_jupyter.execution.engine.clusters import check_engine_spec
+
+    try:
+        check_engine_spec(engine)  # a factory that does not import stops us here
+    except EngineError as error:
+        raise click.BadParameter(str(error), param_hint="'--engine'") from None
     require_writable_store(config)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    serve(config, announce=lambda line: click.echo(line))
+    try:
+        serve(config, announce=lambda line: click.echo(line))
+    except EngineError as error:  # the gateway started no cluster, the factory failed
+        raise click.ClickException(str(error)) from None
 
 
 def require_writable_store(config) -> None:  # noqa: ANN001 - a ServiceConfig

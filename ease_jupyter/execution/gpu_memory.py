@@ -129,6 +129,9 @@ def _usable_bytes(device: Any) -> int:
     counted twice for partitions kept already, which errs on the safe side)."""
     import torch
 
+    device = torch.device(device)
+    if device.index is None:  # torch's per-process limit wants an indexed device
+        device = torch.device(device.type, torch.cuda.current_device())
     free = _free_bytes(device)
     limit = (describe_device(device).total_memory or 0) * torch.cuda.get_per_process_memory_fraction(device)
     room = min(free, limit - torch.cuda.memory_reserved(device))

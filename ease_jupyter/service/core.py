@@ -24,7 +24,7 @@ from ..schema.limits import check_program_size, check_program_text
 from ..store import DatasetVersion, Edge, Job, Node, NodeKind, Store, BlobStore, Task, User, open_store
 from . import arrays
 from .auth import TokenCache, check_name, create_user, revoke_token
-from .config import ServiceConfig
+from .config import ServiceConfig, engine_form
 from .events import EventBus
 from .failures import error_code
 from .quota import Quota
@@ -145,11 +145,21 @@ class Service:
             return models.torch_outputs(self.store, self.blobs, task, job, X)
         return executor.call(models.torch_outputs_of, task.id, job.id, X).result(TORCH_CALL_SECONDS)
 
-    def _engine_address(self, config: ServiceConfig) -> str:
-        """``local``, or the address of a Dask scheduler that every job slot
-        (scikit-learn and torch) is a client of. ``engine="dask"`` starts
-        that cluster here: ``workers`` processes, closed on stop."""
+    def _engine_address(self, config: ServiceConfig) -> Any:
+        """``local``, or the address of a Dask scheduler (or a picklable
+        ``clusters.Connection``) that every job slot (scikit-learn and torch)
+        is a client of. ``engine="dask"`` starts that cluster here:
+        ``workers`` processes; ``gateway`` and ``module:callable`` open one
+        (``clusters.open_cluster``); either is closed on stop."""
         self._cluster = None
+        if config.engine == "gateway" or engine_form(config.engine) == "factory":
+            from ..execution.engine.clusters import open_cluster
+
+            # One cluster for the whole service, shut down on stop; job slots
+            # (threads or spawned processes) connect to it through a
+            # picklable Connection, never making clusters of their own.
+            self._cluster = open_cluster(config.engine, workers=config.workers)
+            return self._cluster.connection
         if config.engine != "dask":
             return config.engine
         from ..execution.engine.dask import local_cluster

@@ -235,7 +235,7 @@ def train_steps(spec: UnitSpec, sample, batch_size: int, device, steps: int) -> 
 def test_on_a_gpu_the_peak_grows_with_the_batch_about_affinely():
     import torch
 
-    device = torch.device("cuda")
+    device = torch.device("cuda", torch.cuda.current_device())
     spec, sample = image_spec(shape=GPU_SHAPE), image_sample(64, GPU_SHAPE)
     measure_step_peak(spec, sample, 8, device)  # first use: cuBLAS/cuDNN handles and workspaces
     peaks = {b: measure_step_peak(spec, sample, b, device) for b in (256, 512, 768)}
@@ -249,7 +249,7 @@ def test_on_a_gpu_the_peak_grows_with_the_batch_about_affinely():
 def test_on_a_gpu_a_request_too_big_is_cut_and_the_cut_size_trains_without_running_out():
     import torch
 
-    device = torch.device("cuda")
+    device = torch.device("cuda", torch.cuda.current_device())
     spec, sample = image_spec(shape=GPU_SHAPE), image_sample(64, GPU_SHAPE)
     measure_step_peak(spec, sample, 8, device)
     capacity = int(measure_step_peak(spec, sample, 1024, device) * SAFETY * 1.05)  # room for about 1024 examples

@@ -327,7 +327,7 @@ def test_on_a_gpu_a_batch_size_that_cannot_fit_is_cut_before_training_and_never_
     X = rng.standard_normal((requested + 8, *shape)).astype(np.float32)  # one partition of more than 4096
     y = rng.integers(0, 10, len(X))
     val = (X[:256], y[:256])
-    device = torch.device("cuda")
+    device = torch.device("cuda", torch.cuda.current_device())
     # A process limit with room for a step of about 1024 examples (the sizing's safety factor and the
     # partitions' share of the limit on top): the requested 4096 cannot fit under it.
     spec = UnitSpec.of("probe", "resnet_small", {"lr": 0.01}, cand.build)
