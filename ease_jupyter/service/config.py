@@ -2,32 +2,15 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from ..execution.device import PRECISIONS
+from ..execution.engine.clusters import engine_spec_form as engine_form, is_url
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
 DEFAULT_QUOTA_BYTES = 4 * GIB
-
-ENGINE_MODES = ("local", "dask", "gateway")
-PRECISIONS = ("fp32", "bf16", "fp16")
-_ADDRESS = re.compile(r"^[a-z][a-z0-9+.-]*://\S+$")
-_FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
-
-
-def engine_form(spec: str) -> str | None:
-    """``"mode"``, ``"address"`` or ``"factory"`` for an ``--engine`` value of
-    that form, None for anything else (whether a factory imports is checked
-    when the service starts)."""
-    if spec in ENGINE_MODES:
-        return "mode"
-    if _ADDRESS.match(spec):
-        return "address"
-    if _FACTORY.match(spec):
-        return "factory"
-    return None
-
 
 @dataclass(frozen=True)
 class ServiceConfig:
@@ -163,6 +146,6 @@ class ServiceConfig:
                              "such as tcp://HOST:PORT, or module:callable (a factory of a Dask client or cluster)")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision: found {self.precision!r}, expected one of {', '.join(PRECISIONS)}")
-        if self.blob_url is not None and not _ADDRESS.match(self.blob_url):
+        if self.blob_url is not None and not is_url(self.blob_url):
             raise ValueError(f"blob_url: found {self.blob_url!r}, expected an fsspec URL such as s3://bucket/path "
                              "or file:///shared/path")

@@ -70,6 +70,12 @@ class Connection:
         return f"Connection({self.address!r}, security={type(self.security).__name__ if self.security else None})"
 
 
+def is_url(value: str) -> bool:
+    """Whether ``value`` has the form ``scheme://rest`` (a scheduler address,
+    an fsspec URL)."""
+    return bool(_ADDRESS.match(value))
+
+
 def engine_spec_form(spec: Any) -> str | None:
     """``"mode"``, ``"address"`` or ``"factory"`` for an ``--engine`` string of
     that form, None for anything else."""
