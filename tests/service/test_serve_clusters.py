@@ -14,14 +14,9 @@
 
 from __future__ import annotations
 
-import os
-import re
-import signal
 import subprocess
 import sys
-import threading
 import time
-from typing import Mapping
 
 import pytest
 from click.testing import CliRunner
@@ -30,43 +25,9 @@ from ease_jupyter.cli import main
 from ease_jupyter.client import Client
 from ease_jupyter.testing import clusters as loopback
 
+from .conftest import ServeProcess
+
 GPU = "GPU"
-
-
-class Serve:
-    """``easeml serve`` as a subprocess, its output drained on a thread."""
-
-    def __init__(self, data_dir, *args: str, env: Mapping[str, str] | None = None):
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ease_jupyter", "serve", "--data-dir", str(data_dir), "--port", "0", *args],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, **dict(env or {})})
-        self.lines: list[str] = []
-        self.url = None
-        deadline = time.monotonic() + 120
-        while self.url is None and time.monotonic() < deadline:
-            line = self.proc.stdout.readline()
-            if not line and self.proc.poll() is not None:
-                break
-            self.lines.append(line)
-            m = re.search(r"listening on (http://[\d.:]+)/api/v1", line)
-            self.url = m.group(1) if m else None
-        if self.url is None:
-            self.stop(signal.SIGKILL)
-        assert self.url, "serve did not announce its URL:\n" + "".join(self.lines)
-        self._drain = threading.Thread(target=lambda: self.lines.extend(self.proc.stdout), daemon=True)
-        self._drain.start()
-
-    def stop(self, sig=signal.SIGTERM) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        try:
-            return self.proc.wait(90)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            raise
-
-    def output(self) -> str:
-        return "".join(self.lines[-200:])
 
 
 def admin_token(data_dir) -> str:
@@ -87,7 +48,7 @@ def digits():
     return (d.images[:400] / 16.0).astype("float32")[..., None], d.target[:400].astype("int64")
 
 
-def wait_for_success(serve: Serve, tasks, timeout: float) -> dict[str, list[dict]]:
+def wait_for_success(serve: ServeProcess, tasks, timeout: float) -> dict[str, list[dict]]:
     """Each task's jobs, once every task has a succeeded job (or time runs out)."""
     deadline = time.monotonic() + timeout
     jobs: dict[str, list[dict]] = {}
@@ -112,7 +73,7 @@ def test_serve_trains_flat_and_image_tasks_on_the_cluster_workers(tmp_path, cli_
     from distributed import Client as DaskClient
 
     token = admin_token(tmp_path)
-    serve = Serve(tmp_path, "--engine", cli_cluster, "--executor", "thread", "--workers", "2", "--torch-epochs", "1")
+    serve = ServeProcess(tmp_path, "--engine", cli_cluster, "--executor", "thread", "--workers", "2", "--torch-epochs", "1")
     try:
         client = Client(serve.url, token)
         flat = client.task("iris", input=[4], output=[3])
@@ -152,7 +113,7 @@ def test_serve_on_a_gateway_cluster_shuts_it_down_on_stop(tmp_path, gateway):
     token = admin_token(tmp_path)
     # Job slots in spawned processes (the default executor) connect to the
     # one cluster the service opened.
-    serve = Serve(tmp_path, "--engine", "gateway", "--workers", "1", "--torch-epochs", "1", env=gateway)
+    serve = ServeProcess(tmp_path, "--engine", "gateway", "--workers", "1", "--torch-epochs", "1", env=gateway)
     stopped = None
     try:
         assert len(loopback.gateway_clusters(gateway)) == 1, "the service opens one cluster as it starts"

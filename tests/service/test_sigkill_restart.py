@@ -15,11 +15,7 @@ where the job resumes."""
 from __future__ import annotations
 
 import os
-import re
 import signal
-import subprocess
-import sys
-import threading
 import json
 import time
 from typing import Callable
@@ -32,7 +28,7 @@ from ease_jupyter.client import Client
 from ease_jupyter.service.mop import PROGRESS_TAG, RESUMED_TAG, RESUMED_UNITS_TAG
 from ease_jupyter.store import JobStatus, open_store
 
-from .conftest import http
+from .conftest import ServeProcess, http
 
 EPOCHS = 4
 PARTITIONS = 3  # units finer than epochs
@@ -40,33 +36,12 @@ CONFIGS = 3  # learning rates per torch candidate
 UNITS_PER_EPOCH = CONFIGS * PARTITIONS
 
 
-class Serve:
-    """``easeml serve`` as a subprocess; its output is drained on a thread."""
+class Serve(ServeProcess):
+    """``easeml serve`` with this module's training settings."""
 
     def __init__(self, data_dir, *extra: str):
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ease_jupyter", "serve", "--data-dir", str(data_dir), "--port", "0",
-             "--executor", "thread", "--workers", "1", "--torch-epochs", str(EPOCHS),
-             "--mop-partitions", str(PARTITIONS), *extra],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        self.lines: list[str] = []
-        self.url = None
-        deadline = time.monotonic() + 60
-        while self.url is None and time.monotonic() < deadline:
-            line = self.proc.stdout.readline()
-            if not line and self.proc.poll() is not None:
-                break
-            self.lines.append(line)
-            m = re.search(r"listening on (http://[\d.:]+)/api/v1", line)
-            self.url = m.group(1) if m else None
-        assert self.url, "serve did not announce its URL:\n" + "".join(self.lines)
-        self._drain = threading.Thread(target=lambda: self.lines.extend(self.proc.stdout), daemon=True)
-        self._drain.start()
-
-    def stop(self, sig=signal.SIGTERM) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        return self.proc.wait(60)
+        super().__init__(data_dir, "--executor", "thread", "--workers", "1", "--torch-epochs", str(EPOCHS),
+                         "--mop-partitions", str(PARTITIONS), *extra, start_seconds=60)
 
 
 def _history(client: Client, name: str) -> dict[int, dict]:
