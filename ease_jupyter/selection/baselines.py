@@ -8,6 +8,8 @@ chosen user's candidates to train next. The choosers here are
   the per-user rule of SPEARMINT* (pvldb §6.2: "Each user runs her own
   SPEARMINT instance and SPEARMINT* schedules users in a round-robin
   fashion ... the EI Per Second criterion");
+* ``"capped_ei"`` - the default rule's chooser (beyond the paper): capped,
+  variance-calibrated EI per second over the untried models (``capped_ei.py``);
 * ``"fixed"`` - a fixed model order, the MOSTCITED / MOSTRECENT heuristics of
   §6.2 ("the strategies that most of our users were using before ease.ml").
 
@@ -36,6 +38,12 @@ hybrid_ei       HYBRID       GP-EI per second (beyond the paper: HYBRID's user p
 regret_ei       REGRET       GP-EI per second; after everyone is served once, the user with the
                              largest posterior expected remaining loss (beyond the paper, a
                              measured negative result: see ``pickers.RegretGreedy``)
+gain_rate       GAIN-RATE    capped, calibrated EI per second (the default rule, beyond the paper:
+                             see ``pickers.GainRate`` and ``capped_ei.py``)
+ei_rate_rr      ROUNDROBIN   capped, calibrated EI per second: the strong single-tenant baseline
+                             (each user runs the default rule's chooser on her own)
+fifo            FCFS         fixed catalogue order; one user's whole queue before the next's
+default         GAIN-RATE    whatever the service uses by default (now ``gain_rate``)
 oracle          (oracle)     each user's best model, by loss drop per unit cost
 oracle_greedy   (oracle)     knows every quality and cost; each step trains the pair with
                              the largest drop of the average loss per unit cost (beyond
@@ -53,7 +61,10 @@ import numpy as np
 
 from .ucb import expected_improvement
 
-__all__ = ["POLICIES", "policy_spec", "oracle_schedule", "fixed_order_ranks", "choose_ei"]
+__all__ = ["POLICIES", "DEFAULT_POLICY", "policy_spec", "oracle_schedule", "fixed_order_ranks", "choose_ei"]
+
+#: The policy name the service and :class:`~ease_jupyter.selection.Selector` use unless told otherwise.
+DEFAULT_POLICY = "default"
 
 #: name -> (user picker, model chooser)
 POLICIES: dict[str, tuple[str, str]] = {
@@ -71,6 +82,10 @@ POLICIES: dict[str, tuple[str, str]] = {
     # beyond the paper (appended last: a policy's index seeds its random stream)
     "hybrid_ei": ("hybrid", "ei"),
     "regret_ei": ("regret_greedy", "ei"),
+    "gain_rate": ("gain_rate", "capped_ei"),
+    "ei_rate_rr": ("round_robin", "capped_ei"),
+    "fifo": ("fifo", "fixed"),
+    DEFAULT_POLICY: ("gain_rate", "capped_ei"),  # an alias: what the service runs unless told otherwise
 }
 
 

@@ -441,6 +441,13 @@ class UserGP:
         return np.sqrt(np.maximum(self.var_, 0.0))
 
     @property
+    def innovations_(self) -> np.ndarray:
+        """The standardised one-step-ahead residuals ``(y - mu_prev(k)) / sqrt(var_prev(k) + alpha)``
+        of the observations, in order: the ``z`` of the rank-one updates. Standard normal when the
+        prior is right; ``capped_ei.variance_scale`` calibrates the user's variance with them."""
+        return self._z[: self.n_obs].copy()
+
+    @property
     def L_(self) -> np.ndarray:
         return self._L[: self.n_obs, : self.n_obs].copy()
 

@@ -9,6 +9,9 @@ pickers only read. Pickers never touch a GP, a store or a clock.
 
 References: ease.ml, PVLDB 2018 (arXiv:1708.07308 §4): ROUNDROBIN (§5.2),
 GREEDY (Algorithm 2), HYBRID (§5.4); RANDOM is the baseline of §6.3.
+Beyond the paper: :class:`GainRate`, the default rule's picker (it replaces
+GREEDY / HYBRID), :class:`EIGreedy`, :class:`RegretGreedy`, and
+:class:`FirstComeFirstServed` (the FCFS queue of §5.1's example, a baseline).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["PickState", "UserPicker", "RoundRobin", "RandomPicker", "Greedy", "Hybrid", "EIGreedy", "RegretGreedy",
-           "make_picker"]
+           "GainRate", "FirstComeFirstServed", "make_picker"]
 
 
 @dataclass
@@ -335,8 +338,102 @@ class RegretGreedy(EIGreedy):
     stat = "regret"  # the pick rule is EIGreedy's: everyone once, then the largest ``gap``
 
 
+class GainRate(UserPicker):
+    """The default rule's user picker (beyond the paper; it replaces GREEDY /
+    HYBRID of pvldb §5.3-5.4).
+
+    * First, every user with no observation and nothing running, in arrival
+      order (as Algorithm 2, lines 1-4): an unserved user carries her whole
+      loss.
+    * Then, with ``g_i = max_k r_i(k)`` her best *capped expected improvement
+      per second* (``gap`` holds it; the selector computes it with
+      ``stat = "gain_rate"``, see ``capped_ei.py``), the candidate set is
+      ``V = {eligible i : g_i >= mean g}`` and among ``V`` the user with the
+      smallest weighted round-robin pass goes next (``pass += 1/w_i`` when
+      served; ties: the larger ``g``, then arrival order).
+
+    Why: GREEDY's "highest UCB - best so far" is dominated by the exploration
+    bonus of the user's cheapest uncertain model (about one accuracy unit
+    against 0.01-0.1 of loss left), so it ranks users by who still has a
+    cheap uncertain model rather than by what they stand to gain. ``g_i`` is
+    what one more second spent on her is expected to remove from her loss.
+    ``V`` drops the users with little to gain; the pass shares the workers
+    fairly among the rest, so one user with a large but slow-to-realise gain
+    cannot starve the others. There is no freeze switch: a converged user
+    (best so far at the cap, or nothing left that could beat it) has
+    ``g ~ 0`` and leaves ``V`` by herself.
+
+    Attributes:
+        last_candidates_: ``V`` of the last pick (a frozenset of slots), or
+            None when the last pick was an initial one.
+        last_phase_: "initial" or "gain_rate".
+    """
+
+    name = "gain_rate"
+    needs_stats = True
+    stat = "gain_rate"
+
+    def __init__(self, weighted: bool = True):
+        self.rr = RoundRobin(weighted=weighted)
+        self.last_candidates_: frozenset[int] | None = None
+        self.last_phase_ = "initial"
+
+    def on_new_slot(self, state: PickState, slot: int) -> None:
+        self.rr.on_new_slot(state, slot)
+
+    def candidate_set(self, state: PickState) -> np.ndarray:
+        """Boolean mask of ``V = {eligible i : g_i >= mean g}``."""
+        elig = state.eligible
+        if not elig.any():
+            return elig.copy()
+        g = state.gap[elig]
+        mean = float(np.mean(g))
+        return elig & (state.gap >= mean - 1e-12 * max(1.0, abs(mean)))
+
+    def pick_user(self, state: PickState) -> int | None:
+        init = state.eligible & (state.n_obs == 0) & ~state.busy
+        if init.any():
+            self.last_candidates_, self.last_phase_ = None, "initial"
+            return int(np.flatnonzero(init)[0])
+        V = self.candidate_set(state)
+        if not V.any():
+            self.last_candidates_ = None
+            return None
+        n = V.size
+        self.rr._ensure(n)
+        idx = np.flatnonzero(V)
+        # smallest pass, then the largest g, then the earliest arrival (lexsort: last key first)
+        best = idx[np.lexsort((idx, -state.gap[idx], self.rr._pass[idx]))[0]]
+        self.last_candidates_, self.last_phase_ = frozenset(idx.tolist()), "gain_rate"
+        return int(best)
+
+    def on_pick(self, state: PickState, slot: int) -> None:
+        self.rr.on_pick(state, slot)
+
+    def get_state(self) -> dict:
+        return {"rr": self.rr.get_state()}
+
+    def set_state(self, d: dict) -> None:
+        self.rr.set_state(d["rr"])
+
+
+class FirstComeFirstServed(UserPicker):
+    """A first-come-first-served queue (pvldb §5.1's FCFS example; what a
+    shared cluster without a model-selection scheduler does): the earliest
+    arrived user who still has a model to try is served, so each user's whole
+    queue is given out before the next user's. With the fixed catalogue-order
+    chooser this is the ``fifo`` policy."""
+
+    name = "fifo"
+
+    def pick_user(self, state: PickState) -> int | None:
+        idx = np.flatnonzero(state.eligible)
+        return int(idx[0]) if idx.size else None
+
+
 def make_picker(name: str, *, s: int = 10, weighted: bool = True, rearm_on_change: bool = True) -> UserPicker:
-    """Picker by name: ``round_robin``, ``random``, ``greedy``, ``hybrid``, ``ei_greedy`` or ``regret_greedy``."""
+    """Picker by name: ``round_robin``, ``random``, ``greedy``, ``hybrid``, ``ei_greedy``, ``regret_greedy``,
+    ``gain_rate`` or ``fifo``."""
     if name == "round_robin":
         return RoundRobin(weighted=weighted)
     if name == "random":
@@ -349,5 +446,9 @@ def make_picker(name: str, *, s: int = 10, weighted: bool = True, rearm_on_chang
         return EIGreedy()
     if name == "regret_greedy":
         return RegretGreedy()
+    if name == "gain_rate":
+        return GainRate(weighted=weighted)
+    if name == "fifo":
+        return FirstComeFirstServed()
     raise ValueError(f"picker: found {name!r}, expected one of round_robin, random, greedy, hybrid, ei_greedy, "
-                     "regret_greedy")
+                     "regret_greedy, gain_rate, fifo")

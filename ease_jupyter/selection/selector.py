@@ -22,7 +22,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .baselines import choose_ei, fixed_order_ranks, policy_spec
+from .baselines import DEFAULT_POLICY, choose_ei, fixed_order_ranks, policy_spec
+from .capped_ei import gain_per_second, variance_scale
 from .gp import ModelPrior, UserGP, default_kernel
 from .parallel import pending_aware_std
 from .pickers import Greedy, PickState, make_picker
@@ -51,9 +52,13 @@ class Pick:
 
     user: str
     model: str
-    phase: str  # "initial" / "greedy" (GREEDY's), "round_robin" (HYBRID's), else the picker name
+    # "initial" (a user with no result yet is served first: GREEDY's and the default rule's),
+    # "greedy" (GREEDY's), "round_robin" (HYBRID's), "gain_rate" (the default rule's), else the picker name
+    phase: str
     policy: str  # the user picker's name
-    candidates: tuple[tuple[str, float], ...] | None  # (user, gap) of V_t, in slot order; None outside GREEDY
+    # (user, gap) of V_t, in slot order: GREEDY's "highest UCB - best so far", or in the default rule's
+    # "gain_rate" phase each candidate's best capped expected improvement per second; None otherwise
+    candidates: tuple[tuple[str, float], ...] | None
     decision: int  # how many picks the selector had made before this one
 
     def explain(self) -> dict[str, Any]:
@@ -84,10 +89,20 @@ class _User:
     # caches, valid while not dirty
     scores: np.ndarray | None = None
     avail: np.ndarray | None = None
+    rate: np.ndarray | None = None  # the default rule's gain per second, per local model
 
 
 class Selector:
     """Multi-tenant, cost-aware model selection (ease.ml; PVLDB 2018 §4-5).
+
+    The default rule (``policy="default"``, the same as ``"gain_rate"``) goes
+    beyond the paper: it replaces GP-UCB (§4.1) and GREEDY / HYBRID (§5.3-5.4)
+    by capped, variance-calibrated expected improvement per second, ``r_i(k) =
+    w_i EI_i(k) c*/c_ik`` over each user's untried models, and serves first the
+    users who have no result yet, then, among the users whose best ``r`` is at
+    least the mean, the one with the smallest weighted round-robin pass (see
+    ``capped_ei.py`` and ``pickers.GainRate`` for what each part fixes). The
+    paper's rules stay selectable by name (``"hybrid"``, ``"greedy"``, ...).
 
     Parameters
     ----------
@@ -103,9 +118,10 @@ class Selector:
     costs : mapping or sequence, optional
         Default cost estimate (seconds) per catalogue model, used for users
         registered without their own costs. Default 1.
-    policy : str, default "hybrid"
+    policy : str, default "default"
         See ``baselines.POLICIES`` (``oracle`` needs the truth and exists only
-        in the simulator).
+        in the simulator). ``"default"`` is the default rule above; ``"hybrid"``
+        is ease.ml's own.
     cost_aware : bool, default True
         Cost-aware GP-UCB (sqrt(beta_t / c_k), §4.1) and cost-aware GREEDY.
     delta : float, default 0.1
@@ -158,7 +174,8 @@ class Selector:
         The order for the ``fixed_order`` policy.
     refit_every_doubling : bool or None, default None
         Refit a user's kernel hyperparameters from her own observations at
-        3, 6, 12, ... observations. None: only when the prior has no history.
+        3, 6, 12, ... observations. None: only when the prior has no history
+        (decided again by :meth:`set_prior`).
     random_state : int or None
 
     Examples
@@ -176,7 +193,7 @@ class Selector:
 
     def __init__(self, models: Sequence[str], *, history: np.ndarray | None = None,
                  descriptors: np.ndarray | None = None, prior: ModelPrior | None = None,
-                 costs: Mapping[str, float] | Sequence[float] | None = None, policy: str = "hybrid",
+                 costs: Mapping[str, float] | Sequence[float] | None = None, policy: str = DEFAULT_POLICY,
                  cost_aware: bool = True, delta: float = 0.1, beta_schedule: str = "alg1",
                  beta_scale: float = 1.0, s: int = 10,
                  hallucinate: bool = True, weighted: bool = True, rearm_on_change: bool = True,
@@ -233,6 +250,7 @@ class Selector:
             self._ranks = fixed_order_ranks(policy, K, prior.mean_ if policy == "most_cited" else None, order)
         else:
             self._ranks = None
+        self._refit_auto = refit_every_doubling is None
         self.refit_every_doubling = (prior.source_ != "history") if refit_every_doubling is None else bool(refit_every_doubling)
         self._users: dict[str, _User] = {}
         self._slots: list[_User | None] = []
@@ -333,9 +351,21 @@ class Selector:
         self._nobs[s] = u.gp.n_obs
         w = u.weight if self.weighted else 1.0
         self._w[s] = u.weight
-        if self.picker.needs_stats or self._chooser == "ucb" or self._force_scores:
+        gain_rate = self.picker.stat == "gain_rate"
+        need_ucb = self._force_scores or self._chooser == "ucb" or (self.picker.needs_stats and not gain_rate)
+        std = None
+        if gain_rate or self._chooser == "capped_ei":
             std = self._std(u)
-            u.scores = u.gp.mean_ + np.sqrt(self._beta(u) * self._scale(u)) * std
+            u.rate = np.where(avail, self._gain_rate(u, std), 0.0)
+            if gain_rate:
+                self._gap[s] = self._sbar[s] = float(np.max(u.rate)) if self._elig[s] else -math.inf
+        if std is None and not need_ucb:
+            u.scores = None
+            return
+        std = self._std(u) if std is None else std
+        # the UCB of every arm: GP-UCB's score, and the bound of Algorithm 2 line 6 kept with each pick
+        u.scores = u.gp.mean_ + np.sqrt(self._beta(u) * self._scale(u)) * std
+        if need_ucb and not gain_rate:  # the default rule's picker reads its own gain, set above
             if not self._elig[s]:
                 gap = -math.inf
             elif self.picker.stat == "regret":
@@ -350,8 +380,13 @@ class Selector:
                 gap = float(np.max(u.scores[avail])) - (u.best_y if u.best_y is not None else 0.0)
             self._gap[s] = w * gap
             self._sbar[s] = w * (u.sigma_bar if u.gp.n_obs > 0 else gap)
-        else:
-            u.scores = None
+
+    def _gain_rate(self, u: _User, std: np.ndarray) -> np.ndarray:
+        """The default rule's ``r(k) = w EI_capped(mu, sqrt(s) sigma, b) c*/c_k``, with ``std``
+        the posterior std with running picks hallucinated (weight included when ``weighted``;
+        costs 1 when cost-oblivious)."""
+        return gain_per_second(u.gp.mean_, std, u.gp.innovations_, u.best_y, self._scale(u),
+                               u.weight if self.weighted else 1.0)
 
     _N_DRAWS = 128
 
@@ -395,6 +430,13 @@ class Selector:
             chat = (u.cost / self._c_star_of(u)) if self.cost_aware else None
             best = u.best_y if u.best_y is not None else 0.0
             return choose_ei(u.gp.mean_, self._std(u), best, chat, avail)
+        if self._chooser == "capped_ei":
+            rate = np.where(avail, u.rate, -np.inf)
+            k = int(np.argmax(rate))
+            if not rate[k] > 0.0:  # nothing left can beat her best (or EI underflowed): best mean per second
+                score = u.gp.mean_ * self._scale(u)
+                k = int(np.argmax(np.where(avail, score, -np.inf)))
+            return k
         ranks = self._ranks[u.models]
         return int(np.argmin(np.where(avail, ranks, np.inf)))
 
@@ -503,6 +545,41 @@ class Selector:
         u.weight = float(weight)
         self._dirty.add(u.slot)
 
+    def set_prior(self, prior: ModelPrior) -> None:
+        """Replace the GP prior (arXiv App. A: the kernel from other users'
+        quality vectors) of a running selector, e.g. refitted on the tasks
+        that have finished since.
+
+        Each user's GP is rebuilt on the new prior and her observations are
+        replayed in their order (with the kernel refits of
+        ``refit_every_doubling``, which is decided again from the new prior
+        when it was left to the default); running picks stay pending and are
+        hallucinated on the new posterior. Best-so-far, Algorithm 2's
+        empirical bound and the picker's state are kept: they are facts about
+        the runs, not beliefs.
+
+        Raises:
+            ValueError: the prior does not cover the catalogue.
+        """
+        if not isinstance(prior, ModelPrior):
+            raise TypeError(f"prior: found {type(prior).__name__}, expected a fitted ModelPrior")
+        if prior.n_models != len(self.model_names):
+            raise ValueError(f"prior: covers {prior.n_models} models, expected {len(self.model_names)} "
+                             "(one per catalogue model)")
+        self.prior = prior
+        if self._refit_auto:
+            self.refit_every_doubling = prior.source_ != "history"
+        if self.policy == "most_cited":
+            self._ranks = fixed_order_ranks(self.policy, prior.n_models, prior.mean_)
+        for u in self._active_users():
+            u.gp = UserGP(prior, None if u.models.size == prior.n_models
+                          and np.array_equal(u.models, np.arange(u.models.size)) else u.models)
+            u.refits = 0
+            for k, y, _b, _c in u.obs:
+                u.gp.observe(k, y)
+                self._maybe_refit(u)
+            self._dirty.add(u.slot)
+
     def _get(self, user: str) -> _User:
         try:
             return self._users[str(user)]
@@ -589,11 +666,15 @@ class Selector:
         if u.best_y is None or y > u.best_y:
             self._total_best += u.weight * (y - (u.best_y if u.best_y is not None else 0.0))
             u.best_y, u.best_k = y, k
+        self._maybe_refit(u)
+        self._dirty.add(u.slot)
+
+    def _maybe_refit(self, u: _User) -> None:
+        """With ``refit_every_doubling``: refit her kernel at 3, 6, 12, ... observations."""
         n = u.gp.n_obs
         if self.refit_every_doubling and n >= 3 and (n / 3) == 2 ** int(math.log2(n / 3)):
             u.gp.refit(random_state=0)  # deterministic: no draw from the picking rng
             u.refits += 1
-        self._dirty.add(u.slot)
 
     def cancel(self, user: str, model: str) -> None:
         """Forget a pending pick that will not report (failed or cancelled job);
@@ -623,7 +704,9 @@ class Selector:
     def stats(self, user: str) -> dict[str, Any]:
         """What the user pickers see of one user: observations, running picks,
         best so far, Algorithm 2's empirical bound ``e_bar`` and gap
-        ``sigma_bar``, the pick-rule ``gap`` (max UCB - best), ``beta``."""
+        ``sigma_bar``, the pick-rule ``gap`` (max UCB - best), ``beta``, and the
+        default rule's ``gain_per_second`` (her best ``r(k)``, weight included;
+        None under rules that do not compute it) and ``variance_scale`` ``s``."""
         u = self._get(user)
         self._refresh_dirty()
         if u.scores is None:
@@ -637,8 +720,12 @@ class Selector:
             gap = float(np.max(u.scores[avail])) - (u.best_y if u.best_y is not None else 0.0)
         else:
             gap = None
+        rate = None
+        if u.rate is not None and avail.any():
+            rate = float(np.max(u.rate[avail]))
         return {"n_obs": u.gp.n_obs, "pending": [u.names[k] for k in u.pending], "best": self.best(u.name),
                 "e_bar": u.e_bar, "sigma_bar": u.sigma_bar, "gap": gap, "beta": self._beta(u),
+                "gain_per_second": rate, "variance_scale": variance_scale(u.gp.innovations_),
                 "weight": u.weight, "eligible": bool(avail.any())}
 
     def _explain(self, state: PickState, u: _User, k: int) -> Pick:
@@ -651,9 +738,9 @@ class Selector:
         if isinstance(greedy, Greedy) and mode == "greedy":
             phase = "initial" if V is None else "greedy"
         else:
-            phase = mode
+            phase = getattr(self.picker, "last_phase_", mode)
         candidates = None
-        if phase == "greedy":
+        if phase in ("greedy", "gain_rate") and V is not None:
             candidates = tuple((self._slots[i].name, float(state.gap[i])) for i in sorted(V))
         return Pick(user=u.name, model=u.names[k], phase=phase, policy=self.picker.name,
                     candidates=candidates, decision=self.n_decisions)
@@ -685,7 +772,8 @@ class Selector:
                        "beta_schedule": self.beta_schedule, "beta_scale": self.beta_scale, "s": self.s, "hallucinate": self.hallucinate, "arms": self.arms,
                        "cost_norm": self.cost_norm,
                        "weighted": self.weighted, "rearm_on_change": self.rearm_on_change,
-                       "model_order": self._model_order, "refit_every_doubling": self.refit_every_doubling,
+                       "model_order": self._model_order,
+                       "refit_every_doubling": None if self._refit_auto else self.refit_every_doubling,
                        "random_state": self.random_state},
             "default_cost": self._default_cost.tolist(),
             "prior": prior,
@@ -726,7 +814,6 @@ class Selector:
             for k, B in ud["pending"]:
                 u.pending[int(k)] = float(B)
             sel._dirty.add(u.slot)
-        n = len(sel._slots)
         for s, u in enumerate(sel._slots):
             if u is None:
                 sel._elig[s] = False; sel._gap[s] = -math.inf; sel._sbar[s] = -math.inf

@@ -24,7 +24,13 @@ Metrics (all exact, computed on the step function of each repetition):
   average loss is <= level; ``None`` unless every repetition gets there
   within its budget (``reached`` gives the share that did, and
   ``time_to_loss_censored`` the mean when misses count as the budget, a lower
-  bound).
+  bound). The levels include 0.1, where the paper's plots start (ours start
+  near 0.8 because an unserved user counts 0).
+* ``time_from_0.1[level]``: the same for the time from the first loss <= 0.1
+  to the first loss <= level (pvldb §6.2 reads its headline ratio this way).
+* ``per_rep``: each repetition's time to each level (``None``: missed) and
+  its budget, so that ratios can be given with bootstrap intervals over
+  repetitions (``stats.ratio_of_means``).
 * ``worst_time_to_loss[level]``: the time at which the worst-case loss over
   repetitions (pvldb §6.2's second measure) reaches the level, i.e. the max
   over repetitions of their times.
@@ -37,6 +43,22 @@ Metrics (all exact, computed on the step function of each repetition):
 * ``curves`` / ``worst_curves``: the mean / worst-case loss on ``grid``, a
   common grid of fractions of each repetition's budget (the paper's "% of
   Total Cost" / "% of Runs" axis).
+
+References (policy names handled here, not by the :class:`Selector`):
+
+* ``oracle``: a true lower bound on the time to reach each level, the
+  cheapest set of runs that reaches it (exact, ``scipy.optimize.milp``), over
+  the number of workers W (``oracle.lower_bound_curve``; the greedy's gap to
+  the optimum is reported as ``oracle_gap``). With arrivals or departures the
+  bound does not hold and the loss-per-cost greedy schedule is run instead
+  (``oracle_lower_bound`` is then False).
+* ``oracle_best``: pvldb §6.2's ORACLE, each user's single best model in
+  Smith's order (``baselines.oracle_schedule``); not a bound.
+* ``oracle_greedy``: the run-by-run greedy by loss drop per unit cost, with
+  every run paid for; not a bound.
+
+The name ``default`` runs the rule the service uses by default
+(:func:`default_policy`).
 
 This module is pure: no files, no printing. Pass ``map_fn`` to spread
 repetitions over processes and ``progress`` to be told when one is done.
@@ -53,13 +75,46 @@ import numpy as np
 
 from .baselines import POLICIES, oracle_schedule, policy_spec
 from .gp import ModelPrior
+from .oracle import lower_bound_curve
 from .selector import Selector
 
-__all__ = ["LEVELS", "Episode", "run_episode", "simulate", "summarise", "time_to_loss", "curve_on_grid",
-           "validate_matrices"]
+__all__ = ["LEVELS", "ORACLES", "Episode", "run_episode", "simulate", "summarise", "time_to_loss", "curve_on_grid",
+           "validate_matrices", "default_policy", "resolve_policy", "check_policy"]
 
-LEVELS: tuple[float, ...] = (0.05, 0.02, 0.01)
+LEVELS: tuple[float, ...] = (0.1, 0.05, 0.02, 0.01)
+#: the clairvoyant references, run by the simulator itself (they know every quality and cost)
+ORACLES: tuple[str, ...] = ("oracle", "oracle_best", "oracle_greedy")
+_FROM = 0.1  # the paper's plots start near this loss
 _EPS = 1e-12
+
+
+def default_policy() -> str:
+    """The rule the service uses by default: the package's ``DEFAULT_POLICY`` where it
+    exports one, else the :class:`Selector`'s default ``policy``."""
+    import importlib
+    import inspect
+
+    name = getattr(importlib.import_module(__package__), "DEFAULT_POLICY", None)
+    return str(name) if name is not None else str(inspect.signature(Selector).parameters["policy"].default)
+
+
+def resolve_policy(name: str) -> str:
+    """The policy a name runs: ``default`` becomes :func:`default_policy`, other names stay."""
+    return default_policy() if name == "default" else name
+
+
+def check_policy(name: str) -> str:
+    """Resolve ``name`` (``default``, an oracle or a name from ``baselines.POLICIES``);
+    raises ValueError naming the known policies."""
+    base = resolve_policy(name)
+    if base in ORACLES:
+        return base
+    try:
+        policy_spec(base)
+    except ValueError:
+        known = ", ".join(dict.fromkeys(["default", *POLICIES, *ORACLES]))
+        raise ValueError(f"policy: found {name!r}, expected one of {known}") from None
+    return base
 
 
 @dataclass
@@ -121,12 +176,12 @@ def run_episode(policy: str, quality: np.ndarray, cost: np.ndarray | None, prior
                 departures: np.ndarray | None = None, hallucinate: bool = True, rearm_on_change: bool = True,
                 s: int = 10, delta: float = 0.1, beta_schedule: str = "alg1", beta_scale: float = 1.0,
                 arms: str = "all", cost_norm: str = "global", model_order: Sequence[int] | None = None,
-                record_picks: bool = False,
+                record_picks: bool = False, levels: Sequence[float] = LEVELS,
                 policy_cost_aware: bool | None = None, refit_every_doubling: bool = False) -> Episode:
     """Run one policy on the test users until ``budget`` (time units) is spent.
 
     Args:
-        policy: a name from ``baselines.POLICIES``.
+        policy: ``default``, an oracle (``ORACLES``) or a name from ``baselines.POLICIES``.
         quality: test users x models (NaN: not a candidate for that user).
         cost: test users x models cost; None means every run costs 1.
         prior: the GP prior fitted on the training users.
@@ -143,6 +198,8 @@ def run_episode(policy: str, quality: np.ndarray, cost: np.ndarray | None, prior
             the same quality (the matrix is deterministic), so the loss does
             not change.
         record_picks: keep the (user, model) sequence in ``Episode.picks``.
+        levels: the loss levels at which ``oracle`` is exact (its lower bound
+            is computed for each; see :func:`oracle.lower_bound_curve`).
         refit_every_doubling: refit each test user's kernel hyperparameters from her own
             observations at 3, 6, 12, ... of them (beyond the paper; see :class:`Selector`).
             Off by default: the paper fits the kernel once, on the training users.
@@ -168,13 +225,22 @@ def run_episode(policy: str, quality: np.ndarray, cost: np.ndarray | None, prior
         ww = w[present]
         return float(np.dot(ww, a_star[present] - best[present]) / ww.sum())
 
-    picker, _ = policy_spec(policy)
+    policy = check_policy(policy)
     names = [str(j) for j in range(K)]
     sel = None
     order: list[tuple[int, int]] = []
     started_oracle: set[int] = set()
     tried = np.zeros_like(avail)
+    info: dict[str, Any] = {}
+    picker = policy if policy in ORACLES else policy_spec(policy)[0]
     if picker == "oracle":
+        if arrivals is None and departures is None:
+            curve = lower_bound_curve(q, time_cost, w, levels=levels, n_workers=int(n_workers))
+            keep = curve.times <= budget
+            return Episode(curve.times[keep], curve.losses[keep], float(budget), 0, [],
+                           {"oracle_levels": curve.levels, "oracle_lower_bound": True})
+        picker, info["oracle_lower_bound"] = "oracle_greedy", False  # users come and go: no bound
+    if picker == "oracle_best":
         order = oracle_schedule(q, time_cost if cost_aware else None, w)
     elif picker == "oracle_greedy":
         pass
@@ -274,7 +340,6 @@ def run_episode(policy: str, quality: np.ndarray, cost: np.ndarray | None, prior
                     free += 1
         times.append(t)
         losses.append(loss())
-    info: dict[str, Any] = {}
     if sel is not None and hasattr(sel.picker, "switched_at_"):
         info["switched_at"] = sel.picker.switched_at_
     return Episode(np.asarray(times), np.asarray(losses), float(budget), n_runs, picks, info)
@@ -319,10 +384,13 @@ def summarise(episodes: Sequence[Episode], grid: np.ndarray, levels: Sequence[fl
     """Aggregate the repetitions of one policy (see the module docstring)."""
     curves = np.stack([curve_on_grid(ep, grid) for ep in episodes])
     out: dict[str, Any] = {"time_to_loss": {}, "worst_time_to_loss": {}, "reached": {},
-                           "time_to_loss_censored": {}}
+                           "time_to_loss_censored": {}, f"time_from_{_FROM:g}": {},
+                           "per_rep": {"time_to_loss": {}, "budget": [float(ep.budget) for ep in episodes]}}
+    per_level = {}
     for lv in levels:
         key = f"{lv:g}"
         hits = [time_to_loss(ep, lv) for ep in episodes]
+        per_level[lv] = hits
         ok = [h for h in hits if h is not None]
         all_ok = len(ok) == len(hits)
         out["time_to_loss"][key] = float(np.mean(ok)) if all_ok else None
@@ -330,6 +398,12 @@ def summarise(episodes: Sequence[Episode], grid: np.ndarray, levels: Sequence[fl
         out["reached"][key] = len(ok) / len(hits)
         out["time_to_loss_censored"][key] = float(np.mean([h if h is not None else ep.budget
                                                            for h, ep in zip(hits, episodes)]))
+        out["per_rep"]["time_to_loss"][key] = hits
+    start = per_level.get(_FROM, [time_to_loss(ep, _FROM) for ep in episodes])
+    for lv in levels:
+        if lv < _FROM:
+            d = [None if a is None or b is None else b - a for a, b in zip(start, per_level[lv])]
+            out[f"time_from_{_FROM:g}"][f"{lv:g}"] = None if None in d else float(np.mean(d))
     out["time_to_loss_mean_curve"] = _mean_curve_hits(episodes, levels)
     out["auc"] = float(np.mean([_auc(ep) for ep in episodes]))
     out["curve"] = curves.mean(axis=0)
@@ -339,6 +413,15 @@ def summarise(episodes: Sequence[Episode], grid: np.ndarray, levels: Sequence[fl
     sw = [ep.info.get("switched_at") for ep in episodes if "switched_at" in ep.info]
     if sw:
         out["hybrid_switched"] = sum(x is not None for x in sw) / len(sw)
+    bound = [ep.info["oracle_lower_bound"] for ep in episodes if "oracle_lower_bound" in ep.info]
+    if bound:
+        out["oracle_lower_bound"] = all(bound)
+    reports = [ep.info["oracle_levels"] for ep in episodes if "oracle_levels" in ep.info]
+    if reports:  # the greedy's cost over the exact optimum, minus 1, over repetitions
+        out["oracle_gap"] = {key: {"mean": float(np.mean([r[key]["gap"] for r in reports])),
+                                   "max": float(np.max([r[key]["gap"] for r in reports])),
+                                   "exact": sum(bool(r[key]["exact"]) for r in reports) / len(reports)}
+                             for key in reports[0]}
     return out
 
 
@@ -359,6 +442,7 @@ def _one_rep(args: tuple) -> dict[str, Episode]:
 
 def _one_rep_inner(args: tuple) -> dict[str, Episode]:
     (rep, q, c, policies, n_test, budget, cost_aware, seed, opts) = args
+    levels = opts.get("levels", LEVELS)
     rng = np.random.default_rng(_seed(seed, rep))
     perm = rng.permutation(q.shape[0])
     test, train = np.sort(perm[:n_test]), perm[n_test:]
@@ -383,11 +467,12 @@ def _one_rep_inner(args: tuple) -> dict[str, Episode]:
             departures = arrivals + opts["stay"] * wall_budget
     out = {}
     for name in policies:
-        base = name.split("@")[0]  # "hybrid@plain" style variants share the base policy
+        base = resolve_policy(name.split("@")[0])  # "hybrid@plain" style variants share the base policy
         variant = opts.get("variants", {}).get(name, {})
         ep = run_episode(base, qt, ct, prior, budget=wall_budget, cost_aware=cost_aware, n_workers=n_workers,
                          seed=_seed(seed, rep, _policy_id(base)), weights=weights, arrivals=arrivals,
-                         departures=departures, **{k: v for k, v in {**opts.get("episode", {}), **variant}.items()})
+                         departures=departures, levels=levels,
+                         **{k: v for k, v in {**opts.get("episode", {}), **variant}.items()})
         out[name] = ep
     return out
 
@@ -408,7 +493,8 @@ def simulate(quality: np.ndarray, cost: np.ndarray | None = None, *,
         quality: users x models accuracy in [0, 1] (NaN: missing).
         cost: users x models cost in seconds, or None (every run costs 1;
             then cost-aware and cost-oblivious coincide).
-        policies: names from ``baselines.POLICIES``; ``name@tag`` runs the
+        policies: names from ``baselines.POLICIES``, ``ORACLES`` or ``default``
+            (the service's default rule, :func:`default_policy`); ``name@tag`` runs the
             policy ``name`` with the options ``variants[name@tag]`` (e.g.
             ``{"hybrid@no_halluc": {"hallucinate": False}}``).
         reps: repetitions (random splits); the paper uses 50.
@@ -435,7 +521,7 @@ def simulate(quality: np.ndarray, cost: np.ndarray | None = None, *,
     """
     q, c = validate_matrices(quality, cost, n_test)
     for p in policies:
-        policy_spec(p.split("@")[0])
+        check_policy(p.split("@")[0])
     if reps < 1:
         raise ValueError(f"reps: found {reps!r}, expected >= 1")
     if not 0 < budget <= 1:
@@ -443,7 +529,7 @@ def simulate(quality: np.ndarray, cost: np.ndarray | None = None, *,
     if n_test < 1:
         raise ValueError(f"n_test: found {n_test!r}, expected >= 1")
     cost_aware = bool(cost_aware and c is not None)
-    opts = {"n_workers": n_workers, "weight_choices": list(weight_choices) if weight_choices else None,
+    opts = {"n_workers": n_workers, "levels": tuple(levels), "weight_choices": list(weight_choices) if weight_choices else None,
             "arrival_spread": arrival_spread, "stay": stay, "variants": dict(variants or {}),
             "episode": {"use_weights": use_weights, **dict(episode_options or {})}}
     jobs = [(r, q, c, list(policies), n_test, budget, cost_aware, seed, opts) for r in range(reps)]
@@ -461,7 +547,7 @@ def simulate(quality: np.ndarray, cost: np.ndarray | None = None, *,
         doc["policies"][name] = summ
     doc["settings"] = {"reps": reps, "budget": budget, "n_test": n_test, "seed": seed, "cost_aware": cost_aware,
                        "n_users": int(q.shape[0]), "n_models": int(q.shape[1]), "n_workers": n_workers,
-                       "levels": list(levels),
+                       "levels": list(levels), "default_policy": default_policy(),
                        "time_unit": "seconds (cumulative cost)" if cost_aware else "runs",
                        "grid_unit": "fraction of each repetition's budget"}
     return doc

@@ -40,10 +40,32 @@ def test_simulate_writes_the_documented_json(matrices):
     doc = json.loads(out.read_text())
     assert set(doc["policies"]) == {"hybrid", "round_robin", "oracle", "most_cited"}
     p = doc["policies"]["hybrid"]
-    assert set(p["time_to_loss"]) == {"0.05", "0.02", "0.01"}
-    assert set(p["worst_time_to_loss"]) == {"0.05", "0.02", "0.01"}
+    assert set(p["time_to_loss"]) == {"0.1", "0.05", "0.02", "0.01"}
+    assert set(p["worst_time_to_loss"]) == {"0.1", "0.05", "0.02", "0.01"}
+    assert set(p["time_from_0.1"]) == {"0.05", "0.02", "0.01"}
+    assert len(p["per_rep"]["time_to_loss"]["0.02"]) == 2 == len(p["per_rep"]["budget"])
     assert isinstance(p["auc"], float)
     assert len(doc["grid"]) == len(doc["curves"]["hybrid"])
+
+
+def test_default_and_the_oracles(matrices):
+    from ease_jupyter.selection.simulator import default_policy
+
+    out = matrices / "d.json"
+    name = default_policy()
+    r = run(["--quality", str(matrices / "q.csv"), "--cost", str(matrices / "c.csv"), "--reps", "2",
+             "--test-users", "3", "--policies", f"default,{name},oracle,oracle_best", "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(out.read_text())
+    assert doc["settings"]["default_policy"] == name
+    assert doc["curves"]["default"] == doc["curves"][name]
+    P = doc["policies"]
+    for lv in ("0.1", "0.05", "0.02", "0.01"):  # the bound is never later than any policy, per repetition
+        for p in ("default", "oracle_best"):
+            for t_or, t in zip(P["oracle"]["per_rep"]["time_to_loss"][lv], P[p]["per_rep"]["time_to_loss"][lv]):
+                assert t is None or t >= t_or - 1e-9
+    assert P["oracle"]["oracle_lower_bound"] is True and "0.02" in P["oracle"]["oracle_gap"]
+    assert "lower bound" in r.output and "0.1 -> 0.02" in r.output
 
 
 def test_cost_oblivious_and_no_cost(matrices):
@@ -88,7 +110,7 @@ def test_too_few_users_and_ragged_rows(matrices, tmp_path):
 
 def test_unknown_policy_and_missing_input(matrices, tmp_path):
     r = run(["--quality", str(matrices / "q.csv"), "--policies", "hybrid,bogus", "--json", str(tmp_path / "o.json")])
-    assert r.exit_code == 2 and "bogus" in r.output
+    assert r.exit_code == 2 and "bogus" in r.output and "oracle_best" in r.output
     r = run(["--json", str(tmp_path / "o.json")])
     assert r.exit_code == 2 and "--quality" in r.output
 
