@@ -28,6 +28,13 @@ import click
 @click.option("--blob-url", default=None, metavar="URL",
               help="fsspec URL (s3://bucket/path, file:///shared/path) through which MOP partitions and "
                    "checkpoints travel when the workers share no file system with the service.")
+@click.option("--policy", default="default", show_default=True, metavar="NAME",
+              help="The selection rule: default (the selector's default rule), hybrid (ease.ml's), greedy, "
+                   "round_robin, spearmint, fifo (first come, first served: each task's models in the zoo's "
+                   "order, as tasks arrive), ...; every policy of docs/selection.md but the oracles.")
+@click.option("--cross-user-prior/--no-cross-user-prior", default=True, show_default=True,
+              help="The selector's GP prior from other tasks' results (the tasks finished in this store, else the "
+                   "prior shipped with the package); --no-cross-user-prior: model descriptors only.")
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8585, show_default=True, type=click.IntRange(0, 65535), help="0 picks a free port.")
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64), help="Local training workers (W).")
@@ -61,7 +68,7 @@ import click
               help="Run as a JupyterHub service: users authenticate with hub API tokens (or the hub's OAuth "
                    "login); the API lives under $JUPYTERHUB_SERVICE_PREFIX, and --host/--port default to "
                    "$JUPYTERHUB_SERVICE_URL.")
-def command(db_url, data_dir, engine, precision, blob_url, host, port, workers, executor, max_running, torch_epochs, mop_partitions,
+def command(db_url, data_dir, engine, precision, blob_url, policy, cross_user_prior, host, port, workers, executor, max_running, torch_epochs, mop_partitions,
             max_torch_workloads, max_json_mb, max_chunk_mb,
             idle_shutdown, worker_nice, upload_ttl, quota_gb, blob_gc, jupyterhub) -> None:
     """Run the scheduler service until interrupted."""
@@ -87,7 +94,8 @@ def command(db_url, data_dir, engine, precision, blob_url, host, port, workers, 
 
     try:
         config = ServiceConfig(db_url=db_url, data_dir=data_dir or default_data_dir(), host=host, port=port,
-                               engine=engine, precision=precision, blob_url=blob_url, workers=workers, executor=executor, max_running_per_user=max_running, torch_epochs=torch_epochs,
+                               engine=engine, precision=precision, blob_url=blob_url, policy=policy,
+                               cross_user_prior=cross_user_prior, workers=workers, executor=executor, max_running_per_user=max_running, torch_epochs=torch_epochs,
                                mop_partitions=mop_partitions, max_torch_workloads=max_torch_workloads,
                                max_json_bytes=int(max_json_mb * 1024 * 1024), max_chunk_bytes=int(max_chunk_mb * 1024 * 1024),
                                idle_shutdown_seconds=idle_shutdown, worker_nice=worker_nice, upload_ttl_seconds=upload_ttl,
@@ -95,7 +103,8 @@ def command(db_url, data_dir, engine, precision, blob_url, host, port, workers, 
                                blob_gc_seconds=blob_gc or None,
                                jupyterhub=jupyterhub, base_url=base_url)
     except ValueError as error:
-        raise click.BadParameter(str(error)) from None
+        hint = "'--policy'" if str(error).startswith("policy:") else None
+        raise click.BadParameter(str(error), param_hint=hint) from None
     from ease_jupyter.execution.engine import EngineError
     from ease_jupyter.execution.engine.clusters import check_engine_spec
 

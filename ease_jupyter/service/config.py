@@ -7,10 +7,15 @@ from pathlib import Path
 
 from ..execution.device import PRECISIONS
 from ..execution.engine.clusters import engine_spec_form as engine_form, is_url
+from ..selection.baselines import DEFAULT_POLICY, POLICIES
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
 DEFAULT_QUOTA_BYTES = 4 * GIB
+#: Selection rules a live service can run: every policy but the oracles, which need the true qualities.
+LIVE_POLICIES = (DEFAULT_POLICY, *(name for name, (_, chooser) in POLICIES.items()
+                                   if chooser != "oracle" and name != DEFAULT_POLICY))
+
 
 @dataclass(frozen=True)
 class ServiceConfig:
@@ -74,6 +79,14 @@ class ServiceConfig:
             run and then this often; None or 0 disables it. Blobs written in
             the last hour are always kept (``gc.DEFAULT_GRACE_SECONDS``).
         seed: random state of the selector.
+        policy: the selection rule (``selection.baselines.POLICIES``, one of
+            :data:`LIVE_POLICIES`): ``default`` is the selector's default
+            rule; ``hybrid`` is ease.ml's, ``fifo`` a first-come-first-served
+            queue (each task's models in the zoo's order, as tasks arrive).
+        cross_user_prior: the selector's GP prior from other tasks' results
+            (ease.ml App. A: the tasks finished in this store, else the prior
+            shipped with the package; ``loop/prior.py``). False: model
+            descriptors only, each task learning from its own results.
         state_save_seconds: save the selector state at most this often (0:
             after every change). Each save is a new blob, so a busy service
             may want a few seconds; a restart reconciles an older state with
@@ -100,6 +113,8 @@ class ServiceConfig:
     max_chunk_bytes: int = 64 * MIB
     tick_seconds: float = 0.5
     seed: int | None = 0
+    policy: str = DEFAULT_POLICY
+    cross_user_prior: bool = True
     state_save_seconds: float = 0.0
     torch: bool = True
     torch_epochs: int = 3
@@ -144,6 +159,8 @@ class ServiceConfig:
         if engine_form(self.engine) is None:
             raise ValueError(f"engine: found {self.engine!r}, expected local, dask, gateway, a scheduler address "
                              "such as tcp://HOST:PORT, or module:callable (a factory of a Dask client or cluster)")
+        if self.policy not in LIVE_POLICIES:
+            raise ValueError(f"policy: found {self.policy!r}, expected one of {', '.join(LIVE_POLICIES)}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision: found {self.precision!r}, expected one of {', '.join(PRECISIONS)}")
         if self.blob_url is not None and not is_url(self.blob_url):

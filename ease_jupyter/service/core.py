@@ -134,7 +134,8 @@ class Service:
         self.loop = ControlLoop(self.store, self.blobs, executors=executors, torch_epochs=config.torch_epochs,
                                 max_running_per_user=config.max_running_per_user,
                                 publish=self.events.publish, tick_seconds=config.tick_seconds, seed=config.seed,
-                                save_every_seconds=config.state_save_seconds, on_decision=self._publish_decision)
+                                save_every_seconds=config.state_save_seconds, on_decision=self._publish_decision,
+                                policy=config.policy, cross_user_prior=config.cross_user_prior)
 
     def _torch_outputs(self, task: Task, job: Job, X: np.ndarray) -> np.ndarray:
         """A torch model's outputs, computed where the torch jobs run (a

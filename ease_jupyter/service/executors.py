@@ -15,8 +15,11 @@ engine a job slot trains on, and how to run one job on it:
   executor runs its ``workers`` jobs at once, on threads, in one process.
 - ``ProcessExecutor``: ``workers`` spawned processes, each with its own
   store connection and its own engine, so that training never holds the
-  service's GIL. Each process has its own pipe: a worker that dies (killed,
-  out of memory) ends only its own job, whose future fails with
+  service's GIL. They are spawned when the executor is made (with the
+  service), so no job waits for a process to start and import the package;
+  an engine is still made at its worker's first job. Each process has its
+  own pipe: a worker that dies (killed, out of memory) ends only its own
+  job, whose future fails with
   ``WorkerDied`` while the job is still RUNNING in the store (the control
   loop re-queues it, and it resumes from what it recorded), and a fresh
   process takes its place on the next job. Events a runner publishes in a
@@ -250,7 +253,8 @@ class _Queue:
 class ProcessExecutor:
     """``workers`` spawned processes, each running one job at a time, or,
     for a runner that shares its engine, one process running ``workers``
-    jobs at once (see the module docstring)."""
+    jobs at once (see the module docstring). They start with the executor;
+    one that dies is replaced at the next job or call."""
 
     def __init__(self, runner: JobRunner, db_url: str | None, data_dir: str | Path, workers: int = 1, *,
                  nice: int = 0, publish: Publish | None = None):
@@ -266,6 +270,9 @@ class ProcessExecutor:
         self._lock = threading.Lock()
         self._wake_r, self._wake_w = self._ctx.Pipe(duplex=False)
         self._call_ids = itertools.count()
+        # Spawned now, not at the first job: a spawn and its imports take seconds,
+        # which the first picks of a new service would otherwise wait for.
+        self._slots.extend(self._start_worker() for _ in range(self._processes))
         self._dispatcher = threading.Thread(target=self._dispatch, name="easeml-executor", daemon=True)
         self._dispatcher.start()
 

@@ -30,6 +30,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Iterable
 
+from ..selection.baselines import policy_spec
 from ..store import Job, JobStatus, Store, Task, User
 
 
@@ -68,16 +69,141 @@ class Viewer:
         return self._labels.get(user_id, f"user ?{user_id}")
 
 
+# ------------------------------------------------------------ decisions in words
+# Why a task was served, by the phase of its pick (``selection.Pick.phase``).
+# ``{task}`` is "your task" or "their task".
+_SERVED = {
+    "initial": "{task} has no trained model yet, and every new task gets its first model before any task gets more",
+    "gain_rate": ("{task} can gain more accuracy per second than the average waiting task, and of those it has "
+                  "waited longest for a turn"),
+    "greedy": ("{task} has the most room to improve for the time its next model takes, among the tasks whose "
+               "results are least settled"),
+    "round_robin": "the tasks take turns, and it is {task}'s turn",
+    "random": "{task} was drawn by lot among the tasks with models left to try",
+    "ei_greedy": "{task} has the largest expected gain in accuracy per second among the waiting tasks",
+    "regret_greedy": "{task} has the most accuracy left to gain, as far as the results so far tell, among the waiting tasks",
+    "fifo": "tasks are served in the order they arrived, and {task} is the first in line with models left to try",
+}
+_HYBRID_TURNS = "progress has levelled off, so the tasks now take turns, and it is {task}'s turn"
+
+# Why a viewer's own task waits, by the same phase: (her task was among the
+# candidates the served one was chosen from, it was not).
+_WAITING = {
+    "initial": ("new tasks get their first model in the order they arrived, before any task gets more",) * 2,
+    "gain_rate": ("your task is among those that can gain the most per second, and another of them has waited longer",
+                  "other tasks can gain more accuracy per second right now"),
+    "greedy": ("another task has more room to improve for the time it takes",
+               "other tasks' results are less settled, so they are explored first"),
+    "round_robin": ("the tasks take turns, and yours comes later",) * 2,
+    "random": ("another task was drawn by lot this time",) * 2,
+    "ei_greedy": ("another task can gain more accuracy per second right now",) * 2,
+    "regret_greedy": ("another task has more accuracy left to gain",) * 2,
+    "fifo": ("tasks are served in the order they arrived, and an earlier one is first in line",) * 2,
+}
+
+# Why this model, by the model chooser (``selection.baselines.POLICIES``); ``{whose}``: "your task's" or "their task's".
+_MODEL = {
+    "capped_ei": "it has the best expected gain in accuracy per second among {whose} untried models",
+    "ei": "it has the best expected gain in accuracy per second among {whose} untried models",
+    "ucb": ("it is the most promising of {whose} untried models, weighing how good it may be, how much is still "
+            "unknown about it, and how long it takes to train"),
+}
+_FIXED_ORDER = {  # the fixed-order choosers, by rule
+    "fifo": "{whose} models are tried in the zoo's order, and it is the next one",
+    "most_cited": "{whose} models are tried from the most to the least accurate on other tasks, and it is the next one",
+    "most_recent": "{whose} models are tried newest first, and it is the next one",
+}
+
+# A rule in one sentence: how it serves tasks, then how it picks their models.
+_RULE_USERS = {
+    "gain_rate": ("every new task gets one model first; then the tasks that can gain more accuracy per second than "
+                  "average take turns"),
+    "hybrid": ("every new task gets one model first; then the task with the most room to improve goes next, until "
+               "progress levels off and the tasks take turns"),
+    "greedy": "every new task gets one model first; then the task with the most room to improve goes next",
+    "round_robin": "the tasks take turns",
+    "random": "tasks are drawn by lot",
+    "ei_greedy": ("every new task gets one model first; then the task with the largest expected gain in accuracy per "
+                  "second goes next"),
+    "regret_greedy": "every new task gets one model first; then the task with the most accuracy left to gain goes next",
+    "fifo": "tasks are served in the order they arrived, each until all its models are tried",
+}
+_RULE_MODELS = {
+    "capped_ei": "each task trains its model with the best expected gain in accuracy per second",
+    "ei": "each task trains its model with the best expected gain in accuracy per second",
+    "ucb": "each task trains its most promising model, weighing how much is still unknown and how long it takes",
+    "fixed": "each task tries its models in a fixed order",
+}
+_RULE_FIXED = {
+    "fifo": "each task tries its models in the zoo's order",
+    "most_cited": "each task tries its models from the most to the least accurate on other tasks",
+    "most_recent": "each task tries its models newest first",
+}
+
+
+def rule_words(rule: str | None) -> str | None:
+    """The selection rule (a ``POLICIES`` name) in one plain sentence."""
+    if rule is None:
+        return None
+    try:
+        users, chooser = policy_spec(rule)
+    except ValueError:
+        return None
+    models = _RULE_FIXED.get(rule, _RULE_MODELS["fixed"]) if chooser == "fixed" else _RULE_MODELS.get(chooser, "")
+    sentence = "; ".join(part for part in (_RULE_USERS.get(users, f"the {users} rule picks tasks"), models) if part)
+    return sentence[0].upper() + sentence[1:] + "."
+
+
+def served_words(raw: dict[str, Any], you: bool) -> str:
+    """Why the task was served, for its owner (``you``) or anyone else."""
+    phase = raw.get("phase")
+    template = _HYBRID_TURNS if phase == "round_robin" and raw.get("policy") == "hybrid" else _SERVED.get(phase)
+    if template is None:
+        return f"chosen by the {raw.get('policy')} rule"
+    return template.format(task="your task" if you else "their task")
+
+
+def model_words(raw: dict[str, Any], you: bool) -> str:
+    """Why this model of the task, for its owner (``you``) or anyone else."""
+    whose = "your task's" if you else "their task's"
+    chooser = raw.get("chooser")
+    if chooser == "fixed":
+        template = _FIXED_ORDER.get(raw.get("rule"), "{whose} models are tried in a fixed order, and it is the next one")
+    else:
+        template = _MODEL.get(chooser, "the rule chose it among {whose} untried models")
+    return f"trying {raw.get('model')} next: " + template.format(whose=whose)
+
+
+def waiting_words(raw: dict[str, Any], viewer_id: int | None) -> str | None:
+    """Why the viewer's own tasks wait, when one has models left to try and she was not served; else None."""
+    if viewer_id is None or raw.get("owner_id") == viewer_id:
+        return None
+    if not any(w["owner_id"] == viewer_id for w in raw.get("waiting") or ()):
+        return None
+    among = any(c["owner_id"] == viewer_id for c in raw.get("candidates") or ())
+    words = _WAITING.get(raw.get("phase"))
+    if words is None:
+        return f"waiting: the {raw.get('policy')} rule chose another task"
+    return "waiting: " + words[0 if among else 1]
+
+
 def decision_view(raw: dict[str, Any] | None, viewer: Viewer, task_names: dict[int, str]) -> dict[str, Any] | None:
-    """A launched pick as ``viewer`` may see it (``loop.admission.Admission.decided``)."""
+    """A launched pick as ``viewer`` may see it (``loop.admission.Admission.decided``),
+    explained in words: ``reason`` (why that task was served), ``model_reason``
+    (why that model) and ``your_wait`` (why the viewer's own tasks wait, or
+    None); the numbers stay in ``candidates``."""
     if raw is None:
         return None
     mine = viewer.sees(raw["owner_id"])
+    you = raw["owner_id"] == viewer.viewer_id
     candidates = raw.get("candidates")
     return {
         "user": viewer.label(raw["owner_id"]),
         "task": task_names.get(raw["task_id"]) if mine else None,
         "model": raw.get("model"),
+        "reason": f"serving {'you' if you else viewer.label(raw['owner_id'])} next: {served_words(raw, you)}",
+        "model_reason": model_words(raw, you),
+        "your_wait": waiting_words(raw, viewer.viewer_id),
         "phase": raw.get("phase"),
         "policy": raw.get("policy"),
         "candidates": None if candidates is None else [
@@ -152,6 +278,7 @@ def scheduler_view(store: Store, state: dict[str, Any], caller: User) -> dict[st
         rows.append(row)
     return {
         "policy": state["policy"],
+        "rule": rule_words(state["policy"]),
         "mode": state["mode"],
         "last_decision": decision_view(state["last_decision"], viewer, task_names),
         "users": rows,
@@ -175,4 +302,5 @@ def decision_event(store: Store, raw: dict[str, Any]):
     return event_for
 
 
-__all__ = ["Viewer", "decision_event", "decision_view", "job_seconds", "scheduler_view"]
+__all__ = ["Viewer", "decision_event", "decision_view", "job_seconds", "model_words", "rule_words", "scheduler_view",
+           "served_words", "waiting_words"]

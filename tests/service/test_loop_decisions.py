@@ -51,7 +51,7 @@ def test_each_launched_pick_is_announced_with_its_own_explanation():
     executor = Manual(store)
     decisions: list[dict] = []
     loop = ControlLoop(store, blobs, executors={Engine.SKLEARN: executor}, max_running_per_user=3,
-                       on_decision=decisions.append)
+                       on_decision=decisions.append, policy="hybrid")  # ease.ml's rule: Alg. 2's phases
     loop.recover()
     asked: list[int] = []
     next_picks = loop.selector.next_picks

@@ -30,7 +30,7 @@ def test_admin_sees_everything_and_the_numbers_add_up(svc, iris, wine):
     alice, bob = _train_two(svc, iris, wine)
     svc.user("carol")  # no tasks: not listed
     view = svc.client("admin").scheduler()
-    assert view["policy"] == "hybrid" and view["mode"] in ("greedy", "round_robin")
+    assert view["policy"] == "default" and view["mode"] == "gain_rate"  # the service's default rule
     assert view["viewer"] == {"name": "admin", "admin": True}
     rows = {row["name"]: row for row in view["users"]}
     assert set(rows) == {"alice", "bob"}
@@ -58,7 +58,7 @@ def test_admin_sees_everything_and_the_numbers_add_up(svc, iris, wine):
 
     last = view["last_decision"]
     assert last["user"] in ("alice", "bob") and last["task"] in ("iris", "wine")
-    assert last["phase"] in ("initial", "greedy", "round_robin") and last["policy"] == "hybrid"
+    assert last["phase"] in ("initial", "gain_rate") and last["policy"] == "gain_rate"
     owner = alice if last["user"] == "alice" else bob
     assert last["job_id"] in {j["id"] for j in owner.jobs()}
 
@@ -115,11 +115,11 @@ def test_decision_events_reach_everyone_anonymised(svc, iris):
     assert [e["model"] for e in seen_bob] == [e["model"] for e in seen_admin]
     for e in seen_bob:
         assert e["user"] == "user 2" and e["task"] is None and e["job_id"] is None and "owner_id" not in e
-        assert e["phase"] in ("initial", "greedy", "round_robin") and e["mode"] in ("greedy", "round_robin")
+        assert e["phase"] in ("initial", "gain_rate") and e["mode"] == "gain_rate"
         for c in e["candidates"] or []:
             assert c["user"] == "user 2" and c["task"] is None
     assert "alice" not in json.dumps(seen_bob) and "iris" not in json.dumps(seen_bob)
-    greedy = [e for e in seen_admin if e["phase"] == "greedy"]
-    assert all(isinstance(e["candidates"], list) and e["candidates"] for e in greedy)
+    by_gain = [e for e in seen_admin if e["phase"] == "gain_rate"]
+    assert all(isinstance(e["candidates"], list) and e["candidates"] for e in by_gain)
     seqs = [e["seq"] for e in seen_bob]
     assert seqs == sorted(seqs) and np.all(np.diff([e["decision"] for e in seen_bob]) > 0)

@@ -11,6 +11,7 @@ from typing import Callable
 
 from ...errors import StorageError
 from ...jobspec import JobSpec, parse_job
+from ...selection.baselines import policy_spec
 from ...selection.selector import Pick
 from ...store import Job, JobStatus
 from .results import StorageHolds
@@ -59,9 +60,12 @@ class Admission:
         """Ask for exactly as many picks as there are free workers. A pick whose
         owner is at the cap, whose engine has no free slot, or whose tenant is
         on hold after a storage failure is held back (still pending, so the
-        next ask in this turn yields another tenant) and returned to the pool
-        at the end. True when a pick was launched (held picks alone change
-        nothing worth saving)."""
+        next ask in this turn yields another pair) and returned to the pool
+        at the end. Every ask launches a pick or holds one, so asking until
+        the workers are full or the rule has nothing left ends: a rule that
+        keeps offering one tenant's models (``fifo``) reaches the next
+        tenant once that one's are all held. True when a pick was launched
+        (held picks alone change nothing worth saving)."""
         state = self.state
         selector = state.selector
         if state.free() <= 0 or not state.tenants:
@@ -70,9 +74,10 @@ class Admission:
         if all(per_owner[t.owner_id] >= state.cap or self.holds.on_hold(name) for name, t in state.tenants.items()):
             return False
         held: list[Pick] = []
+        waiting = WaitingTasks(state)
         launched = False
         try:
-            for _ in range(len(state.tenants) + 1):
+            for _ in range(len(state.tenants) + sum(len(t.configs) for t in state.tenants.values())):
                 free = state.free()
                 if free <= 0:
                     break
@@ -96,7 +101,7 @@ class Admission:
                     state.last_job_id = max(state.last_job_id, job.id)
                     state.emit_job(job, info.owner_id)
                     self.launch(job, spec, pick.user, info.owner_id)
-                    self.decided(pick, job)
+                    self.decided(pick, job, waiting)
                     per_owner[info.owner_id] += 1
                     launched = True
         finally:
@@ -114,15 +119,21 @@ class Admission:
         future: Future = state.executors[engine].submit(job.id)
         future.add_done_callback(lambda _f, job_id=job.id: self.on_done(job_id))
 
-    def decided(self, pick: Pick, job: Job) -> None:
+    def decided(self, pick: Pick, job: Job, waiting: "WaitingTasks | None" = None) -> None:
         """Keep and announce the explanation of a launched pick: the pick's
-        own (``Pick.explain``, tenants by name) plus the task, owner and job."""
+        own (``Pick.explain``, tenants by name) plus the task, owner and job,
+        the selector's rule and model chooser, and the other tasks left
+        waiting with models to try, which the scheduler view puts into words
+        for each viewer."""
         state = self.state
         tenants = state.tenants
+        selector = state.selector
         info = tenants[pick.user]
         why = pick.explain()
         candidates = why["candidates"]
-        why.update(tenant=pick.user, mode=state.selector.mode, task_id=info.task_id, owner_id=info.owner_id,
+        waiting = waiting if waiting is not None else WaitingTasks(state)
+        why.update(tenant=pick.user, mode=selector.mode, rule=selector.policy, chooser=policy_spec(selector.policy)[1],
+                   waiting=waiting.besides(pick.user), task_id=info.task_id, owner_id=info.owner_id,
                    job_id=job.id, time=time.time(), candidates=None if candidates is None else [
                        {"tenant": name, "task_id": tenants[name].task_id,
                         "owner_id": tenants[name].owner_id, "gap": float(gap)}
@@ -133,3 +144,23 @@ class Admission:
         except Exception:  # noqa: BLE001 - a view must never stop the loop
             log.exception("publishing a decision failed")
 
+
+class WaitingTasks:
+    """The tasks left waiting beside a turn's picks: those with models left to
+    try when the turn's first pick was launched (read once per turn: asking
+    the selector about every tenant costs about 40 us each), less the tasks
+    the turn served."""
+
+    def __init__(self, state: LoopState):
+        self.state = state
+        self._eligible: list[str] | None = None
+        self._served: set[str] = set()
+
+    def besides(self, served: str) -> list[dict]:
+        """The waiting tasks as ``{"task_id", "owner_id"}``, once ``served`` got its pick."""
+        tenants, selector = self.state.tenants, self.state.selector
+        if self._eligible is None:
+            self._eligible = [name for name in tenants if selector.stats(name)["eligible"]]
+        self._served.add(served)
+        return [{"task_id": tenants[name].task_id, "owner_id": tenants[name].owner_id}
+                for name in self._eligible if name not in self._served and name in tenants]

@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 from ...errors import NotFoundError, StorageError
 from ...jobspec import DEFAULT_EPOCHS
+from ...selection import DEFAULT_POLICY
 from ...selection.selector import Selector
 from ...store import BlobStore, Store, Task
 from ...zoo import Engine
@@ -17,8 +18,9 @@ from ..executors import JobExecutor
 from ..runner import one_blas_thread
 from . import views
 from .admission import Admission
-from .costs import Costs
+from .costs import Costs, catalogue
 from .outage import STORE_OUTAGES, StoreOutage, backoff_seconds
+from .prior import PriorRefits
 from .recovery import SavedState, recover
 from .results import Results, StorageHolds
 from .state import LoopState, Tenant
@@ -37,11 +39,13 @@ class ControlLoop:
     def __init__(self, store: Store, blobs: BlobStore, *, executors: dict[Engine, JobExecutor],
                  max_running_per_user: int = 2, publish: Callable[[int, dict], None] | None = None,
                  tick_seconds: float = 0.5, seed: int | None = 0, save_every_seconds: float = 0.0,
-                 torch_epochs: int = DEFAULT_EPOCHS, on_decision: Callable[[dict], None] | None = None):
+                 torch_epochs: int = DEFAULT_EPOCHS, on_decision: Callable[[dict], None] | None = None,
+                 policy: str = DEFAULT_POLICY, cross_user_prior: bool = True):
         self.store, self.blobs, self.executors = store, blobs, executors
         self.publish = publish or (lambda owner, event: None)
         self.tick = tick_seconds
         self.seed = seed
+        self.policy = policy
         self.error: BaseException | None = None  # the last turn's unexpected failure (/admin/progress)
         self.state = LoopState(store, blobs, executors, self.publish, int(max_running_per_user))
         self.costs = Costs(store, torch_epochs=int(torch_epochs) if Engine.TORCH in executors else None)
@@ -55,6 +59,9 @@ class ControlLoop:
         self.store_health = StoreOutage()
         self._lock = threading.RLock()  # one turn at a time; the views below take it too
         self._wake = threading.Event()
+        keys, descriptors = catalogue()
+        self.priors = PriorRefits(store, keys, descriptors, torch_epochs=self.costs.torch_epochs, seed=seed,
+                                  wake=self._wake.set, cross_user=cross_user_prior)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -72,6 +79,7 @@ class ControlLoop:
             self._thread.join(timeout=30)
         for executor in self.executors.values():
             executor.shutdown()
+        self.priors.join(timeout=30)  # a refit reading the store must be done before the store closes
         with self._lock, one_blas_thread():
             if self.selector is not None:
                 try:
@@ -83,7 +91,8 @@ class ControlLoop:
     def recover(self) -> None:
         """Re-queue jobs left RUNNING and restore the selector state (``recovery``)."""
         with self._lock:
-            self.view.mark(recover(self.state, self.saved, self.costs, seed=self.seed))
+            self.view.mark(recover(self.state, self.saved, self.costs, self.priors, seed=self.seed,
+                                   policy=self.policy))
         self._wake.set()
 
     def use_speeds(self, speeds: Any) -> None:
@@ -150,6 +159,7 @@ class ControlLoop:
             try:
                 changed = self.results.collect()
                 changed |= self.tenant_sync.sync()
+                changed |= self._update_prior()
                 changed |= self.admission.start_queued()
                 changed |= self.admission.pick()
             except StorageError:
@@ -158,6 +168,7 @@ class ControlLoop:
             if self.saved.due(changed):
                 snapshot = self.saved.snapshot()
             newly_idle = self.view.publish(self.state)
+            self.priors.finished(task_id for task_id, _ in newly_idle)  # every few: a refit in the background
         for task_id, owner_id in newly_idle:
             self.publish(owner_id, {"type": "task", "task_id": task_id, "status": "idle"})
         if snapshot is not None:  # the blob write (with fsync) and tag need no lock: readers don't wait on them
@@ -166,6 +177,32 @@ class ControlLoop:
             except StorageError:
                 self.saved.unsaved = True  # saved by a later turn
                 raise
+
+    def _update_prior(self) -> bool:
+        """Swap in the prior a background refit made, if any, and leave out of
+        the prior every task of its fit set that has work again (a new
+        version, or resumed), before that task's first pick: a task never
+        informs its own prior (``prior.py``). True when the prior changed."""
+        priors, tenants, selector = self.priors, self.state.tenants, self.selector
+        ready = priors.take()
+        prior = ready or priors.current
+        fit_set = prior.task_ids
+        names = tenants if ready is not None else self.tenant_sync.added
+        back = set()
+        for name in names:
+            tenant = tenants.get(name)
+            if tenant is not None and tenant.task_id in fit_set:
+                stats = selector.stats(name)
+                if stats["eligible"] or stats["pending"]:
+                    back.add(tenant.task_id)
+        if ready is None and not back:
+            return False
+        if back:
+            prior = priors.without(prior, back)
+        priors.current = prior
+        selector.set_prior(prior.prior)
+        log.info("selector prior now %s, from %d finished tasks", prior.source, len(prior.history.task_ids))
+        return True
 
     def _resume_later(self) -> None:
         """After a turn cut short by the store: keep what it had not recorded
@@ -264,4 +301,4 @@ class ControlLoop:
         """The loop's part of ``GET /admin/progress``, under the loop's lock."""
         with self._lock, one_blas_thread():
             return views.progress(self.state, n_observed=self.n_observed, error=self.error,
-                                  store=self.store_status())
+                                  store=self.store_status(), prior=self.priors.describe())

@@ -16,6 +16,7 @@ from ...store import JobStatus
 from ..failures import failure_code
 from ..runner import one_blas_thread
 from .costs import Costs, catalogue
+from .prior import PriorRefits
 from .state import LoopState, Tenant, arm_key
 
 log = logging.getLogger(__package__)  # one logger for the whole loop
@@ -59,9 +60,11 @@ class SavedState:
         self.state.store.set_tag("job", job_id, STATE_TAG, digest)
 
 
-def recover(state: LoopState, saved: SavedState, costs: Costs, *, seed: int | None) -> set[int]:
-    """Re-queue jobs left RUNNING and restore (or make) the selector. Returns
-    every task's id: each is brought in line by the next tenant sync."""
+def recover(state: LoopState, saved: SavedState, costs: Costs, priors: PriorRefits, *, seed: int | None,
+            policy: str) -> set[int]:
+    """Re-queue jobs left RUNNING and restore (or make) the selector running
+    ``policy`` on the prior fitted on the store's finished tasks (``priors``, at start).
+    Returns every task's id: each is brought in line by the next tenant sync."""
     store = state.store
     jobs = store.list_jobs()
     state.last_job_id = jobs[-1].id if jobs else 0
@@ -70,15 +73,24 @@ def recover(state: LoopState, saved: SavedState, costs: Costs, *, seed: int | No
             store.update_job(job.id, JobStatus.QUEUED)
             log.info("re-queued job %d left running by a previous service", job.id)
     loaded = saved.load()
-    keys, descriptors = catalogue()
+    keys, _ = catalogue()
     if loaded is not None and loaded.get("models") != keys:
         # Saved by a version with another catalogue: start afresh; the
         # tenant sync replays the jobs in the store into the new selector.
         log.warning("the saved selector state has another model catalogue; rebuilding it from the jobs")
         loaded = None
+    if loaded is not None and loaded.get("config", {}).get("policy") != policy:
+        # The service now runs another rule: the picker's state is of the old one.
+        log.warning("the saved selector state ran policy %r, the service runs %r; rebuilding it from the jobs",
+                    loaded.get("config", {}).get("policy"), policy)
+        loaded = None
+    with one_blas_thread():
+        prior = priors.current = priors.fit_now()  # at start, before the first turn
+    log.info("selector prior: %s (%d finished tasks)", prior.source, len(prior.history.task_ids))
     if loaded is not None:
         with one_blas_thread():
             state.selector = Selector.from_dict(loaded)
+            state.selector.set_prior(prior.prior)
         for name in state.selector.users:
             task_id, version_id = (int(x) for x in name.split("/"))
             try:
@@ -95,7 +107,7 @@ def recover(state: LoopState, saved: SavedState, costs: Costs, *, seed: int | No
             # arms="untried": a pick trains the model's whole grid on a given
             # dataset version, so training it again would only repeat its result
             # (and a task would never become idle). A new version is a new tenant.
-            state.selector = Selector(keys, descriptors=descriptors, arms="untried", random_state=seed)
+            state.selector = Selector(keys, prior=prior.prior, policy=policy, arms="untried", random_state=seed)
     return {t.id for t in store.list_tasks()}
 
 

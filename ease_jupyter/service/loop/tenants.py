@@ -22,6 +22,7 @@ log = logging.getLogger(__package__)  # one logger for the whole loop
 class TenantSync:
     def __init__(self, state: LoopState, costs: Costs, view: IdleView):
         self.state, self.costs, self.view = state, costs, view
+        self.added: list[str] = []  # the tenants the last sync added
 
     def sync(self) -> bool:
         """Bring the tenants of the tasks notified since the last turn in line
@@ -29,6 +30,7 @@ class TenantSync:
         state = self.state
         selector = state.selector
         changed = False
+        self.added = []
         for task_id in sorted(self.view.take_dirty()):
             try:
                 task = state.store.get_task(task_id)
@@ -59,6 +61,7 @@ class TenantSync:
             selector.add_user(wanted, models=arms, costs=costs)
             state.tenants[wanted] = Tenant(task_id, task.owner_id, latest.id, configs)
             self._replay(wanted, jobs, latest.id, set(arms))
+            self.added.append(wanted)
             changed = True
         return changed
 

@@ -140,7 +140,8 @@ def scheduler_state(state: LoopState, last_decision: dict | None) -> dict:
     }
 
 
-def progress(state: LoopState, *, n_observed: int, error: BaseException | None, store: dict) -> dict:
+def progress(state: LoopState, *, n_observed: int, error: BaseException | None, store: dict,
+             prior: dict | None = None) -> dict:
     """``GET /admin/progress``'s ``loop``. Taken under the loop's lock."""
     per_owner = state.running_per_owner()
     selector = state.selector
@@ -153,6 +154,7 @@ def progress(state: LoopState, *, n_observed: int, error: BaseException | None, 
         # what the (restored) selector holds: survives a restart
         "selector_observations": {name: int(selector.stats(name)["n_obs"]) for name in state.tenants},
         "mode": selector.mode if selector else None,
+        "prior": prior,  # where the selector's GP prior comes from (``prior.PriorRefits.describe``)
         "error": None if error is None else repr(error),
         "store": store,
     }
