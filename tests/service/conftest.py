@@ -15,7 +15,8 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping
+from concurrent.futures import Future
+from typing import Any, Callable, Iterator, Mapping
 
 import pytest
 
@@ -143,3 +144,29 @@ class ServeProcess:
 
     def output(self) -> str:
         return "".join(self.lines[-200:])
+
+
+class ManualExecutor:
+    """A job executor whose jobs finish when the test says so
+    (``finish_all``), each with ``accuracy(job)`` (the job read as RUNNING)."""
+
+    def __init__(self, store, *, workers: int = 2, accuracy: Callable[[Any], float] = lambda job: 0.8):
+        self.store, self.workers, self.accuracy, self.running = store, workers, accuracy, []
+
+    def submit(self, job_id: int) -> Future:
+        future: Future = Future()
+        self.running.append((job_id, future))
+        return future
+
+    def finish_all(self, accuracy: Callable[[Any], float] | None = None) -> None:
+        from ease_jupyter.store import JobStatus, JobUpdate
+
+        score = accuracy or self.accuracy
+        running, self.running = self.running, []
+        for job_id, future in running:
+            job = self.store.update_job(job_id, JobStatus.RUNNING)
+            future.set_result(self.store.update_job(job_id, JobStatus.SUCCEEDED,
+                                                    JobUpdate(accuracy=score(job), cost_seconds=0.01)))
+
+    def shutdown(self) -> None:
+        pass

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import threading
 import time
-from concurrent.futures import Future
 
 import numpy as np
 import pytest
@@ -28,6 +27,8 @@ from ease_jupyter.service.loop.prior import (
 from ease_jupyter.store import InMemoryStore, JobStatus, JobUpdate, MemoryBlobStore
 from ease_jupyter.zoo import Engine
 
+from .conftest import ManualExecutor
+
 FLAT = format_program(program_from_shapes([4], [3]))
 CLASSIFIERS = ["logreg", "svm_rbf", "random_forest", "hist_gboost", "knn", "mlp"]
 # The other tasks' best models. Both are cheap (their cost does not decide the
@@ -35,28 +36,9 @@ CLASSIFIERS = ["logreg", "svm_rbf", "random_forest", "hist_gboost", "knn", "mlp"
 TOP = ("knn", "random_forest")
 
 
-class Manual:
-    """An executor whose jobs finish when the test says so."""
-
-    workers = 2
-
-    def __init__(self, store):
-        self.store, self.running = store, []
-
-    def submit(self, job_id: int) -> Future:
-        future: Future = Future()
-        self.running.append((job_id, future))
-        return future
-
-    def finish_all(self, accuracy=lambda job: 0.8) -> None:
-        running, self.running = self.running, []
-        for job_id, future in running:
-            job = self.store.update_job(job_id, JobStatus.RUNNING)
-            future.set_result(self.store.update_job(job_id, JobStatus.SUCCEEDED,
-                                                    JobUpdate(accuracy=accuracy(job), cost_seconds=0.01)))
-
-    def shutdown(self) -> None:
-        pass
+def manual(store) -> ManualExecutor:
+    """Jobs that finish when the test says so (``finish_all``)."""
+    return ManualExecutor(store, workers=2)
 
 
 def _feed(store, blobs, task, rng):
@@ -91,7 +73,7 @@ def _store_with_history(n_finished: int):
 
 def _first_picks(store, blobs, task) -> tuple[list[str], ControlLoop]:
     decisions: list[dict] = []
-    loop = ControlLoop(store, blobs, executors={Engine.SKLEARN: Manual(store)}, on_decision=decisions.append)
+    loop = ControlLoop(store, blobs, executors={Engine.SKLEARN: manual(store)}, on_decision=decisions.append)
     loop.recover()
     loop.step()
     return [d["model"] for d in decisions if d["task_id"] == task.id], loop
@@ -121,7 +103,7 @@ def test_a_new_tasks_first_picks_follow_the_other_tasks_best_models():
 
 def test_without_the_cross_user_prior_each_task_learns_alone():
     store, blobs, task, _ = _store_with_history(6)
-    loop = ControlLoop(store, blobs, executors={Engine.SKLEARN: Manual(store)}, cross_user_prior=False)
+    loop = ControlLoop(store, blobs, executors={Engine.SKLEARN: manual(store)}, cross_user_prior=False)
     loop.recover()
     loop.step()
     assert loop.priors.current.source == "descriptors" and loop.selector.refit_every_doubling
@@ -174,7 +156,7 @@ def test_the_prior_is_refitted_in_the_background_as_tasks_finish():
     tasks = [store.create_task(u.id, f"t{i}", FLAT) for i, u in enumerate(users)]
     for task in tasks:
         _feed(store, blobs, task, rng)
-    executor = Manual(store)
+    executor = manual(store)
     loop = ControlLoop(store, blobs, executors={Engine.SKLEARN: executor}, max_running_per_user=2)
     loop.priors.min_tasks, loop.priors.refit_every = 2, 2
     loop.recover()
@@ -281,7 +263,7 @@ def test_a_restored_selector_runs_on_the_prior_fitted_at_start():
     assert n_obs >= 2
     loop.stop()  # saves the selector state
 
-    again = ControlLoop(store, blobs, executors={Engine.SKLEARN: Manual(store)})
+    again = ControlLoop(store, blobs, executors={Engine.SKLEARN: manual(store)})
     again.recover()
     assert again.selector.stats(tenant)["n_obs"] == n_obs  # restored, not rebuilt
     assert again.selector.prior is again.priors.current.prior and again.priors.current.source == "store"

@@ -4,40 +4,21 @@ announced with its own explanation (not the round's last)."""
 
 from __future__ import annotations
 
-from concurrent.futures import Future
 
 import numpy as np
 
 from ease_jupyter import datasets
 from ease_jupyter.schema import format_program, program_from_shapes
 from ease_jupyter.service.loop import ControlLoop
-from ease_jupyter.store import InMemoryStore, JobStatus, JobUpdate, MemoryBlobStore
+from ease_jupyter.store import InMemoryStore, MemoryBlobStore
 from ease_jupyter.zoo import Engine
 
+from .conftest import ManualExecutor
 
-class Manual:
-    """An executor whose jobs finish when the test says so."""
 
-    workers = 3
-
-    def __init__(self, store):
-        self.store, self.running = store, []
-
-    def submit(self, job_id: int) -> Future:
-        future: Future = Future()
-        self.running.append((job_id, future))
-        return future
-
-    def finish_all(self) -> None:
-        running, self.running = self.running, []
-        for job_id, future in running:
-            self.store.update_job(job_id, JobStatus.RUNNING)
-            accuracy = 0.5 + 0.4 * (job_id % 5) / 5
-            future.set_result(self.store.update_job(job_id, JobStatus.SUCCEEDED,
-                                                    JobUpdate(accuracy=accuracy, cost_seconds=0.01)))
-
-    def shutdown(self) -> None:
-        pass
+def manual(store) -> ManualExecutor:
+    """Jobs that finish when the test says so (``finish_all``)."""
+    return ManualExecutor(store, workers=3, accuracy=lambda job: 0.5 + 0.4 * (job.id % 5) / 5)
 
 
 def test_each_launched_pick_is_announced_with_its_own_explanation():
@@ -48,7 +29,7 @@ def test_each_launched_pick_is_announced_with_its_own_explanation():
         for i in range(n_tasks):
             task = store.create_task(user.id, f"{owner}{i}", format_program(program_from_shapes([4], [3])))
             datasets.feed(store, blobs, task, rng.normal(size=(30, 4)).astype("float32"), rng.integers(0, 3, 30))
-    executor = Manual(store)
+    executor = manual(store)
     decisions: list[dict] = []
     loop = ControlLoop(store, blobs, executors={Engine.SKLEARN: executor}, max_running_per_user=3,
                        on_decision=decisions.append, policy="hybrid")  # ease.ml's rule: Alg. 2's phases

@@ -5,7 +5,6 @@ service rather than at its first job."""
 from __future__ import annotations
 
 import os
-from concurrent.futures import Future
 from pathlib import Path
 
 import numpy as np
@@ -20,35 +19,18 @@ from ease_jupyter.service.config import LIVE_POLICIES
 from ease_jupyter.service.core import Service
 from ease_jupyter.service.executors import ProcessExecutor
 from ease_jupyter.service.loop import ControlLoop
-from ease_jupyter.store import InMemoryStore, JobStatus, JobUpdate, MemoryBlobStore
+from ease_jupyter.store import InMemoryStore, MemoryBlobStore
 from ease_jupyter.testing.executor_contract import ContractRunner
 from ease_jupyter.zoo import Engine
+
+from .conftest import ManualExecutor
 
 FLAT = format_program(program_from_shapes([4], [3]))
 
 
-class Manual:
-    """An executor whose jobs finish when the test says so."""
-
-    workers = 2
-
-    def __init__(self, store):
-        self.store, self.running = store, []
-
-    def submit(self, job_id: int) -> Future:
-        future: Future = Future()
-        self.running.append((job_id, future))
-        return future
-
-    def finish_all(self) -> None:
-        running, self.running = self.running, []
-        for job_id, future in running:
-            self.store.update_job(job_id, JobStatus.RUNNING)
-            future.set_result(self.store.update_job(job_id, JobStatus.SUCCEEDED,
-                                                    JobUpdate(accuracy=0.5 + 0.01 * job_id, cost_seconds=0.01)))
-
-    def shutdown(self) -> None:
-        pass
+def manual(store) -> ManualExecutor:
+    """Jobs that finish when the test says so (``finish_all``)."""
+    return ManualExecutor(store, workers=2, accuracy=lambda job: 0.5 + 0.01 * job.id)
 
 
 def _two_tasks():
@@ -98,7 +80,7 @@ def test_serve_passes_the_policy_to_the_service(tmp_path, monkeypatch):
 
 def test_fifo_trains_each_task_whole_in_arrival_order_and_says_so():
     store, blobs, (first, second) = _two_tasks()
-    executor = Manual(store)
+    executor = manual(store)
     decisions: list[dict] = []
     loop = ControlLoop(store, blobs, executors={Engine.SKLEARN: executor}, policy="fifo",
                        on_decision=decisions.append)
@@ -119,7 +101,7 @@ def test_fifo_serves_the_next_task_while_the_first_ones_owner_is_at_her_cap():
     queue is held at her cap, and the free worker goes to the next task
     (the rule keeps offering the head's models; the loop asks until one fits)."""
     store, blobs, (first, second) = _two_tasks()
-    executor = Manual(store)
+    executor = manual(store)
     executor.workers = 3
     loop = ControlLoop(store, blobs, executors={Engine.SKLEARN: executor}, policy="fifo", max_running_per_user=2)
     loop.recover()
@@ -132,7 +114,7 @@ def test_fifo_serves_the_next_task_while_the_first_ones_owner_is_at_her_cap():
 
 def test_a_restart_under_another_policy_rebuilds_the_selector_from_the_jobs():
     store, blobs, _ = _two_tasks()
-    executor = Manual(store)
+    executor = manual(store)
     loop = ControlLoop(store, blobs, executors={Engine.SKLEARN: executor}, policy="hybrid")
     loop.recover()
     for _ in range(2):
@@ -143,7 +125,7 @@ def test_a_restart_under_another_policy_rebuilds_the_selector_from_the_jobs():
     assert sum(observed.values()) >= 4
     loop.stop()  # saves a state that ran "hybrid"
 
-    again = ControlLoop(store, blobs, executors={Engine.SKLEARN: Manual(store)})
+    again = ControlLoop(store, blobs, executors={Engine.SKLEARN: manual(store)})
     again.recover()
     assert again.selector.policy == DEFAULT_POLICY and again.selector.users == []  # not the saved one
     again._sync()  # the tenant sync replays the jobs in the store

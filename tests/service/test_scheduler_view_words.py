@@ -5,7 +5,6 @@ a live service can run; the numbers stay in their own fields."""
 from __future__ import annotations
 
 import re
-from concurrent.futures import Future
 
 import numpy as np
 import pytest
@@ -15,36 +14,19 @@ from ease_jupyter.schema import format_program, program_from_shapes
 from ease_jupyter.service.config import LIVE_POLICIES
 from ease_jupyter.service.loop import ControlLoop
 from ease_jupyter.service.scheduler_view import Viewer, decision_view, rule_words
-from ease_jupyter.store import InMemoryStore, JobStatus, JobUpdate, MemoryBlobStore
+from ease_jupyter.store import InMemoryStore, MemoryBlobStore
 from ease_jupyter.zoo import Engine
+
+from .conftest import ManualExecutor
 
 FLAT = format_program(program_from_shapes([4], [3]))
 # Internal terms a scientist should not have to know (whole words; "EI" is case-sensitive).
 JARGON = re.compile(r"\b(UCB|EI|GP|beta|sigma|posterior|greedy|hallucinat\w*|gain_rate|round_robin|pass|V_t)\b")
 
 
-class Manual:
-    """An executor whose jobs finish when the test says so."""
-
-    workers = 2
-
-    def __init__(self, store):
-        self.store, self.running = store, []
-
-    def submit(self, job_id: int) -> Future:
-        future: Future = Future()
-        self.running.append((job_id, future))
-        return future
-
-    def finish_all(self) -> None:
-        running, self.running = self.running, []
-        for job_id, future in running:
-            self.store.update_job(job_id, JobStatus.RUNNING)
-            future.set_result(self.store.update_job(job_id, JobStatus.SUCCEEDED, JobUpdate(
-                accuracy=0.5 + 0.45 * ((job_id * 7) % 10) / 10, cost_seconds=0.01)))
-
-    def shutdown(self) -> None:
-        pass
+def manual(store) -> ManualExecutor:
+    """Jobs that finish when the test says so (``finish_all``)."""
+    return ManualExecutor(store, workers=2, accuracy=lambda job: 0.5 + 0.45 * ((job.id * 7) % 10) / 10)
 
 
 def _three_users():
@@ -61,7 +43,7 @@ def _three_users():
 
 def _decisions(policy: str):
     store, blobs, tasks = _three_users()
-    executor = Manual(store)
+    executor = manual(store)
     decisions: list[dict] = []
     loop = ControlLoop(store, blobs, executors={Engine.SKLEARN: executor}, policy=policy, max_running_per_user=1,
                        on_decision=decisions.append)
