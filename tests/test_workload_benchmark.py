@@ -1,0 +1,153 @@
+"""benchmarks/workload.py: its measures on hand-made results (the loss
+curve, the time to a loss level, the pooled curve, the ratios and targets,
+the JSON layout), its users and held-out split, and one tiny end-to-end
+``--smoke`` run (the live service and per-user Optuna studies on three
+small users)."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def wl():
+    """``benchmarks/workload.py`` as a module (the benchmarks are scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location("workload_benchmark", ROOT / "benchmarks" / "workload.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up while it loads
+    spec.loader.exec_module(module)
+    return module
+
+
+REFERENCE = {"a": 0.9, "b": 0.8}
+RESULTS = {"a": [(1.0, 0.5), (3.0, 0.9), (9.0, 0.95)], "b": [(2.0, 0.8)]}
+
+
+def test_loss_curve_steps_at_each_result_and_counts_a_user_before_her_first_result(wl):
+    curve = wl.loss_curve(RESULTS, REFERENCE, end=5.0)
+    # 0: nobody has a result, each loses her whole reference; the result at 9 s is past the end.
+    assert curve == [[0.0, pytest.approx(0.85)], [1.0, pytest.approx(0.6)], [2.0, pytest.approx(0.2)],
+                     [3.0, pytest.approx(0.0)], [5.0, pytest.approx(0.0)]]
+
+
+def test_loss_curve_keeps_the_best_so_far_not_the_latest(wl):
+    curve = wl.loss_curve({"a": [(1.0, 0.9), (2.0, 0.4)]}, {"a": 0.9}, end=3.0)
+    assert [loss for _, loss in curve] == [pytest.approx(0.9), 0.0, 0.0, 0.0]
+
+
+def test_time_to_loss_is_the_first_time_at_or_below_the_level(wl):
+    curve = wl.loss_curve(RESULTS, REFERENCE, end=5.0)
+    assert wl.time_to_loss(curve, 0.2) == 2.0  # reached exactly
+    assert wl.time_to_loss(curve, 0.05) == 3.0
+    assert wl.time_to_loss(curve, 0.7) == 1.0
+    never = wl.loss_curve({"a": [(1.0, 0.5)]}, {"a": 0.9}, end=5.0)
+    assert wl.time_to_loss(never, 0.05) is None
+
+
+def test_reference_is_the_best_of_any_run_and_zero_without_results(wl):
+    runs = [{"a": [(1.0, 0.7)]}, {"a": [(4.0, 0.93), (5.0, 0.6)], "b": [(2.0, 0.5)]}]
+    assert wl.reference_accuracy(runs, ["a", "b", "c"]) == {"a": 0.93, "b": 0.5, "c": 0.0}
+
+
+def test_mean_curve_holds_each_step_function_until_its_next_step(wl):
+    pooled = wl.mean_curve([[[0.0, 1.0], [2.0, 0.0]], [[0.0, 0.5], [1.0, 0.1], [3.0, 0.1]]])
+    assert pooled == [[0.0, 0.75], [1.0, 0.55], [2.0, 0.05], [3.0, 0.05]]
+
+
+def test_ratio_is_a_lower_bound_when_the_other_arm_never_got_there(wl):
+    assert wl.ratio(6.0, 2.0, budget=100.0) == {"ratio": 3.0, "lower_bound": False}
+    assert wl.ratio(None, 4.0, budget=100.0) == {"ratio": 25.0, "lower_bound": True}
+    assert wl.ratio(6.0, None, budget=100.0) == {"ratio": None, "lower_bound": False}
+
+
+def _run(results, final, end=10.0):
+    return {"results": results, "final_accuracy": final, "end": end, "load": {"mean": 1.0}, "cpu_seconds": 1.0}
+
+
+def test_summarize_writes_the_arms_layout_and_judges_the_targets(wl):
+    names = ["a", "b"]
+    runs = {
+        # easeml reaches loss 0 at 2 s, fifo at 4 s (2x: meets 1.5x), optuna at 3 s (1.5x: misses 2x).
+        "easeml": [_run({"a": [(1.0, 0.9)], "b": [(2.0, 0.8)]}, {"a": 0.9, "b": 0.7})],
+        "fifo": [_run({"a": [(4.0, 0.9)], "b": [(1.0, 0.8)]}, {"a": 0.9, "b": 0.7})],
+        "optuna_per_user": [_run({"a": [(3.0, 0.9)], "b": [(1.0, 0.8)]}, {"a": 0.95, "b": 0.7})],
+    }
+    out = wl.summarize(runs, names, budget=10.0, held_out={"a": 20, "b": 10}, last_arrival=1.0)
+    assert out["reference_accuracy"] == {"a": 0.9, "b": 0.8}
+    assert set(out["arms"]) == {"easeml", "fifo", "optuna_per_user"}
+    for arm in out["arms"].values():
+        assert set(arm["time_to_loss"]) == {"0.05", "0.02", "0.01"}
+        assert {"curve", "final_accuracy", "runs", "repetitions", "censored"} <= set(arm)
+        assert arm["curve"][0] == [0.0, pytest.approx(0.85)]
+    assert out["arms"]["easeml"]["time_to_loss"]["0.02"] == 2.0
+    assert out["arms"]["fifo"]["time_to_loss"]["0.02"] == 4.0
+    fifo = out["targets"]["easeml_vs_fifo_t0.02"]
+    optuna = out["targets"]["easeml_vs_optuna_per_user_t0.02"]
+    assert (fifo["ratio"], fifo["met"]) == (2.0, True)
+    assert (optuna["ratio"], optuna["met"]) == (1.5, False)
+    # Counted from the last arrival (1 s): easeml 1 s, fifo 3 s, optuna 2 s.
+    assert out["arms"]["fifo"]["time_after_last_arrival"]["0.02"] == 3.0
+    assert (fifo["ratio_after_last_arrival"], optuna["ratio_after_last_arrival"]) == (3.0, 2.0)
+    worse = out["targets"]["final_accuracy_not_worse"]
+    assert worse["met"] is False
+    assert worse["worse"] == [{"user": "a", "arm": "optuna_per_user", "easeml": 0.9, "optuna_per_user": 0.95,
+                               "difference": -0.05, "examples": -1.0}]
+    json.dumps(out)  # the layout is JSON as it stands
+
+
+def test_time_to_loss_over_repetitions_is_their_mean_and_censored_when_one_never_got_there(wl):
+    runs = {"easeml": [_run({"a": [(2.0, 0.9)]}, {"a": 1.0}), _run({"a": [(4.0, 0.9)]}, {"a": 1.0})],
+            "fifo": [_run({"a": [(2.0, 0.9)]}, {"a": 1.0}), _run({"a": [(3.0, 0.5)]}, {"a": 1.0})]}
+    out = wl.summarize(runs, ["a"], budget=10.0)
+    assert out["arms"]["easeml"]["time_to_loss"]["0.02"] == 3.0
+    assert out["arms"]["fifo"]["time_to_loss"]["0.02"] is None
+    assert out["arms"]["fifo"]["censored"]["0.02"] == 1
+    target = out["targets"]["easeml_vs_fifo_t0.02"]
+    assert target["lower_bound"] is True and target["per_repetition"] == [1.0, 2.5]
+
+
+@pytest.mark.parametrize("quick", [False, True])
+def test_the_workload_has_more_users_than_workers_of_both_kinds_arriving_in_order(wl, quick):
+    people = wl.users(quick)
+    assert len(people) >= 8 and len({u.name for u in people}) == len(people)
+    assert {u.kind for u in people} == {"flat", "image"}
+    arrivals = [u.arrival for u in people]
+    assert arrivals == sorted(arrivals) and arrivals[0] == 0.0 and arrivals[-1] > 0.0
+
+
+def test_held_out_split_is_ten_percent_stratified_disjoint_and_seeded(wl):
+    y = np.repeat(np.arange(3), [50, 30, 20])
+    fed, held = wl.holdout_split(y, seed=4)
+    assert len(held) == 10 and len(fed) == 90
+    assert not set(fed) & set(held) and set(fed) | set(held) == set(range(100))
+    assert np.bincount(y[held]).tolist() == [5, 3, 2]
+    assert np.array_equal(wl.holdout_split(y, seed=4)[1], held)
+    assert not np.array_equal(wl.holdout_split(y, seed=5)[1], held)
+
+
+@pytest.mark.slow
+def test_smoke_run_on_the_live_service_and_per_user_optuna(tmp_path):
+    out = tmp_path / "smoke.json"
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "workload.py"), "--smoke", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT, check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    payload = json.loads(out.read_text())
+    names = [u["name"] for u in payload["setup"]["users"]]
+    assert set(payload["arms"]) == {"easeml", "optuna_per_user"}
+    for name, arm in payload["arms"].items():
+        run = arm["runs"][0]
+        assert run["finished"] and not run["errors"], (name, run["errors"])
+        assert arm["time_to_loss"]["0.05"] is not None
+        losses = [loss for _, loss in arm["curve"]]
+        assert losses == sorted(losses, reverse=True)  # the best so far never gets worse
+        for user in names:
+            assert 0.5 < arm["final_accuracy"][user] <= 1.0
+            assert run["results"][user], (name, user)  # every user got results in both arms
+    assert out.with_suffix(".md").exists()
