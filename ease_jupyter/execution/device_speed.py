@@ -28,7 +28,7 @@ from typing import Any, Mapping
 from ease_jupyter.errors import EaseMLError
 from ease_jupyter.execution.device import describe_device, worker_device
 from ease_jupyter.execution.engine.base import GPU, Engine, gpu_workers
-from ease_jupyter.execution.gpu_memory import WorkerDevice, _results, worker_devices
+from ease_jupyter.execution.gpu_memory import WorkerDevice, worker_devices
 
 __all__ = [
     "CPU",
@@ -151,7 +151,7 @@ def measure_pool(
             handles[kind] = engine.submit(measure_speed, resources={GPU: 1}, workers=[w])
     if CPU not in cache:  # the scikit-learn arms' speed, and a GPU-less worker's
         handles[CPU] = engine.submit(measure_speed, CPU, workers=[(cpu or gpu)[0]])
-    for kind, speed in _results(engine, handles, "speed probe of", timeout).items():
+    for kind, speed in engine.results(handles, "speed probe of", timeout).items():
         cache[kind] = DeviceSpeed(kind, speed.flops_per_second)
     kinds = {w: devices[w].kind for w in devices}
     torch_workers = gpu or cpu

@@ -66,7 +66,7 @@ from ease_jupyter.execution.device import (
     mixed_precision,
     worker_device,
 )
-from ease_jupyter.execution.engine.base import GPU, Engine, EngineError, UnitDone, gpu_workers
+from ease_jupyter.execution.engine.base import GPU, Engine, gpu_workers
 from ease_jupyter.execution.units import DEVICE_PARTITION_SHARE, Hooks, UnitSpec, _Seeded, unit_seed
 
 __all__ = [
@@ -158,19 +158,6 @@ def device_info() -> WorkerDevice:
     return WorkerDevice(desc.kind, _usable_bytes(device), desc.total_memory)
 
 
-def _results(engine: Engine, handles: Mapping[str, str], what: str, timeout: float) -> dict[str, Any]:
-    """The results of ``handles`` (name -> handle), waited for together: an
-    event stream read for one handle drops the others' events."""
-    events = engine.wait_all(handles.values(), timeout=timeout)
-    out = {}
-    for name, handle in handles.items():
-        event = events[handle]
-        if not isinstance(event, UnitDone):
-            raise EngineError(f"{what} {name!r}: found {event!r}, expected the task to finish")
-        out[name] = event.result
-    return out
-
-
 def worker_devices(engine: Engine, *, timeout: float = 120.0) -> dict[str, WorkerDevice]:
     """Every live worker's device. Workers that declare a ``GPU`` resource are
     asked, one small task each, since only they know their GPU's model and
@@ -178,7 +165,7 @@ def worker_devices(engine: Engine, *, timeout: float = 120.0) -> dict[str, Worke
     resources = engine.worker_resources()
     found = {w: WorkerDevice("cpu") for w in resources}
     asked = {w: engine.submit(device_info, resources={GPU: 1}, workers=[w]) for w in gpu_workers(resources)}
-    found.update(_results(engine, asked, "device of worker", timeout))
+    found.update(engine.results(asked, "device of worker", timeout))
     return found
 
 
@@ -551,7 +538,7 @@ def plan_config(
     for name in [worker] if worker is not None else probe_order(memory):
         handle = submit_sizing(engine, name, spec, sample, requested_batch_size,
                                capacity_bytes=capacity_bytes, safety=safety, hooks=hooks)
-        sizing = _results(engine, {name: handle}, f"batch sizing of {spec.model!r} on worker", timeout)[name]
+        sizing = engine.results({name: handle}, f"batch sizing of {spec.model!r} on worker", timeout)[name]
         if sizing is None:
             return None  # the worker declares a GPU but has no CUDA device
         plan = make_plan(spec.model, name, sizing, memory)

@@ -196,6 +196,12 @@ def test_unpinned_tasks_resources_and_shared_values(engine):
         engine.submit(add, 1, 2, resources={"GPU": 1})
 
 
+def test_results_are_collected_by_name_and_a_failed_task_is_named(engine):
+    assert engine.results({"x": engine.submit(add, 1, 2), "y": engine.submit(add, 3, 4)}, "sum", 60) == {"x": 3, "y": 7}
+    with pytest.raises(EngineError, match="probe 'bad': found UnitFailed"):
+        engine.results({"ok": engine.submit(add, 1, 1), "bad": engine.submit(boom, 0)}, "probe", 60)
+
+
 def test_unpinned_tasks_run_only_on_the_named_workers(engine):
     """``submit(..., workers=...)`` keeps a task on those workers (a
     scikit-learn grid off the GPU workers); names not live are ignored."""

@@ -323,6 +323,25 @@ class Engine(abc.ABC):
                     out[h] = ev
         return out
 
+    def results(self, handles: Mapping[str, str], what: str, timeout: float | None = None) -> dict[str, Any]:
+        """The results of ``handles`` (name -> handle), waited for together
+        (:meth:`wait_all`: reading events for one handle would drop the
+        others').
+
+        Raises:
+            EngineError: a task that did not finish (failed or lost), named
+                ``what`` and its name.
+            TimeoutError: ``timeout`` seconds passed first.
+        """
+        events = self.wait_all(handles.values(), timeout=timeout)
+        out = {}
+        for name, handle in handles.items():
+            event = events[handle]
+            if not isinstance(event, UnitDone):
+                raise EngineError(f"{what} {name!r}: found {event!r}, expected the task to finish")
+            out[name] = event.result
+        return out
+
 
 def partition_key(prefix: str, pid: int) -> str:
     return f"{prefix}-{pid}"
