@@ -317,14 +317,16 @@ def spread_summary(walls: dict[tuple[str, str], list[float]]) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from ease_jupyter.jobspec import DEFAULT_EPOCHS
     from ease_jupyter.service.config import ServiceConfig
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  epilog="Columns: <candidate>@lr=<rate>; per-candidate view: per_candidate().")
     ap.add_argument("--quick", action="store_true", help="4 small tasks, 1 timing round, image_quick_* files (< 1 min)")
     ap.add_argument("--rounds", type=int, default=None, help="timing rounds over the whole matrix (default 3; quick 1)")
-    ap.add_argument("--epochs", type=int, default=ServiceConfig().torch_epochs,
-                    help="epochs per rate (default: the service's ServiceConfig.torch_epochs)")
+    ap.add_argument("--epochs", type=int, default=ServiceConfig().torch_epochs or DEFAULT_EPOCHS,
+                    help="epochs per rate (default: the service's --torch-epochs if set, else jobspec.DEFAULT_EPOCHS: "
+                         "the service's own epochs follow each task's data size, docs/budget.md)")
     ap.add_argument("--out", type=Path, default=DATA, help="directory of the CSV and JSON files")
     ap.add_argument("--seed", type=int, default=0, help="task making and training seed (the service's: 0)")
     args = ap.parse_args(argv)

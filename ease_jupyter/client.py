@@ -33,6 +33,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from . import client_budget, tabular
 from .errors import (AlreadyExistsError, DataError, EaseMLError, InvalidStateError, NotFoundError, ProgramSyntaxError,
                      QuotaExceededError, StorageFullError, StoreCorruptError, StoreUnavailableError)
 
@@ -263,9 +264,10 @@ class Client:
 
     # ------------------------------------------------------------ transport
     def request(self, method: str, path: str, body: Any = None, *, raw: bytes | None = None,
-                params: dict[str, Any] | None = None) -> Any:
+                params: dict[str, Any] | None = None, binary: bool = False) -> Any:
+        """The answer's JSON (its bytes with ``binary``); errors as our exceptions."""
         try:
-            return self._request(method, path, body, raw=raw, params=params)
+            return self._request(method, path, body, raw=raw, params=params, binary=binary)
         except (ConnectionRefusedError, urllib.error.URLError) as error:
             refused = isinstance(getattr(error, "reason", error), ConnectionRefusedError)
             if self._embedded is None or not refused:
@@ -278,10 +280,10 @@ class Client:
         self.url = url.rstrip("/")
         if own_token:
             self.token = token
-        return self._request(method, path, body, raw=raw, params=params)
+        return self._request(method, path, body, raw=raw, params=params, binary=binary)
 
     def _request(self, method: str, path: str, body: Any = None, *, raw: bytes | None = None,
-                 params: dict[str, Any] | None = None) -> Any:
+                 params: dict[str, Any] | None = None, binary: bool = False) -> Any:
         target = f"/api/v1{path}"
         if params:
             target += "?" + urllib.parse.urlencode(params)
@@ -300,6 +302,8 @@ class Client:
             except ValueError:
                 payload = {"error": {"code": "http_error", "message": text[:200].decode(errors="replace")}}
             _raise_for(status, payload)
+        if binary:
+            return text
         return json.loads(text) if text else None
 
     def _transport(self) -> _Transport:
@@ -318,6 +322,8 @@ class Client:
             self._connections.close()
 
     def _array(self, array: Any) -> Any:
+        if isinstance(array, dict) and "table" in array:
+            return array  # a table, already in its wire form (tabular.table_wire)
         if not isinstance(array, np.ndarray):
             try:
                 as_array = np.asarray(array)
@@ -336,9 +342,19 @@ class Client:
 
     # ------------------------------------------------------------ tasks
     def task(self, name: str, *, input: Sequence[int] | None = None, output: Sequence[int] | None = None,
-             program: str | None = None) -> "Task":
+             program: str | None = None, like: Any = None, target: str | None = None,
+             kinds: dict[str, str] | None = None) -> "Task":
         """Create a task (shapes or an ease.ml program), or open one of yours
-        by name; raises NotFoundError when you have no task by that name."""
+        by name; raises NotFoundError when you have no task by that name.
+
+        ``like=df, target="species"``: a table task whose typed schema is
+        inferred from the DataFrame (or CSV/Parquet path) ``like``; ``kinds``
+        sets a column's kind by name (docs/data.md)."""
+        if like is not None:
+            if program is not None or input is not None or output is not None:
+                raise ValueError("give either like= (a table) or a program or shapes, not both")
+            schema = tabular.infer_schema(like, target, kinds)
+            return Task(self, self.request("POST", "/tasks", {"name": name, "table": schema.to_dict()}))
         if program is not None and (input is not None or output is not None):
             raise ValueError("give either program or input/output shapes, not both")
         if (input is None) != (output is None):
@@ -365,8 +381,27 @@ class Client:
         """Admins only: a new user; its ``token`` is shown only here."""
         return self.request("POST", "/users", {"name": name, "admin": admin})
 
+    def allow_user_models(self, user: str, allow: bool = True) -> dict[str, Any]:
+        """Let ``user`` add models of her own, or forbid it (admins; ``PUT /users/{name}``)."""
+        return self.request("PUT", f"/users/{user}", {"allow_user_models": bool(allow)})
+
     def users(self) -> list[dict[str, Any]]:
         return self.request("GET", "/users")
+
+    def budget(self, user: str | None = None) -> dict[str, Any]:
+        """Your compute budget (docs/budget.md): ``limits``, an admin's
+        ``cap``, ``spent`` and ``left`` seconds, and ``blocked``/``reason``
+        when you get no new picks; ``user=`` (admins): that user's."""
+        return self.request("GET", "/budget" if user is None else f"/users/{_quote(user)}/budget")
+
+    def set_budget(self, *, seconds: Any = client_budget.UNSET, gpu_seconds: Any = client_budget.UNSET,
+                   deadline: Any = client_budget.UNSET, user: str | None = None) -> dict[str, Any]:
+        """Bound what your tasks spend: ``seconds`` of worker time, ``gpu_seconds``
+        of GPU time, and a ``deadline`` (datetime, timedelta from now or ISO
+        string) after which you get no new picks; None clears one, a field not
+        given stays. ``user=`` (admins): set that user's cap instead."""
+        body = client_budget.budget_body(seconds, gpu_seconds, deadline)
+        return self.request("PUT", "/budget" if user is None else f"/users/{_quote(user)}/budget", body)
 
     def progress(self) -> dict[str, Any]:
         return self.request("GET", "/admin/progress")
@@ -514,9 +549,23 @@ class Task:
         self.info = self.client.request("GET", self._path())
         return self.info
 
-    def feed(self, X: Any, y: Any) -> dict[str, Any]:
-        """Add examples; returns the new dataset version (``number``, ``n_examples``...)."""
-        return self.client.request("POST", self._path("/feed"), {"X": self.client._array(X), "y": self.client._array(y)})
+    def feed(self, X: Any, y: Any = None, *, mode: str | None = None) -> dict[str, Any]:
+        """Add examples; returns the dataset version (``number``, ``n_examples``...)
+        with ``new`` and ``duplicates``: how many fed rows (input and label)
+        the latest version did not / did hold already. ``mode``: "dedupe"
+        (the default: only new rows are added, and a feed of rows all there
+        stores no version, ``created`` False), "append" (every row is added,
+        copies too) or "replace" (a version of exactly these rows).
+
+        ``X`` may also be a DataFrame or a CSV/Parquet path (a table task:
+        ``y`` may be left out when ``X`` has the target column), or an image
+        folder with one subfolder per class (no ``y``); labels may be class
+        names (strings, ...). See docs/data.md."""
+        X, y = tabular.feed_parts(X, y, self._schema_info(), self.client._array)
+        body = {"X": self.client._array(X), "y": self.client._array(y)}
+        if mode is not None:
+            body["mode"] = mode
+        return self.client.request("POST", self._path("/feed"), body)
 
     def refine(self, *, keep: Iterable[int] | None = None, drop: Iterable[int] | None = None) -> dict[str, Any]:
         body = {}
@@ -614,7 +663,19 @@ class Task:
         return out
 
     def infer(self, X: Any) -> np.ndarray:
-        return _decode(self.client.request("POST", self._path("/infer"), {"X": self.client._array(X)})["predictions"])
+        """Predictions of the best model so far: class names where the task
+        has them, else class indices (classification) or values. ``X`` as
+        for ``feed`` (a DataFrame for a table task, an image folder...)."""
+        X = tabular.inputs_for(X, self._schema_info(), self.client._array)
+        out = self.client.request("POST", self._path("/infer"), {"X": self.client._array(X)})
+        return tabular.named(_decode(out["predictions"]), out.get("class_names"))
+
+    def _schema_info(self) -> dict[str, Any]:
+        """``info`` with the task's table schema and class names (fetched
+        once where it came from a list of tasks)."""
+        if "table" not in self.info:
+            self.refresh()
+        return self.info
 
     def jobs(self) -> list[dict[str, Any]]:
         return self.client.request("GET", self._path("/jobs"))
@@ -633,8 +694,69 @@ class Task:
         self.info = self.client.request("POST", self._path("/resume"))
         return self.info
 
+    def delete(self) -> dict[str, Any]:
+        """Delete the task for good: its versions, jobs, metrics, tags and
+        the stored data and models no other task uses. It is cancelled first
+        and its running jobs are waited for (``InvalidStateError`` after a
+        minute; it then stays cancelled: delete again later). Returns what
+        went: ``versions``, ``jobs``, ``blobs_deleted``, ``bytes_freed``."""
+        return self.client.request("DELETE", self._path())
+
+    def export(self, path: str | os.PathLike[str], format: str | None = None) -> dict[str, Any]:
+        """Write the best model to ``path`` and its model card (JSON) to
+        ``<path>.card.json``; returns the card. Formats: ``joblib`` or
+        ``onnx`` for a scikit-learn model, ``torchscript``, ``onnx`` or
+        ``state_dict`` for a torch model; by default the one ``path``'s
+        suffix names (``.onnx``, ``.joblib``), else joblib or torchscript.
+        Each loads without ease_jupyter (docs/export.md).
+
+        Raises:
+            DataError: a format that does not exist or does not fit the
+                model's engine, or a path whose directory does not exist.
+            NoModelError: no model has finished yet.
+        """
+        from .service import export_bundle
+
+        export_bundle.check_target(path)  # before the request: a bad path costs no conversion
+        fmt = format if format is not None else export_bundle.format_of(path)
+        data = self.client.request("GET", self._path("/model"), params=None if fmt is None else {"format": fmt},
+                                   binary=True)
+        return export_bundle.write(data, path)
+
+    def add_model(self, model: Any, grid: Mapping[str, Sequence[Any]] | None = None, *, name: str | None = None,
+                  limit: float | None = None) -> dict[str, Any]:
+        """Add a model of your own as an arm of this task (docs/models.md): a
+        scikit-learn estimator or pipeline, with ``grid`` over its options
+        (``{"svc__C": [0.1, 1]}``), or a function ``factory(input_shape,
+        output_shape, **options)`` returning a torch ``nn.Module``, with
+        ``grid`` over its options and ``lr``. It trains on the service's
+        workers beside the zoo's models; ``limit`` caps its job's seconds
+        (at most the service's). Returns the stored record.
+
+        Raises:
+            DataError: a model that is neither, a grid that is not a dict of
+                lists (naming the key), a bad or zoo ``name``.
+            AuthError: the service does not take your models (403).
+        """
+        from .own_models import request_body
+
+        return self.client.request("POST", self._path("/models"), request_body(model, grid, name, limit))
+
+    def models(self) -> list[dict[str, Any]]:
+        """Your own models of this task (``add_model``)."""
+        return self.client.request("GET", self._path("/models"))
+
     def tags(self) -> dict[str, str]:
         return self.client.request("GET", self._path("/tags"))
 
     def set_tags(self, **tags: str) -> dict[str, str]:
         return self.client.request("PUT", self._path("/tags"), {k: str(v) for k, v in tags.items()})
+
+    def budget(self) -> dict[str, Any]:
+        """``max_epochs`` (yours, or None), the ``epochs`` its torch picks train now and their ``source``."""
+        return self.client.request("GET", self._path("/budget"))
+
+    def set_budget(self, *, max_epochs: int | None) -> dict[str, Any]:
+        """The most epochs a pick's configs train (poor ones stop early,
+        docs/budget.md); None: back to the default by data size."""
+        return self.client.request("PUT", self._path("/budget"), {"max_epochs": max_epochs})

@@ -6,6 +6,11 @@ parent's examples plus the new ones. A refine records a child version with
 some examples turned on or off. Nothing here rewrites an old version, and every
 check runs before anything is written, so bad input leaves the store as it was.
 
+Rows are identified by content (``execution.row_keys``): a feed adds only
+the rows the latest version does not hold yet (``FEED_MODES``), and
+``load`` gives each row a split key, a hash of its input, so copies of a
+row are on one side of the validation split.
+
 A blob that a version needs and that cannot be read (deleted, damaged) is a
 ``StoreCorruptError`` naming the task and the version, never a path: ``load``
 raises it, and ``feed`` checks the parent's blobs before it writes, since a
@@ -25,6 +30,8 @@ from typing import Any, Callable, Iterable, Iterator, TypeVar
 import numpy as np
 
 from .errors import DataError, StaleParentError
+from .execution.row_keys import DIGEST_DTYPE, input_digests, row_digests, split_keys
+from . import row_identity
 from .schema import CheckedData, Program, check_data, check_inputs, parse
 from .store import BlobStore, DatasetVersion, ExampleChunk, NewChunk, Store, Task, VersionKind
 from .store.base import unreadable_blob
@@ -35,6 +42,12 @@ MAX_STALE_RETRIES = 50  # versions another writer may store first before a feed 
 _NPY_MAGIC = b"\x93NUMPY"
 _NPZ_MAGIC = b"PK"  # np.savez writes a zip archive
 
+# What a feed does with rows the task's latest version already holds (same
+# input and label): "dedupe" skips them, "append" adds them again as new
+# examples, "replace" makes a version of exactly the fed rows.
+DEDUPE, APPEND, REPLACE = "dedupe", "append", "replace"
+FEED_MODES = (DEDUPE, APPEND, REPLACE)
+
 
 @dataclass(frozen=True)
 class LoadedData:
@@ -44,6 +57,23 @@ class LoadedData:
     example_ids: np.ndarray  # int64, sorted
     X: Any  # ndarray (one tensor), tuple of ndarrays (several), or list of records (recursive)
     y: np.ndarray
+    # uint64 per example, a hash of its input row: the validation split's keys (holdout.validation_mask)
+    split_keys: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class FeedResult:
+    """What a feed did. ``new``: fed rows the latest version did not hold
+    (same input and label); ``duplicates``: fed rows it held already.
+    ``created`` is False when no version was stored (a "dedupe" feed of
+    rows all held already, or a "replace" by the same rows): ``version`` is
+    then the latest one, unchanged."""
+
+    version: DatasetVersion
+    created: bool
+    new: int
+    duplicates: int
+    mode: str
 
 
 def program_of(task: Task) -> Program:
@@ -51,8 +81,24 @@ def program_of(task: Task) -> Program:
 
 
 def feed(store: Store, blobs: BlobStore, task: Task, X: Any, y: Any, *,
-         reserve: Callable[[int], None] | None = None) -> DatasetVersion:
+         reserve: Callable[[int], None] | None = None, mode: str = DEDUPE) -> DatasetVersion:
+    """``feed_rows``, returning the version only."""
+    return feed_rows(store, blobs, task, X, y, reserve=reserve, mode=mode).version
+
+
+def feed_rows(store: Store, blobs: BlobStore, task: Task, X: Any, y: Any, *,
+              reserve: Callable[[int], None] | None = None, mode: str = DEDUPE) -> FeedResult:
     """Check (X, y) against the task's schema and store them as a new version.
+
+    ``mode`` (``FEED_MODES``) says what happens to fed rows that the latest
+    version holds already, the same input and label: "dedupe" (the default)
+    adds only the others, so feeding the same rows again changes nothing
+    and stores no version; "append" adds every fed row, copies included;
+    "replace" stores a version holding exactly the fed rows (none of the
+    parent's), unless they are the latest version's rows already. Repeats
+    inside one feed are kept in every mode: only rows stored before count
+    as duplicates. Rows a refine turned off are not in the latest version:
+    feeding them again adds them as new examples.
 
     Before anything is written: the parent version's blobs must be readable
     (``StoreCorruptError`` otherwise), and ``reserve(n_bytes)``, when given,
@@ -64,8 +110,13 @@ def feed(store: Store, blobs: BlobStore, task: Task, X: Any, y: Any, *,
     again from the new latest version (``StaleParentError``), so concurrent
     feeds each keep all the examples before them.
     """
-    checked = check_data(program_of(task), X, y)
-    return _on_the_latest(lambda: _feed_once(store, blobs, task, checked, reserve))
+    if mode not in FEED_MODES:
+        raise DataError("mode", repr(mode), " or ".join(map(repr, FEED_MODES)))
+    # A table task's rows come checked against its table schema (service.task_schema).
+    checked = X if isinstance(X, CheckedData) else check_data(program_of(task), X, y)
+    inputs = input_digests(checked.X)
+    fed = row_digests(inputs, checked.y)
+    return _on_the_latest(lambda: _feed_once(store, blobs, task, checked, (inputs, fed), mode, reserve))
 
 
 def _on_the_latest(attempt: Callable[[], T]) -> T:
@@ -79,18 +130,30 @@ def _on_the_latest(attempt: Callable[[], T]) -> T:
 
 
 def _feed_once(store: Store, blobs: BlobStore, task: Task, checked: CheckedData,
-               reserve: Callable[[int], None] | None) -> DatasetVersion:
+               digests: tuple[np.ndarray, np.ndarray], mode: str, reserve: Callable[[int], None] | None) -> FeedResult:
+    inputs, fed = digests  # of each fed row: its input, and its input with its label
     parent = store.latest_dataset_version(task.id)
     chunks = store.list_chunks(task.id)  # read once: the next example id, and the blobs to check
     first_id = chunks[-1].first_example_id + chunks[-1].count if chunks else 0
-    new_ids = np.arange(first_id, first_id + checked.n, dtype=np.int64)
-    members = new_ids if parent is None else np.concatenate([_readable_members(blobs, task, parent, chunks), new_ids])
-    x_bytes, y_bytes, members_bytes = _input_bytes(checked.X), npy_bytes(checked.y), npy_bytes(members)
+    parent_members = None if parent is None else _readable_members(blobs, task, parent, chunks)
+    held = np.empty(0, dtype=fed.dtype) if parent is None else _held_rows(blobs, task, parent, parent_members, chunks)
+    is_duplicate = np.isin(fed, held)
+    new, duplicates = int((~is_duplicate).sum()), int(is_duplicate.sum())
+    keep = ~is_duplicate if mode == DEDUPE else np.ones(checked.n, dtype=bool)
+    same_rows = mode == REPLACE and held.size == fed.size and np.array_equal(np.sort(held), np.sort(fed))
+    if parent is not None and (not keep.any() or same_rows):
+        return FeedResult(parent, False, new, duplicates, mode)
+    X = checked.X if keep.all() else _take(checked.X, np.flatnonzero(keep))
+    y = checked.y[keep]
+    n = int(keep.sum())
+    new_ids = np.arange(first_id, first_id + n, dtype=np.int64)
+    members = new_ids if parent_members is None or mode == REPLACE else np.concatenate([parent_members, new_ids])
+    x_bytes, y_bytes, members_bytes = _input_bytes(X), npy_bytes(y), npy_bytes(members)
     if reserve is not None:
         reserve(len(x_bytes) + len(y_bytes) + len(members_bytes))
     with _undo_on_failure(blobs) as put:
-        chunk = NewChunk(x_blob=put(x_bytes), y_blob=put(y_bytes), count=checked.n)
-        return store.create_dataset_version(
+        chunk = NewChunk(x_blob=put(x_bytes), y_blob=put(y_bytes), count=n)
+        version = store.create_dataset_version(
             task.id,
             kind=VersionKind.FEED,
             parent_id=None if parent is None else parent.id,
@@ -98,6 +161,40 @@ def _feed_once(store: Store, blobs: BlobStore, task: Task, checked: CheckedData,
             n_examples=len(members),
             chunk=chunk,
         )
+    row_identity.remember(chunk.x_blob, chunk.y_blob, inputs[keep], fed[keep])  # the next feed's and load's
+    return FeedResult(version, True, new, duplicates, mode)
+
+
+def _held_rows(blobs: BlobStore, task: Task, version: DatasetVersion, members: np.ndarray,
+               chunks: Iterable[ExampleChunk]) -> np.ndarray:
+    """The row digests of ``version``'s active examples (cached per chunk;
+    a chunk is read only the first time this process meets it)."""
+    held = []
+    for chunk in chunks:
+        ids = np.arange(chunk.first_example_id, chunk.first_example_id + chunk.count)
+        rows = np.flatnonzero(np.isin(ids, members))
+        if rows.size == 0:
+            continue
+        digests = row_identity.cached(chunk.x_blob, chunk.y_blob)
+        if digests is None:
+            what = f"{version_name(task, version)}: the examples {chunk.first_example_id} to {ids[-1]}"
+            digests = _chunk_digests(task, chunk, _get_inputs(blobs, chunk.x_blob, what),
+                                     _array(blobs, chunk.y_blob, what))
+        held.append(digests[1][rows])
+    return np.concatenate(held) if held else np.empty(0, dtype=DIGEST_DTYPE)
+
+
+def _chunk_digests(task: Task, chunk: ExampleChunk, X: Any, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(input digests, row digests) of a chunk whose stored arrays are X, y
+    (cached). Records read back from JSON are first made the canonical
+    records that the feed hashed."""
+    found = row_identity.cached(chunk.x_blob, chunk.y_blob)
+    if found is None:
+        if isinstance(X, list):
+            X = check_inputs(program_of(task), X).X
+        inputs = input_digests(X)
+        found = row_identity.remember(chunk.x_blob, chunk.y_blob, inputs, row_digests(inputs, y))
+    return found
 
 
 def version_name(task: Task, version: DatasetVersion) -> str:
@@ -223,20 +320,24 @@ def load(store: Store, blobs: BlobStore, version: DatasetVersion) -> LoadedData:
     members = _members(blobs, version, task)
     xs: list[Any] = []
     ys: list[np.ndarray] = []
+    keys: list[np.ndarray] = []
     for chunk in store.list_chunks(version.task_id, up_to_version=version.id):
         ids = np.arange(chunk.first_example_id, chunk.first_example_id + chunk.count)
         rows = np.flatnonzero(np.isin(ids, members))
         if rows.size == 0:
             continue
         what = f"{version_name(task, version)}: the examples {chunk.first_example_id} to {ids[-1]}"
-        xs.append(_take(_get_inputs(blobs, chunk.x_blob, what), rows))
-        ys.append(_array(blobs, chunk.y_blob, what)[rows])
+        chunk_X, chunk_y = _get_inputs(blobs, chunk.x_blob, what), _array(blobs, chunk.y_blob, what)
+        xs.append(_take(chunk_X, rows))
+        ys.append(chunk_y[rows])
+        keys.append(split_keys(_chunk_digests(task, chunk, chunk_X, chunk_y)[0][rows]))
     X = _concat(xs)
     if isinstance(X, list):
         # JSON gave back plain lists and string keys; the checker restores the
         # canonical records (float32 leaves) that feed originally checked.
         X = check_inputs(program_of(task), X).X
-    return LoadedData(version=version, example_ids=members, X=X, y=np.concatenate(ys))
+    return LoadedData(version=version, example_ids=members, X=X, y=np.concatenate(ys),
+                      split_keys=np.concatenate(keys))
 
 
 def _take(X: Any, rows: np.ndarray) -> Any:

@@ -10,6 +10,9 @@ stored before picks trained grids holds one scikit-learn config's options
 The store keeps a job's spec as its model name and a JSON config
 (``{"grid": {option: [values]}}``, ``{"lrs": [...], "epochs": E}`` or the
 options); :func:`parse_job` is the one place that reads that config back.
+A user's own model (``service/user_models.py``) adds ``"code"``, the blob of
+its pickled estimator or factory, and ``"limit"``, the seconds its job may
+run; a torch one may add ``"grid"``, its options besides the rate.
 Per-config metrics are named ``<metric>[<label>]``: ``val_score[C=0.1]`` for
 a grid point, ``val_accuracy[lr=0.01]`` for a torch config
 (:func:`metric_name`, :func:`split_metric`).
@@ -18,6 +21,8 @@ a grid point, ``val_accuracy[lr=0.01]`` for a torch config
 from __future__ import annotations
 
 import itertools
+import json
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, Iterable, Mapping, Union
 
@@ -27,6 +32,7 @@ from .zoo import Candidate, Engine, ModelConfig
 DEFAULT_EPOCHS = 3
 DEFAULT_LRS = (0.1, 0.01, 0.001)  # a torch candidate whose configs name no rate
 PER_CONFIG_SCORES = ("val_score", "val_accuracy")  # the held-out score of each config
+MAX_USER_CONFIGS = 64  # configs of one user model's grid
 
 
 def _value(v: Any) -> str:
@@ -58,6 +64,8 @@ class SklearnGrid:
 
     model: str
     grid: tuple[tuple[str, tuple[Any, ...]], ...]  # (option, values) in the candidate's order
+    code: str | None = None  # a user's own model: the blob of its pickled estimator
+    limit: float | None = None  # a user's own model: seconds its job may run
 
     engine: ClassVar[Engine] = Engine.SKLEARN
 
@@ -86,10 +94,15 @@ class SklearnGrid:
         return [dict(zip(keys, combo)) for combo in itertools.product(*(v for _, v in self.grid))]
 
     def config(self) -> dict[str, Any]:
-        return {"grid": self.options}
+        return {"grid": self.options, **_own(self.code, self.limit)}
 
     def describe(self) -> str:
         return "grid " + " ".join(f"{k}={'|'.join(_value(v) for v in vs)}" for k, vs in self.grid)
+
+
+def _own(code: str | None, limit: float | None) -> dict[str, Any]:
+    """The config keys of a user's own model (none for a zoo model)."""
+    return {} if code is None else {"code": code, "limit": limit}
 
 
 @dataclass(frozen=True)
@@ -129,6 +142,9 @@ class TorchWorkload:
     model: str
     lrs: tuple[float, ...]
     epochs: int = DEFAULT_EPOCHS
+    options: tuple[tuple[str, tuple[Any, ...]], ...] = ()  # a user's own model: its options besides the rate
+    code: str | None = None  # a user's own model: the blob of its pickled factory
+    limit: float | None = None  # a user's own model: seconds its job may run
 
     engine: ClassVar[Engine] = Engine.TORCH
 
@@ -143,13 +159,18 @@ class TorchWorkload:
         return self.model
 
     def points(self) -> list[dict[str, Any]]:
-        return [{"lr": lr} for lr in self.lrs]
+        """Every config: each rate with each combination of ``options``."""
+        keys = [k for k, _ in self.options]
+        rest = [dict(zip(keys, combo)) for combo in itertools.product(*(v for _, v in self.options))]
+        return [{"lr": lr, **other} for lr in self.lrs for other in rest]
 
     def config(self) -> dict[str, Any]:
-        return {"lrs": list(self.lrs), "epochs": self.epochs}
+        grid = {"grid": {k: list(v) for k, v in self.options}} if self.options else {}
+        return {"lrs": list(self.lrs), "epochs": self.epochs, **grid, **_own(self.code, self.limit)}
 
     def describe(self) -> str:
-        return f"lr={'|'.join(_value(lr) for lr in self.lrs)}, {self.epochs} epochs"
+        other = "".join(f", {k}={'|'.join(_value(v) for v in vs)}" for k, vs in self.options)
+        return f"lr={'|'.join(_value(lr) for lr in self.lrs)}{other}, {self.epochs} epochs"
 
 
 JobSpec = Union[SklearnGrid, SingleConfig, TorchWorkload]
@@ -159,17 +180,25 @@ def parse_job(model: str, config: Mapping[str, Any]) -> JobSpec:
     """The spec of a stored job (its model and config); a ``DataError``
     naming ``config`` when the config is none of the three forms."""
     config = dict(config)
+    code, limit = config.get("code"), config.get("limit")
+    if code is not None and not (isinstance(code, str) and isinstance(limit, (int, float)) and limit > 0):
+        raise DataError("config", repr(config)[:80], "{'code': a blob digest, 'limit': positive seconds}")
+    own = {"code": code, "limit": None if code is None else float(limit)}
     if "lrs" in config and "epochs" in config:
         lrs, epochs = config["lrs"], config["epochs"]
         if not (isinstance(lrs, (list, tuple)) and lrs and isinstance(epochs, int) and epochs > 0):
             raise DataError("config", repr(config)[:80], "{'lrs': [rates], 'epochs': a positive integer}")
-        return TorchWorkload(model, tuple(float(lr) for lr in lrs), epochs)
+        options = _grid(config, config.get("grid")) if "grid" in config else ()
+        return TorchWorkload(model, tuple(float(lr) for lr in lrs), epochs, options, **own)
     if "grid" in config:
-        grid = config["grid"]
-        if not (isinstance(grid, Mapping) and grid and all(isinstance(v, (list, tuple)) and v for v in grid.values())):
-            raise DataError("config", repr(config)[:80], "{'grid': {option: [values]}}")
-        return SklearnGrid(model, tuple((k, tuple(v)) for k, v in grid.items()))
+        return SklearnGrid(model, _grid(config, config["grid"]), **own)
     return SingleConfig(model, tuple(sorted(config.items())))
+
+
+def _grid(config: Mapping[str, Any], grid: Any) -> tuple[tuple[str, tuple[Any, ...]], ...]:
+    if not (isinstance(grid, Mapping) and grid and all(isinstance(v, (list, tuple)) and v for v in grid.values())):
+        raise DataError("config", repr(dict(config))[:80], "{'grid': {option: [values]}}")
+    return tuple((k, tuple(v)) for k, v in grid.items())
 
 
 def describe_job(model: str, config: Mapping[str, Any]) -> str:
@@ -188,3 +217,35 @@ def best_point(metrics: Iterable[Mapping[str, Any]]) -> str | None:
             if label is not None and base in PER_CONFIG_SCORES and value is not None and value == value:
                 scores.append((float(value), label))
     return max(scores)[1] if scores else None
+
+
+def check_user_grid(grid: Any, kind: str) -> dict[str, list[Any]]:
+    """A user model's grid (``kind`` "estimator" or "factory"): a dict of
+    non-empty lists of JSON values, at most :data:`MAX_USER_CONFIGS` configs
+    (a factory's without ``lr`` train each of :data:`DEFAULT_LRS`); a
+    ``DataError`` naming the key otherwise. None is no grid."""
+    if grid is None:
+        return {}
+    if not isinstance(grid, Mapping):
+        raise DataError("grid", type(grid).__name__, "a dict of option -> list of values")
+    out: dict[str, list[Any]] = {}
+    for key, values in grid.items():
+        if not isinstance(key, str) or not key:
+            raise DataError("grid", repr(key), "option names that are non-empty strings")
+        if not isinstance(values, (list, tuple)):
+            raise DataError(f"grid[{key!r}]", type(values).__name__, "a list of values")
+        if not values:
+            raise DataError(f"grid[{key!r}]", "an empty list", "at least one value")
+        try:
+            json.dumps(list(values), allow_nan=False)
+        except (TypeError, ValueError):
+            raise DataError(f"grid[{key!r}]", repr(values)[:80], "numbers, strings, booleans or None") from None
+        out[key] = list(values)
+    if kind == "factory":
+        for lr in out.get("lr", ()):
+            if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not (math.isfinite(lr) and lr > 0):
+                raise DataError("grid['lr']", repr(lr), "positive learning rates")
+    n = math.prod(len(v) for v in out.values()) * (1 if kind == "estimator" or "lr" in out else len(DEFAULT_LRS))
+    if n > MAX_USER_CONFIGS:
+        raise DataError("grid", f"{n} configs", f"at most {MAX_USER_CONFIGS}")
+    return out

@@ -20,7 +20,7 @@ from ease_jupyter.service import embedded
 
 NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
-EXPECTED = {"quickstart.ipynb", "multi_tenant.ipynb", "refine.ipynb", "provenance.ipynb"}
+EXPECTED = {"quickstart.ipynb", "multi_tenant.ipynb", "refine.ipynb", "provenance.ipynb", "own_data.ipynb"}
 
 
 def test_the_example_notebooks_are_there():

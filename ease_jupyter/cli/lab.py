@@ -4,8 +4,9 @@
     easeml lab --no-browser --port 9000 -- --IdentityProvider.token=secret
 
 It connects to the service first (``EASEML_URL``/``EASEML_TOKEN``, else the
-embedded service of the data dir, started if needed), then replaces itself
-with ``python -m jupyterlab`` opening ``notebooks/quickstart.ipynb``:
+embedded service of the data dir, started if needed), then runs
+``python -m jupyterlab`` opening ``notebooks/quickstart.ipynb`` until it
+exits, and then stops the embedded service if it started it:
 
 - in a repository checkout (editable install) that is the repository's own
   notebook, with the repository as JupyterLab's root;
@@ -21,8 +22,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import click
@@ -84,36 +88,81 @@ def command(ip: str, port: int, no_browser: bool, notebook: Path | None, data_di
             jupyter_args: tuple[str, ...]) -> None:
     """Start (or attach to) the ease.ml service, then JupyterLab on the quickstart notebook.
 
+    An embedded service that this command started is stopped when JupyterLab
+    exits; one that was already running is left running (`easeml stop` ends it).
     Extra arguments are passed to JupyterLab, e.g. ``-- --IdentityProvider.token=T``.
     """
-    from ..client import Client
+    from ..client import Client, URL_ENV
+    from ..service import embedded
 
     env = os.environ.copy()
     if data_dir is not None:
         env["EASEML_DATA_DIR"] = str(data_dir.expanduser().resolve())
         os.environ["EASEML_DATA_DIR"] = env["EASEML_DATA_DIR"]
+    started: embedded.Embedded | None = None
     try:
+        if not os.environ.get(URL_ENV):
+            service = embedded.start_embedded()
+            started = service if service.started else None
         client = Client()
         user = client.whoami().get("name")
     except Exception as error:  # noqa: BLE001 - any failure to reach the service ends here, with its reason
+        stop_started(started)
         raise click.ClickException(f"the ease.ml service is not available: {error}") from None
-    click.echo(f"ease.ml service: {client.url} (as {user})", err=True)
+    how = " (started here: it stops when JupyterLab exits)" if started else ""
+    click.echo(f"ease.ml service: {client.url} (as {user}){how}", err=True)
 
-    root, path = locate(notebook, Path.cwd().resolve())
-    relative = path.relative_to(root).as_posix()
-    click.echo(f"opening {path}", err=True)
-    argv = [
-        sys.executable, "-m", "jupyterlab",
-        f"--ServerApp.ip={ip}", f"--ServerApp.port={port}", f"--ServerApp.root_dir={root}",
-        f"--LabApp.default_url=/lab/tree/{quote(relative)}",
-    ]
-    if no_browser:
-        argv.append("--ServerApp.open_browser=False")
-    argv.extend(a for a in jupyter_args if a != "--")
-    if hasattr(os, "geteuid") and os.geteuid() == 0 and "--allow-root" not in argv:
-        # containers and CI machines run as root; JupyterLab refuses that without the flag
-        click.echo("running as root: passing --allow-root to JupyterLab", err=True)
-        argv.append("--allow-root")
+    try:
+        root, path = locate(notebook, Path.cwd().resolve())
+        relative = path.relative_to(root).as_posix()
+        click.echo(f"opening {path}", err=True)
+        argv = [
+            sys.executable, "-m", "jupyterlab",
+            f"--ServerApp.ip={ip}", f"--ServerApp.port={port}", f"--ServerApp.root_dir={root}",
+            f"--LabApp.default_url=/lab/tree/{quote(relative)}",
+        ]
+        if no_browser:
+            argv.append("--ServerApp.open_browser=False")
+        argv.extend(a for a in jupyter_args if a != "--")
+        if hasattr(os, "geteuid") and os.geteuid() == 0 and "--allow-root" not in argv:
+            # containers and CI machines run as root; JupyterLab refuses that without the flag
+            click.echo("running as root: passing --allow-root to JupyterLab", err=True)
+            argv.append("--allow-root")
+        code = run_jupyterlab(argv, env)
+    finally:
+        stop_started(started)
+    sys.exit(code)
+
+
+def run_jupyterlab(argv: list[str], env: dict[str, str]) -> int:
+    """Run JupyterLab as a child until it exits; its exit status.
+
+    A child, not ``exec``: this process must outlive JupyterLab to stop the
+    service it started. Ctrl-C in the terminal reaches the child directly
+    (same process group; JupyterLab asks to confirm), so this process
+    ignores SIGINT; SIGTERM and SIGHUP are passed on to the child.
+    """
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(sys.executable, argv, env)
+    child = subprocess.Popen(argv, env=env)
+    forward = lambda signum, frame: child.send_signal(signum)  # noqa: E731
+    previous = {sig: signal.signal(sig, handler) for sig, handler in
+                ((signal.SIGINT, signal.SIG_IGN), (signal.SIGTERM, forward), (signal.SIGHUP, forward))}
+    try:
+        return child.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if child.poll() is None:  # this process is leaving first (an error here): take JupyterLab along
+            child.terminate()
+            child.wait()
+
+
+def stop_started(service: Any) -> None:
+    """Stop the embedded service ``service`` if this command started it (and it still is that process)."""
+    if service is None:
+        return
+    from ..service import embedded
+
+    if embedded.stop(pid=service.pid):
+        click.echo(f"stopped the ease.ml service at {service.url}", err=True)

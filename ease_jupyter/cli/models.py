@@ -3,6 +3,13 @@
     easeml models --input 64,64,3 --output 10
     easeml models --program "{input: {[Tensor[3]], [next]}, output: {[Tensor[4]], []}}"
     easeml models --input 64 --output 10 --examples 5000 --json
+    easeml models --input 28,28,1 --output 10 --examples 60000 --epochs 20
+
+The epochs shown for torch candidates are those the service trains a pick
+with (docs/budget.md): the most epochs of its successive halving, by data
+size (``zoo.default_max_epochs`` of ``--examples``) unless ``--epochs``
+gives a task's ``max_epochs``; the schedule says how many of the pick's
+configs reach each rung.
 """
 
 from __future__ import annotations
@@ -73,13 +80,33 @@ def _human_flops(x: float) -> str:
 
 
 def _candidate_record(c: Any, examples: int, epochs: int | None) -> dict[str, Any]:
+    """One candidate as the service trains a pick of it: a torch candidate's
+    configs by successive halving up to ``epochs`` (or the rule by data size)
+    (``schedule``; ``pick_cost`` counts the epochs each config trains), a
+    scikit-learn candidate's grid once (``schedule`` None)."""
+    from ease_jupyter.execution.automl import pick_schedule
+    from ease_jupyter.zoo import Engine
+    from ease_jupyter.zoo.templates import default_max_epochs
+
+    schedule = None
+    if c.engine is Engine.TORCH:  # as service.task_epochs.pick_epochs with no --torch-epochs
+        epochs = epochs or default_max_epochs(examples)
+        plan = pick_schedule(len(c.configs), epochs)
+        schedule = {"rungs": list(plan.rungs), "sizes": list(plan.sizes), "config_epochs": plan.config_epochs,
+                    "describe": plan.describe()}
+        pick_cost = c.cost(examples, 1) * plan.config_epochs
+    else:
+        epochs = int(epochs or c.epochs)
+        pick_cost = c.cost(examples, epochs) * len(c.configs)
     return {
         "name": c.name,
         "family": c.family,
         "engine": c.engine.value,
-        "epochs": int(epochs or c.epochs),
+        "epochs": int(epochs),
+        "schedule": schedule,
         "flops_per_example": float(c.flops_per_example),
         "cost": c.cost(examples, epochs),
+        "pick_cost": pick_cost,
         "descriptor": [float(v) for v in c.descriptor],
         "configs": [{"key": cfg.key, "options": cfg.options} for cfg in c.configs],
     }
@@ -94,8 +121,9 @@ def _candidate_record(c: Any, examples: int, epochs: int | None) -> dict[str, An
               help='An ease.ml program instead of --input/--output, e.g. "{input: {[Tensor[3]], [next]}, output: {[Tensor[4]], []}}".')
 @click.option("--examples", type=click.IntRange(min=1), default=1000, show_default=True,
               help="Number of training examples the cost estimate assumes.")
-@click.option("--epochs", type=click.IntRange(min=1), default=None,
-              help="Training epochs the cost assumes (default: each candidate's own).")
+@click.option("--epochs", type=click.IntRange(min=1, max=1000), default=None,
+              help="A task's max_epochs: the most epochs a torch pick trains (default: the service's rule for "
+                   "--examples).")
 @click.option("--seq-len", type=click.IntRange(min=1), default=None,
               help="Sequence length for the cost of time-series models (default 32).")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON instead of a table.")
@@ -141,6 +169,7 @@ def command(input_shape: tuple[int, ...] | None, output_shape: tuple[int, ...] |
             click.echo(f"workload: {workload.value}")
         raise click.ClickException(str(e)) from e
 
+    epochs_given = epochs is not None
     records = [_candidate_record(c, examples, epochs) for c in cands]
     if as_json:
         click.echo(json.dumps({**header, "candidates": records}, indent=2))
@@ -159,14 +188,19 @@ def command(input_shape: tuple[int, ...] | None, output_shape: tuple[int, ...] |
     table = Table(title=f"candidate models (cost for {examples} examples)")
     for col, kw in (
         ("name", {"style": "bold"}), ("family", {}), ("engine", {}), ("epochs", {"justify": "right"}),
-        ("est. cost", {"justify": "right"}), ("configs", {}),
+        ("est. cost of a pick", {"justify": "right"}), ("configs", {}),
     ):
         table.add_column(col, **kw)
     for r in records:
-        cells = (r["name"], r["family"], r["engine"], str(r["epochs"]), _human_flops(r["cost"]),
+        epochs = str(r["epochs"]) if r["schedule"] is None else f"{r['epochs']}\n({r['schedule']['describe']})"
+        cells = (r["name"], r["family"], r["engine"], epochs, _human_flops(r["pick_cost"]),
                  "\n".join(cfg["key"] for cfg in r["configs"]))
         table.add_row(*(Text(c) for c in cells))
     console.print(table)
-    total = sum(r["cost"] * len(r["configs"]) for r in records)
+    total = sum(r["pick_cost"] for r in records)
     n_cfg = sum(len(r["configs"]) for r in records)
     console.print(f"{len(records)} candidates, {n_cfg} configs, {_human_flops(total)} to train them all", markup=False)
+    if any(r["schedule"] is not None for r in records):
+        how = "--epochs (a task's max_epochs)" if epochs_given else f"the data size ({examples} examples)"
+        console.print(f"torch picks: at most {next(r['epochs'] for r in records if r['schedule'])} epochs, by {how}; "
+                      "configs that rank poorly stop early (successive halving, docs/budget.md)", markup=False)

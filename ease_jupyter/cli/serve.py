@@ -42,8 +42,9 @@ import click
               help="Where scikit-learn jobs run: spawned worker processes, or threads in the service.")
 @click.option("--max-running", default=2, show_default=True, type=click.IntRange(1, 1000),
               help="Cap on running jobs per user (k).")
-@click.option("--torch-epochs", default=3, show_default=True, type=click.IntRange(1, 1000),
-              help="Epochs each learning rate of a torch pick (one MOP workload) trains.")
+@click.option("--torch-epochs", default=None, type=click.IntRange(1, 1000), metavar="N",
+              help="The most epochs a torch pick's configs train (poor ones stop early) where a task sets no "
+                   "max_epochs. Default: by data size, see `easeml models`.")
 @click.option("--mop-partitions", default=None, type=click.IntRange(1, 1024), metavar="N",
               help="Data partitions per torch (MOP) job; an interrupted job resumes from its last finished "
                    "partition unit (default: one per engine worker).")
@@ -64,13 +65,19 @@ import click
 @click.option("--blob-gc", default=6 * 3600.0, show_default=True, type=click.FloatRange(min=0), metavar="SECONDS",
               help="Delete unreferenced blobs (superseded checkpoints, old selector states) older than an hour, "
                    "a minute after start-up and then this often; 0 turns it off (see `easeml gc`).")
+@click.option("--allow-user-models/--no-allow-user-models", default=False, show_default=True,
+              help="Take users' own models (task.add_model), whose code runs on the shared workers; an admin "
+                   "allows or forbids one user with `easeml users allow-models NAME [--off]` either way.")
+@click.option("--user-model-timeout", default=600.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              metavar="SECONDS", help="The most seconds a job of a user's own model may run; past it the job fails.")
 @click.option("--jupyterhub", is_flag=True, default=False,
               help="Run as a JupyterHub service: users authenticate with hub API tokens (or the hub's OAuth "
                    "login); the API lives under $JUPYTERHUB_SERVICE_PREFIX, and --host/--port default to "
                    "$JUPYTERHUB_SERVICE_URL.")
 def command(db_url, data_dir, engine, precision, blob_url, policy, cross_user_prior, host, port, workers, executor, max_running, torch_epochs, mop_partitions,
             max_torch_workloads, max_json_mb, max_chunk_mb,
-            idle_shutdown, worker_nice, upload_ttl, quota_gb, blob_gc, jupyterhub) -> None:
+            idle_shutdown, worker_nice, upload_ttl, quota_gb, blob_gc, allow_user_models, user_model_timeout,
+            jupyterhub) -> None:
     """Run the scheduler service until interrupted."""
     from ease_jupyter.service import ServiceConfig, serve
     from ease_jupyter.store import default_data_dir
@@ -101,6 +108,7 @@ def command(db_url, data_dir, engine, precision, blob_url, policy, cross_user_pr
                                idle_shutdown_seconds=idle_shutdown, worker_nice=worker_nice, upload_ttl_seconds=upload_ttl,
                                quota_bytes=int(quota_gb * 1024**3) or None,
                                blob_gc_seconds=blob_gc or None,
+                               allow_user_models=allow_user_models, user_model_timeout=user_model_timeout,
                                jupyterhub=jupyterhub, base_url=base_url)
     except ValueError as error:
         hint = "'--policy'" if str(error).startswith("policy:") else None

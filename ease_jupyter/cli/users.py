@@ -146,3 +146,25 @@ def link(name, db_url, data_dir) -> None:
     if replaced is not None:
         click.echo(f"the empty hub account {name!r} (made at a login before the link) is now a local account "
                    "with no token", err=True)
+
+
+@command.command("allow-models")
+@click.argument("name")
+@click.option("--off", is_flag=True, help="Forbid NAME's own models, even where the service allows them.")
+@click.option("--hub", is_flag=True, help="NAME is a JupyterHub user, not a local account.")
+@_db
+@_dir
+def allow_models(name, off, hub, db_url, data_dir) -> None:
+    """Let user NAME add models of her own (task.add_model, %easeml model),
+    whatever the service's --allow-user-models; --off forbids them.
+
+    Her models' code then runs on the shared workers. A running service
+    reads the setting at her next request."""
+    from ease_jupyter.service.auth import check_name
+    from ease_jupyter.service.user_models import set_user_setting
+    from ease_jupyter.store.base import HUB, LOCAL
+
+    with _naming(db_url, data_dir) as store:
+        user = store.user_by_name(check_name("name", name), HUB if hub else LOCAL)
+        set_user_setting(store, user, not off)
+    click.echo(f"user {name!r} may {'not ' if off else ''}add models of her own", err=True)

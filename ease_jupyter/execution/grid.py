@@ -112,7 +112,7 @@ def split_80_20(X: Any, y: Any, *, test_size: float = 0.2, classification: bool 
     when every class has at least two examples."""
     from sklearn.model_selection import train_test_split
 
-    X, y = np.asarray(X), np.asarray(y)
+    X, y = _rows(X), np.asarray(y)
     if len(X) != len(y):
         raise EaseMLError(f"y: found {len(y)} labels, expected one per example of X ({len(X)})")
     if len(X) < 2:
@@ -127,6 +127,12 @@ def split_80_20(X: Any, y: Any, *, test_size: float = 0.2, classification: bool 
             stratify = y
     X_tr, X_te, y_tr, y_te = train_test_split(X, y, test_size=test_size, random_state=seed, stratify=stratify)
     return X_tr, y_tr, X_te, y_te
+
+
+def _rows(data: Any) -> Any:
+    """Examples as the estimators take them: a DataFrame as it is (a table
+    task's pipeline selects its columns by name), anything else as an array."""
+    return data if type(data).__module__.startswith("pandas") else np.asarray(data)
 
 
 def _grid_workers(resources: Mapping[str, Mapping[str, float]]) -> list[str] | None:
@@ -261,7 +267,7 @@ def grid_search(
     else:
         if len(split) != 4:
             raise EaseMLError(f"split: found {len(split)} items, expected (X_train, y_train, X_test, y_test)")
-        X_tr, y_tr, X_te, y_te = (np.asarray(a) for a in split)
+        X_tr, y_tr, X_te, y_te = (_rows(a) for a in split)
         if len(X_tr) != len(y_tr) or len(X_te) != len(y_te) or not len(X_tr) or not len(X_te):
             raise EaseMLError("split: found mismatched or empty parts, expected X_train/y_train and X_test/y_test of equal, non-zero lengths")
     if memory not in ("auto", "fixed", None) and not (isinstance(memory, int) and not isinstance(memory, bool) and memory > 0):

@@ -53,8 +53,10 @@ def fit_and_score(
     )
 
 
-def _flatten(X: np.ndarray) -> np.ndarray:
-    return X.reshape(len(X), -1)
+def _flatten(X: Any) -> Any:
+    """Tensors as flat feature vectors; a DataFrame (a table task's rows,
+    for its preprocessing pipeline) as it is."""
+    return X if type(X).__module__.startswith("pandas") else X.reshape(len(X), -1)
 
 
 def _score(model: Any, X: np.ndarray, y: np.ndarray, classification: bool) -> float:

@@ -13,6 +13,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 
 from .commands import ROUTER, Session
 from .display import Result
+from .errors import shorten
 
 __all__ = ["EaseMLMagics", "Result", "load_ipython_extension"]
 
@@ -30,11 +31,21 @@ class EaseMLMagics(Magics):
     @argument("--input", help="input shape for a new task, e.g. 4 or 64,64,3")
     @argument("--output", help="output shape for a new task, e.g. 3")
     @argument("--program", help="an ease.ml program for a new task")
+    @argument("--from", dest="like", help="task: a DataFrame variable (or CSV/Parquet path) to infer a table task from")
+    @argument("--target", help="task --from: the target column")
     @argument("--token", help="connect: the token (default $EASEML_TOKEN)")
     @argument("--keep", help="refine: ids to turn on, as 1,2,3 or a variable")
     @argument("--drop", help="refine: ids to turn off, as 1,2,3 or a variable")
     @argument("--timeout", type=float, help="status: wait up to this many seconds for the task to be idle")
     @argument("--all", action="store_true", help="status: the service view across all users")
+    @argument("--mode", choices=("dedupe", "append", "replace"),
+              help="feed: rows already there are skipped (dedupe, the default), added again (append), "
+                   "or the version holds only the fed rows (replace)")
+    @argument("--yes", action="store_true", help="delete: do not ask for a confirmation")
+    @argument("--format", help="export: joblib or onnx (scikit-learn), torchscript, onnx or state_dict (torch)")
+    @argument("--grid", help="model: the grid, as JSON ({\"C\": [0.1, 1]}) or a notebook variable holding a dict")
+    @argument("--as", dest="model_name", help="model: the model's name (default: the object's own)")
+    @argument("--debug", action="store_true", help="on an error, show the full traceback (not one line)")
     @line_cell_magic
     def easeml(self, line: str, cell: str | None = None) -> Result:
         """Declarative model selection on the shared ease.ml service.
@@ -43,7 +54,9 @@ class EaseMLMagics(Magics):
         %easeml task NAME --input 4 --output 3   create or open a task
         %easeml task NAME --program "input: [4] output: [3]"
         %%easeml task NAME                  the cell body is the ease.ml program
-        %easeml feed NAME X y               add examples from notebook variables
+        %easeml task NAME --from df --target species   a table task, its schema from a DataFrame
+        %easeml feed NAME X y [--mode M]    add examples from notebook variables (rows already
+                                            there are skipped; --mode append or replace)
         %easeml refine NAME --drop 3,5      turn examples off (or --keep ids on)
         %easeml refine NAME                 the refine panel: page, toggle, filter, sort, save
         %easeml status NAME [--timeout S]   one task: live leaderboard and curves (optionally wait)
@@ -52,18 +65,33 @@ class EaseMLMagics(Magics):
         %easeml infer NAME X                predict with the best model so far
         %easeml provenance NAME             the task's provenance DAG (click, trace back/forward)
         %easeml models NAME                 the models trained for the task, best first
+        %easeml model NAME VAR [--grid G] [--as M]   your own estimator or torch net factory VAR
+                                            as a model of the task (docs/models.md)
         %easeml cancel NAME                 stop exploring the task
+        %easeml delete NAME [--yes]         delete the task and its data for good (asks first)
+        %easeml export NAME PATH [--format F]   the best model to a file, its model card to
+                                            PATH.card.json (docs/export.md)
 
         Each returns a Result: shown as a table, with the raw answer in `.data`;
         status, refine (no ids) and provenance show a live widget (`.widget`).
+
+        An error shows as one line (and a hint where one is known); the cell
+        still fails. `%easeml --debug ...` shows the full traceback, and
+        `_easeml_error.error` holds that of the last failed line.
         """
         args = parse_argstring(self.easeml, line)
-        if cell is not None and args.command != "task":
-            raise ValueError("%%easeml: only 'task NAME' takes a cell (the program)")
         user_ns = self.shell.user_ns if self.shell is not None else {}
-        if args.command == "task":
-            return ROUTER["task"](self.session, args, user_ns, cell)
-        return ROUTER[args.command](self.session, args, user_ns)
+        try:
+            if cell is not None and args.command != "task":
+                raise ValueError("%%easeml: only 'task NAME' takes a cell (the program)")
+            if args.command == "task":
+                return ROUTER["task"](self.session, args, user_ns, cell)
+            return ROUTER[args.command](self.session, args, user_ns)
+        except Exception as error:
+            user_ns["_easeml_error"] = Result.failed(error)
+            if not args.debug:
+                shorten(error)
+            raise
 
 
 def load_ipython_extension(ipython: Any) -> None:

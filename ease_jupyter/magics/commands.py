@@ -12,6 +12,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..client import Client, Task
+from ..errors import DataError
 from ..jobspec import describe_job
 from .display import Result
 
@@ -30,6 +31,20 @@ def _need(args: Any, what: str = "NAME") -> str:
     if not args.name:
         raise ValueError(f"%easeml {args.command}: expected {what}")
     return args.name
+
+
+def _name_only(args: Any, what: str = "NAME") -> str:
+    """``_need``, for the commands that take nothing after the name: extra
+    words are refused, never dropped (``task my task`` must not make "my")."""
+    name = _need(args, what)
+    if args.values:
+        from ..service.auth import NAME_EXPECTED
+
+        words = " ".join([name, *args.values])
+        expected = (f"one {what} after %easeml {args.command}" if args.command == "connect"
+                    else f"one task name of {NAME_EXPECTED}, without spaces")
+        raise DataError("name", f"{len(args.values) + 1} words {words!r}", expected)
+    return name
 
 
 def _value(user_ns: dict, expr: str, what: str) -> Any:
@@ -55,34 +70,49 @@ def _shape(text: str | None) -> list[int] | None:
 
 
 def _version(task: Task, v: dict) -> Result:
-    return Result(f"{task.name}: dataset version {v['number']} ({v['kind']}, {v['n_examples']} examples)", v)
+    title = f"{task.name}: dataset version {v['number']} ({v['kind']}, {v['n_examples']} examples)"
+    if "new" in v:  # a feed: what it added
+        title += f"; fed {v['new']} new row(s), {v['duplicates']} already there"
+        if v["mode"] == "append" and v["duplicates"]:
+            title += " (appended again)"
+        elif not v.get("created", True):
+            title += ", no new version"
+    return Result(title, v)
 
 
 def connect(session: Session, args: Any, user_ns: dict) -> Result:
+    if args.name is not None:
+        _name_only(args, "URL")
     session.client = Client(args.name, args.token)
     me = session.client.whoami()
     return Result(f"connected to {session.client.url} as {me['name']}", me)
 
 
 def task(session: Session, args: Any, user_ns: dict, cell: str | None = None) -> Result:
-    name = _need(args)
+    name = _name_only(args)
     program = cell.strip() if cell and cell.strip() else args.program
-    t = session.get().task(name, input=_shape(args.input), output=_shape(args.output), program=program)
+    like = getattr(args, "like", None)
+    if like is not None:  # a table task whose schema comes from a DataFrame (or a CSV/Parquet path)
+        t = session.get().task(name, like=_value(user_ns, like, "--from"), target=getattr(args, "target", None))
+    else:
+        t = session.get().task(name, input=_shape(args.input), output=_shape(args.output), program=program)
     user_ns.setdefault("_easeml_tasks", {})[name] = t
     return Result(f"task {name}", t.info, [{"name": t.name, "program": t.program}])
 
 
 def feed(session: Session, args: Any, user_ns: dict) -> Result:
     name = _need(args)
-    if len(args.values) != 2:
-        raise ValueError("%easeml feed NAME X y: expected two variable names")
+    if len(args.values) not in (1, 2):
+        raise ValueError("%easeml feed NAME X [y]: expected X and y (or one table with its target column, "
+                         "or an image folder's path)")
     t = session.get().task(name)
-    X, y = (_value(user_ns, e, f) for e, f in zip(args.values, ("X", "y")))
-    return _version(t, t.feed(X, y))
+    X = _value(user_ns, args.values[0], "X")
+    y = _value(user_ns, args.values[1], "y") if len(args.values) == 2 else None
+    return _version(t, t.feed(X, y, mode=getattr(args, "mode", None)))
 
 
 def refine(session: Session, args: Any, user_ns: dict) -> Result:
-    t = session.get().task(_need(args))
+    t = session.get().task(_name_only(args))
     if args.keep is None and args.drop is None:  # no ids: the refine panel
         from ..widgets import RefinePanel
 
@@ -113,7 +143,7 @@ def status(session: Session, args: Any, user_ns: dict) -> Result:
         rows = [{"task": r["task"], "model": (r["best"] or {}).get("model"), "config": _best_config(r["best"]),
                  "accuracy": (r["best"] or {}).get("accuracy")} for r in board]
         return Result(f"{len(rows)} task(s)", board, rows, ["task", "model", "config", "accuracy"])
-    t = client.task(args.name)
+    t = client.task(_name_only(args))
     if args.timeout is not None:
         t.wait(timeout=args.timeout)
     info = t.refresh()
@@ -155,7 +185,7 @@ def infer(session: Session, args: Any, user_ns: dict) -> Result:
 
 
 def provenance(session: Session, args: Any, user_ns: dict) -> Result:
-    t = session.get().task(_need(args))
+    t = session.get().task(_name_only(args))
     graph = t.provenance(direction="all")
     node = lambda n: "outside" if n is None else f"{n['kind']}:{n['id']}"  # noqa: E731
     rows = [{"edge": e["kind"], "from": node(e["src"]), "to": node(e["dst"]), "job": e["job_id"]} for e in graph["edges"]]
@@ -169,7 +199,7 @@ def provenance(session: Session, args: Any, user_ns: dict) -> Result:
 
 
 def models(session: Session, args: Any, user_ns: dict) -> Result:
-    jobs = session.get().task(_need(args)).jobs()
+    jobs = session.get().task(_name_only(args)).jobs()
     rows = sorted(({"model": j["model"], "config": describe_job(j["model"], j["config"]), "status": j["status"], "accuracy": j["accuracy"],
                     "seconds": j["cost_seconds"], "version": j["dataset_version"]} for j in jobs),
                   key=lambda r: -(r["accuracy"] if r["accuracy"] is not None else -1e9))
@@ -177,11 +207,57 @@ def models(session: Session, args: Any, user_ns: dict) -> Result:
 
 
 def cancel(session: Session, args: Any, user_ns: dict) -> Result:
-    info = session.get().task(_need(args)).cancel()
+    info = session.get().task(_name_only(args)).cancel()
     return Result(f"task {args.name} cancelled", info)
 
 
+def delete(session: Session, args: Any, user_ns: dict, ask: Callable[[str], str] = input) -> Result:
+    """Delete a task for good, after asking (``--yes`` skips the question)."""
+    name = _name_only(args)
+    t = session.get().task(name)  # a task that does not exist is a NotFoundError before any question
+    if not getattr(args, "yes", False):
+        answer = ask(f"Delete task {name!r} with all its dataset versions, models and stored data? "
+                     f"This cannot be undone. Type the task name to confirm: ")
+        if answer.strip() != name:
+            return Result(f"task {name} not deleted (the answer was not {name!r})", {"deleted": False, "name": name})
+    out = t.delete()
+    return Result(f"task {name} deleted: {out['versions']} dataset version(s), {out['jobs']} job(s), "
+                  f"{out['blobs_deleted']} stored blob(s) ({out['bytes_freed']} bytes) removed", out)
+
+
+def export(session: Session, args: Any, user_ns: dict) -> Result:
+    """The task's best model to PATH (its model card beside it), ``--format`` as ``Task.export``."""
+    name = _need(args)
+    if len(args.values) != 1:
+        raise ValueError("%easeml export NAME PATH: expected one path (quote it if it has spaces)")
+    path = args.values[0]
+    card = session.get().task(name).export(path, format=getattr(args, "format", None))
+    from ..service.export_bundle import card_path
+
+    return Result(f"{name}: {card['training']['model']} (job {card['provenance']['job_id']}, "
+                  f"{card['metrics']['name']} {card['metrics']['value']:.4g}) exported as {card['format']} to {path}; "
+                  f"model card {card_path(path)}", card)
+
+
+def model(session: Session, args: Any, user_ns: dict) -> Result:
+    """``%easeml model NAME VAR [--grid JSON_OR_VAR] [--as MODEL]``: the notebook's
+    estimator or factory ``VAR`` as a model of task NAME (``Task.add_model``)."""
+    from .model_args import grid_of
+
+    name = _need(args)
+    if len(args.values) != 1:
+        raise ValueError("%easeml model NAME VAR: expected one variable (an estimator, or a factory of a torch net)")
+    obj = _value(user_ns, args.values[0], "model")
+    record = session.get().task(name).add_model(obj, grid_of(getattr(args, "grid", None), user_ns),
+                                                name=getattr(args, "model_name", None))
+    grid = ", ".join(f"{k}={'|'.join(map(str, v))}" for k, v in record["grid"].items()) or "as given"
+    return Result(f"{name}: model {record['name']} ({record['kind']}, {grid}) added; it trains beside the zoo's",
+                  record)
+
+
 ROUTER: dict[str, Callable[..., Result]] = {
+    "model": model,
     "connect": connect, "task": task, "feed": feed, "refine": refine, "status": status,
-    "infer": infer, "provenance": provenance, "models": models, "cancel": cancel,
+    "infer": infer, "provenance": provenance, "models": models, "cancel": cancel, "delete": delete,
+    "export": export,
 }

@@ -13,6 +13,8 @@ import html
 import logging
 from typing import Any, Callable, Mapping, Sequence
 
+from .errors import full_traceback, one_line
+
 log = logging.getLogger(__name__)
 
 
@@ -29,16 +31,28 @@ class Result:
 
     ``widget`` (optional) is a zero-argument factory of the live widget that
     the notebook displays in place of the table.
+
+    A failed line (``Result.failed``) has ``error``: the full traceback as
+    text (the notebook showed only its last line), ``exception`` the
+    exception itself; both are None on success.
     """
 
     def __init__(self, title: str, data: Any, rows: Sequence[Mapping[str, Any]] | None = None,
-                 columns: Sequence[str] | None = None, widget: Callable[[], Any] | None = None):
+                 columns: Sequence[str] | None = None, widget: Callable[[], Any] | None = None,
+                 error: BaseException | None = None):
         self.title, self.data = title, data
+        self.exception = error
+        self.error = None if error is None else full_traceback(error)
         self._factory, self._widget = widget, None
         if rows is None:
             rows = [{"field": k, "value": v} for k, v in data.items()] if isinstance(data, Mapping) else []
         self.rows = list(rows)
         self.columns = list(columns) if columns else list(dict.fromkeys(k for r in self.rows for k in r))
+
+    @classmethod
+    def failed(cls, error: BaseException) -> "Result":
+        """What a failed line leaves in the notebook as ``_easeml_error``."""
+        return cls(one_line(error), None, [], error=error)
 
     @property
     def widget(self) -> Any:

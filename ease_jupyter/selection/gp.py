@@ -340,6 +340,36 @@ class ModelPrior:
     def n_models(self) -> int:
         return int(self.mean_.shape[0])
 
+    def with_own_models(self, n: int) -> "ModelPrior":
+        """This prior over the catalogue plus ``n`` models of one user's own,
+        appended (indices ``K .. K+n-1``). Nothing is known of an own model
+        beyond the task: its mean is the catalogue's mean, and its feature a
+        point far from every other model, so the kernel's constant part (how
+        hard the task is) is all it shares with them; without a kernel, it is
+        independent with the catalogue's mean variance."""
+        if n <= 0:
+            return self
+        k = self.n_models
+        ext = ModelPrior(kernel=self.kernel, alpha=self.alpha, prior_mean=self.prior_mean)
+        ext.mean_ = np.append(self.mean_, np.full(n, float(np.mean(self.mean_)) if k else self.prior_mean))
+        features = self.features_ if getattr(self, "features_", None) is not None else np.eye(k)
+        far = np.abs(features).max(initial=1.0) * 1e6
+        own = np.zeros((n, features.shape[1]))
+        own[:, 0] = far * (np.arange(n) + 2.0)  # far from the catalogue and from each other
+        ext.features_ = np.vstack([features, own])
+        if self.kernel_ is not None:
+            ext.cov_ = np.asarray(self.kernel_(ext.features_), dtype=float)
+        else:
+            var = float(np.mean(np.diag(self.cov_))) if k else 0.05
+            ext.cov_ = np.zeros((k + n, k + n))
+            ext.cov_[:k, :k] = self.cov_
+            ext.cov_[k:, k:] = np.eye(n) * var
+        ext.kernel_ = self.kernel_
+        ext.source_ = self.source_
+        ext.log_marginal_likelihood_value_ = self.log_marginal_likelihood_value_
+        ext.n_history_ = getattr(self, "n_history_", 0)
+        return ext
+
 
 class UserGP:
     """One user's GP posterior over her candidate models, updated incrementally.

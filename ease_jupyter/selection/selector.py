@@ -72,7 +72,7 @@ class Pick:
 class _User:
     name: str
     slot: int
-    models: np.ndarray  # catalogue indices of the candidates
+    models: np.ndarray  # catalogue indices of the candidates (her own models come after them in ``names``)
     names: list[str]
     index: dict[str, int]
     cost: np.ndarray  # raw cost estimates (seconds), per local model
@@ -90,6 +90,7 @@ class _User:
     scores: np.ndarray | None = None
     avail: np.ndarray | None = None
     rate: np.ndarray | None = None  # the default rule's gain per second, per local model
+    own: int = 0  # her own models, outside the catalogue: the last ``own`` of ``names``
 
 
 class Selector:
@@ -323,7 +324,7 @@ class Selector:
 
     def _beta(self, u: _User) -> float:
         t = u.gp.n_obs + len(u.pending) + 1
-        K = u.models.size
+        K = len(u.names)
         if self.beta_schedule == "theorem":
             b = 2.0 * math.log(math.pi ** 2 * max(self._n_active(), 1) * K * t * t / (6.0 * self.delta))
         else:
@@ -438,6 +439,8 @@ class Selector:
                 k = int(np.argmax(np.where(avail, score, -np.inf)))
             return k
         ranks = self._ranks[u.models]
+        if u.own:  # her own models come after the catalogue's, in the order she added them
+            ranks = np.concatenate([ranks, ranks.max(initial=0) + 1 + np.arange(u.own)])
         return int(np.argmin(np.where(avail, ranks, np.inf)))
 
     def _ucb_of(self, u: _User, k: int) -> float:
@@ -447,8 +450,18 @@ class Selector:
         return float(u.gp.mean_[k] + math.sqrt(self._beta(u) * sc) * std[k])
 
     # ------------------------------------------------------------------ users
+    def _user_gp(self, prior: ModelPrior, models: np.ndarray, own: int) -> UserGP:
+        """A user's GP over her catalogue models (``models``) and ``own`` models of her own
+        (``ModelPrior.with_own_models``)."""
+        if own:
+            k = prior.n_models
+            return UserGP(prior.with_own_models(own), np.concatenate([models, k + np.arange(own)]))
+        full = models.size == prior.n_models and np.array_equal(models, np.arange(models.size))
+        return UserGP(prior, None if full else models)
+
     def add_user(self, user: str, *, models: Sequence[str] | None = None,
-                 costs: Mapping[str, float] | Sequence[float] | None = None, weight: float = 1.0) -> None:
+                 costs: Mapping[str, float] | Sequence[float] | None = None, weight: float = 1.0,
+                 own: Sequence[str] = ()) -> None:
         """Register a user (a tenant) and her candidate models.
 
         Args:
@@ -458,6 +471,10 @@ class Selector:
                 aligned with ``models``); missing ones default to the
                 catalogue's ``costs``.
             weight: her weight in the objective (> 0).
+            own: names of models of her own, outside the catalogue (Seneca
+                §II and Cerebro §4.1 take the user's own model): arms of
+                hers only, with the prior of ``ModelPrior.with_own_models``.
+                Their costs come from a ``costs`` mapping (default 1).
 
         Raises:
             ValueError: the name is taken, a cost is not > 0, the weight is not > 0.
@@ -477,16 +494,22 @@ class Selector:
             if len(set(names)) != len(names):
                 raise ValueError("models: duplicate names")
         idx = np.asarray([self._model_index_of(m) for m in names], dtype=np.intp)
+        own_names = self._own_names(own, names)
         if costs is None:
             cost = self._default_cost[idx].copy()
+        elif isinstance(costs, Mapping):
+            cost = self._cost_vector({m: c for m, c in costs.items() if m not in own_names}, names,
+                                     "costs of " + user)
         else:
-            cost = self._cost_vector(costs, names, "costs of " + user)
+            cost = self._cost_vector(list(costs)[:len(names)], names, "costs of " + user)
+        if own_names:
+            cost = np.concatenate([cost, self._own_costs(costs, own_names, user, offset=len(names))])
         slot = len(self._slots)
         self._grow(slot + 1)
-        u = _User(name=user, slot=slot, models=idx, names=names, index={m: i for i, m in enumerate(names)},
-                  cost=cost, weight=float(weight), gp=UserGP(self.prior, None if idx.size == self.prior.n_models
-                                                              and np.array_equal(idx, np.arange(idx.size)) else idx),
-                  tried=np.zeros(idx.size, bool))
+        all_names = names + own_names
+        u = _User(name=user, slot=slot, models=idx, names=all_names, index={m: i for i, m in enumerate(all_names)},
+                  cost=cost, weight=float(weight), gp=self._user_gp(self.prior, idx, len(own_names)),
+                  tried=np.zeros(len(all_names), bool), own=len(own_names))
         self._users[user] = u
         self._slots.append(u)
         self._w[slot] = u.weight
@@ -496,6 +519,61 @@ class Selector:
         self._refresh(u)  # the others stay dirty until the next decision (lazy, O(1) here)
         self.picker.on_new_slot(self._state(), slot)
         self.picker.on_membership_change()
+
+    def _own_names(self, own: Sequence[str], taken: Sequence[str]) -> list[str]:
+        names = [str(m) for m in own]
+        clash = sorted(set(names) & (set(self._model_index) | set(taken)))
+        if clash:
+            raise ValueError(f"own: found {clash[:5]}, expected names that are neither catalogue models nor hers already")
+        if len(set(names)) != len(names):
+            raise ValueError("own: duplicate names")
+        return names
+
+    def _own_costs(self, costs: Any, names: Sequence[str], user: str, offset: int) -> np.ndarray:
+        if costs is None:
+            out = np.ones(len(names))
+        elif isinstance(costs, Mapping):
+            out = np.asarray([float(costs.get(m, 1.0)) for m in names])
+        else:
+            out = np.asarray(list(costs)[offset:offset + len(names)], dtype=float)
+            if out.shape != (len(names),):
+                raise ValueError(f"costs of {user}: found {out.size} costs of own models, expected {len(names)}")
+        if not np.all(np.isfinite(out)) or np.any(out <= 0):
+            raise ValueError(f"costs of {user}: costs must be finite and > 0")
+        return out
+
+    def add_models(self, user: str, own: Sequence[str], costs: Mapping[str, float] | None = None) -> None:
+        """Give a registered user more models of her own (see ``add_user``'s
+        ``own``), e.g. one she added while her task trains. Her observations
+        are replayed on the grown GP, as ``set_prior`` does; running picks
+        stay pending.
+
+        Raises:
+            KeyError: an unknown user.
+            ValueError: a name she or the catalogue has, a cost that is not > 0.
+        """
+        u = self._get(user)
+        names = self._own_names(own, u.names)
+        if not names:
+            return
+        cost = self._own_costs(costs, names, u.name, offset=0)
+        u.names = u.names + names
+        u.index = {m: i for i, m in enumerate(u.names)}
+        u.cost = np.concatenate([u.cost, cost])
+        u.tried = np.concatenate([u.tried, np.zeros(len(names), bool)])
+        u.own += len(names)
+        self._rebuild_gp(u)
+        self._update_c_star()
+        self._dirty.update(x.slot for x in self._active_users())  # K in beta_t grew, c* may have moved
+
+    def _rebuild_gp(self, u: _User) -> None:
+        """Her GP on the current prior, with her observations replayed in order."""
+        u.gp = self._user_gp(self.prior, u.models, u.own)
+        u.refits = 0
+        for k, y, _b, _c in u.obs:
+            u.gp.observe(k, y)
+            self._maybe_refit(u)
+        self._dirty.add(u.slot)
 
     def remove_user(self, user: str) -> list[tuple[str, str]]:
         """Unregister a user. Returns her picks that were still pending (the
@@ -572,13 +650,7 @@ class Selector:
         if self.policy == "most_cited":
             self._ranks = fixed_order_ranks(self.policy, prior.n_models, prior.mean_)
         for u in self._active_users():
-            u.gp = UserGP(prior, None if u.models.size == prior.n_models
-                          and np.array_equal(u.models, np.arange(u.models.size)) else u.models)
-            u.refits = 0
-            for k, y, _b, _c in u.obs:
-                u.gp.observe(k, y)
-                self._maybe_refit(u)
-            self._dirty.add(u.slot)
+            self._rebuild_gp(u)
 
     def _get(self, user: str) -> _User:
         try:
@@ -762,7 +834,8 @@ class Selector:
             if u is None:
                 users.append(None)
                 continue
-            users.append({"name": u.name, "models": u.names, "cost": u.cost.tolist(), "weight": u.weight,
+            # "models": every local name (the indices of "obs" and "pending"), her own ones last
+            users.append({"name": u.name, "models": u.names, "own": u.own, "cost": u.cost.tolist(), "weight": u.weight,
                           "obs": [list(o) for o in u.obs],
                           "pending": [[int(k), float(b)] for k, b in u.pending.items()]})
         return {
@@ -807,7 +880,10 @@ class Selector:
                 sel._slots.append(None)
                 sel._grow(len(sel._slots))
                 continue
-            sel.add_user(ud["name"], models=ud["models"], costs=ud["cost"], weight=ud["weight"])
+            n_own = int(ud.get("own", 0))
+            names = list(ud["models"])
+            sel.add_user(ud["name"], models=names[:len(names) - n_own], costs=ud["cost"], weight=ud["weight"],
+                         own=names[len(names) - n_own:])
             u = sel._users[ud["name"]]
             for k, y, B, c in ud["obs"]:
                 sel._apply(u, int(k), float(y), float(B), c)

@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from ..errors import DataError, InvalidStateError, NotFoundError
+from ..schema.table import TableColumn, TableData
 from ..store.space import storage_full
 
 ARRAY_EXPECTED = 'a list, {"npy_b64": base64 .npy bytes} or {"upload": upload id}'
@@ -39,6 +40,8 @@ def encode(array: Any) -> dict[str, str]:
 
 
 def decode(field: str, value: Any, uploads: "Uploads | None" = None, owner_id: int | None = None) -> Any:
+    if isinstance(value, dict) and "table" in value:
+        return decode_table(field, value["table"], uploads, owner_id)
     if isinstance(value, list):
         return value
     if isinstance(value, dict) and "npy_b64" in value:
@@ -55,6 +58,38 @@ def decode(field: str, value: Any, uploads: "Uploads | None" = None, owner_id: i
                             "the id of one of your uploads that has not been fed yet") from None
         return from_npy_bytes(field, data)
     raise DataError(field, type(value).__name__ if value is not None else "nothing", ARRAY_EXPECTED)
+
+
+TABLE_EXPECTED = '[{"name": column, "type": "number"|"bool"|"string", "values": array, "missing": array}, ...]'
+
+
+def decode_table(field: str, columns: Any, uploads: "Uploads | None" = None, owner_id: int | None = None) -> TableData:
+    """A table on the wire: one entry per column, each array encoded as
+    ``decode`` takes it (strings as unicode .npy, with a missing mask)."""
+    if not isinstance(columns, list) or not all(isinstance(c, dict) for c in columns):
+        raise DataError(f"{field}.table", type(columns).__name__, TABLE_EXPECTED)
+    out: dict[str, TableColumn] = {}
+    for i, column in enumerate(columns):
+        name = column.get("name")
+        if not isinstance(name, str) or name in out:
+            raise DataError(f"{field}.table[{i}].name", repr(name)[:80], "a column name used once")
+        where = f"{field}[{name!r}]"
+        values = decode(where, column.get("values"), uploads, owner_id)
+        if isinstance(values, list):
+            values = _list_column(where, values)
+        missing = column.get("missing")
+        if missing is not None:
+            missing = np.asarray(decode(f"{where}.missing", missing, uploads, owner_id))
+        out[name] = TableColumn.of(name, column.get("type"), values, missing, field=field)
+    return TableData.of(out, field=field)
+
+
+def _list_column(where: str, values: list) -> np.ndarray:
+    if all(isinstance(v, str) for v in values):
+        return np.asarray(values, dtype=str)
+    if all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) or isinstance(v, bool) for v in values):
+        return np.asarray([np.nan if v is None else float(v) for v in values], dtype=np.float64)
+    raise DataError(where, "a list of mixed values", "strings, or numbers and nulls")
 
 
 class Uploads:

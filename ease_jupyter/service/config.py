@@ -44,7 +44,16 @@ class ServiceConfig:
             checkpoints hop as bytes (or through a local directory where the
             workers share the service's file system).
         torch: offer torch candidates (image tasks) to the selector.
-        torch_epochs: epochs each learning rate of a torch pick trains.
+        allow_user_models: take users' own models (``task.add_model``,
+            ``service/user_models.py``), whose code then runs on the shared
+            workers; an admin's per-user setting overrides it either way
+            (``easeml users allow-models``). Off for ``easeml serve``, on for
+            the embedded single-user service.
+        user_model_timeout: the most seconds a job of a user's own model may
+            run (a user may ask for less); past it the job fails.
+        torch_epochs: the most epochs a torch pick's configs train (its
+            successive halving's last rung) where a task sets no
+            ``max_epochs``; None: by data size (``zoo.default_max_epochs``).
         mop_partitions: data partitions of a torch pick's MOP workload
             (None: one per engine worker, Cerebro §3.1). A unit is one
             partition of one epoch of one config, and an interrupted job
@@ -117,7 +126,7 @@ class ServiceConfig:
     cross_user_prior: bool = True
     state_save_seconds: float = 0.0
     torch: bool = True
-    torch_epochs: int = 3
+    torch_epochs: int | None = None
     mop_partitions: int | None = None
     max_torch_workloads: int = 4
     worker_nice: int = 5
@@ -130,13 +139,17 @@ class ServiceConfig:
     base_url: str = "/"
     precision: str = "fp32"
     blob_url: str | None = None
+    allow_user_models: bool = False
+    user_model_timeout: float = 600.0
 
     def __post_init__(self) -> None:
+        if not self.user_model_timeout > 0:
+            raise ValueError(f"user_model_timeout: found {self.user_model_timeout}, expected > 0 seconds")
         if self.max_running_per_user < 1:
             raise ValueError(f"max_running_per_user: found {self.max_running_per_user}, expected >= 1")
         if self.workers < 1:
             raise ValueError(f"workers: found {self.workers}, expected >= 1")
-        if self.torch_epochs < 1:
+        if self.torch_epochs is not None and self.torch_epochs < 1:
             raise ValueError(f"torch_epochs: found {self.torch_epochs}, expected >= 1")
         if self.mop_partitions is not None and self.mop_partitions < 1:
             raise ValueError(f"mop_partitions: found {self.mop_partitions}, expected >= 1 or None")

@@ -22,7 +22,7 @@ from ..errors import AlreadyExistsError, DataError, InvalidStateError, NotFoundE
 from ..schema import format_program, parse, program_from_shapes
 from ..schema.limits import check_program_size, check_program_text
 from ..store import DatasetVersion, Edge, Job, Node, NodeKind, Store, BlobStore, Task, User, open_store
-from . import arrays
+from . import arrays, deletion, task_schema
 from .auth import TokenCache, check_name, create_user, revoke_token
 from .config import ServiceConfig, engine_form
 from .events import EventBus
@@ -30,11 +30,15 @@ from .failures import error_code
 from .quota import Quota
 from .loop import ControlLoop
 from . import models
+from . import export as model_export
+from . import budget_api
+from . import user_models
 from .executors import JobExecutor, JobRunner, ProcessExecutor, ThreadExecutor
 from .mop import TorchJobs, measure_torch_pool
 from .runner import SklearnJobs
 from .scheduler_view import decision_event, scheduler_view
 from .suspicion import DEFAULT_TOP_K, MAX_TOP_K, NoModelError, SuspicionScorer
+from .validation import validation_sizes
 from ..zoo import Engine
 
 log = logging.getLogger(__name__)
@@ -257,26 +261,34 @@ class Service:
     def create_task(self, caller: User, body: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         """Create, or open when the same program is given again; (task, created)."""
         name = check_name("name", body.get("name"))
-        text = _program_text(body)
+        table = task_schema.table_program(body)  # (program, schema) of a table task declared from data
+        text = table[0] if table is not None else _program_text(body)
         try:
             existing = self.store.task_by_name(caller.id, name)
         except NotFoundError:
             if text is None:
                 raise DataError("program", "nothing", "a program or input/output shapes for a new task") from None
             task = self._cached(self.store.create_task(caller.id, name, text))
+            if table is not None:
+                task_schema.store_table_schema(self.store, task, table[1])
             self.loop.notify(task.id)
             self.events.publish(caller.id, {"type": "task", "task_id": task.id, "name": name, "status": "created"})
-            return task_json(task), True
-        if text is not None and existing.program != text:
-            raise AlreadyExistsError(f"task {name!r} exists with program {existing.program}, not {text}")
-        return task_json(existing), False
+            return {**task_json(task), **task_schema.task_fields(self.store, task)}, True
+        if table is not None:
+            task_schema.check_same_table(self.store, existing, table[1])
+        elif text is not None and existing.program != text:
+            raise AlreadyExistsError(
+                f"task {name!r} exists with program {existing.program}, not {text}: open it as it is with "
+                f"client.task({name!r}) or `%easeml task {name}` (no shapes), or replace it by deleting it first "
+                f"(task.delete() or `%easeml delete {name}`) and declaring it again")
+        return {**task_json(existing), **task_schema.task_fields(self.store, existing)}, False
 
     def list_tasks(self, caller: User) -> list[dict[str, Any]]:
         return [task_json(t) for t in self.store.list_tasks(caller.id)]
 
     def get_task(self, caller: User, name: str) -> dict[str, Any]:
         task = self._task(caller, name)
-        out = task_json(task)
+        out = {**task_json(task), **task_schema.task_fields(self.store, task)}
         latest = self.store.latest_dataset_version(task.id)
         out["latest_version"] = None if latest is None else version_json(latest)
         counts: dict[str, int] = {}
@@ -301,6 +313,14 @@ class Service:
         self.loop.notify(task.id)
         return task_json(task)
 
+    def delete_task(self, caller: User, name: str) -> dict[str, Any]:
+        """Remove the task with its versions, jobs and the blobs only it used (``deletion.py``)."""
+        task = self._cached(self.store.set_task_cancelled(self._task(caller, name).id, True))
+        out = deletion.delete_task(self.store, self.blobs, self.loop, task)
+        self._task_cache.pop((caller.id, name), None)
+        self.events.publish(caller.id, {"type": "task", "task_id": task.id, "name": name, "status": "deleted"})
+        return out
+
     # ------------------------------------------------------------ data
     def feed(self, caller: User, name: str, body: dict[str, Any]) -> dict[str, Any]:
         task = self._task(caller, name)
@@ -311,10 +331,17 @@ class Service:
         consumed = {ref["upload"] for ref in (body.get("X"), body.get("y")) if isinstance(ref, dict) and "upload" in ref}
         reserve = self.quota.reserve(self.store, self.blobs, caller.id, what=f"feed of task {name!r}",
                                      releasing=sum(self.uploads.size(caller.id, u) for u in consumed))
-        version = datasets.feed(self.store, self.blobs, task, X, y, reserve=reserve)
+        mode = body.get("mode")  # datasets.FEED_MODES; rows already there are skipped by default
+        prepared = task_schema.prepare_feed(self.store, task, X, y)  # table columns checked, class names mapped
+        result = datasets.feed_rows(self.store, self.blobs, task, prepared.X, prepared.y, reserve=reserve,
+                                    mode=datasets.DEDUPE if mode is None else mode)
+        if result.created:
+            prepared.commit()
         for upload in consumed:
             self.uploads.delete(caller.id, upload)
-        return self._new_version(caller, task, version)
+        out = self._new_version(caller, task, result.version) if result.created else version_json(result.version)
+        return {**out, "created": result.created, "new": result.new, "duplicates": result.duplicates,
+                "mode": result.mode}
 
     def refine(self, caller: User, name: str, body: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         """(version, created): a refine that changes nothing gives the latest version and starts nothing."""
@@ -364,12 +391,22 @@ class Service:
 
     def history(self, caller: User, name: str) -> list[dict[str, Any]]:
         rows = self.jobs(caller, name)
+        sizes = validation_sizes(self.store, self.blobs, {r["dataset_version_id"] for r in rows if r["accuracy"] is not None})
         for row in rows:
+            row["validation_size"] = sizes.get(row["dataset_version_id"])  # held-out examples behind its accuracy
             metrics: dict[int, dict[str, float]] = {}
             for m in self.store.list_metrics(row["id"]):
                 metrics.setdefault(m.epoch, {})[m.name] = m.value
             row["metrics"] = [dict(epoch=e, **v) for e, v in sorted(metrics.items())]
         return rows
+
+    def export_model(self, caller: User, name: str, fmt: str | None) -> tuple[bytes, str, str]:
+        """(zip bytes, media type, file name): the best model in ``fmt`` with
+        its model card (``export.py``); a torch model is converted where the
+        torch jobs run."""
+        file_name, data = model_export.export_best(self.store, self.blobs, self._task(caller, name), fmt,
+                                                   self.loop.executors.get(Engine.TORCH), TORCH_CALL_SECONDS)
+        return data, model_export.MEDIA_TYPE, file_name + ".zip"
 
     def best(self, caller: User, name: str) -> dict[str, Any]:
         return models.best(self.store, self._task(caller, name), self.blobs)
@@ -391,7 +428,8 @@ class Service:
         task = self._task(caller, name)
         X = arrays.decode("X", body.get("X"), self.uploads, caller.id)
         predictions = models.infer(self.store, self.blobs, task, X, self._torch_outputs)
-        out: dict[str, Any] = {"predictions": arrays.encode(predictions)}
+        # class indices, and the names they stand for (the client answers with the names)
+        out: dict[str, Any] = {"predictions": arrays.encode(predictions), **task_schema.names_json(self.store, task)}
         if predictions.size <= 10_000:
             out["list"] = predictions.tolist()
         return out
@@ -443,6 +481,35 @@ class Service:
                 raise DataError("tags", repr(key), "keys not starting with 'easeml.' (reserved)")
             self.store.set_tag("task", task.id, key, value)
         return dict(self.store.tags("task", task.id))
+
+    # ------------------------------------------------------------ user models (user_models.py)
+    def add_user_model(self, caller: User, name: str, body: Any) -> dict[str, Any]:
+        return user_models.api_add(self, caller, name, body)
+
+    def user_models(self, caller: User, name: str) -> list[dict[str, Any]]:
+        return user_models.api_list(self, caller, name)
+
+    def set_user(self, caller: User, name: str, body: Any) -> dict[str, Any]:
+        return user_models.api_set_user(self, caller, name, body)
+
+    # ------------------------------------------------------------ budgets (budget_api.py)
+    def budget(self, caller: User) -> dict[str, Any]:
+        return budget_api.get_budget(self, caller)
+
+    def set_budget(self, caller: User, body: Any) -> dict[str, Any]:
+        return budget_api.set_budget(self, caller, body)
+
+    def user_budget(self, caller: User, name: str) -> dict[str, Any]:
+        return budget_api.get_user_budget(self, caller, name)
+
+    def set_user_budget(self, caller: User, name: str, body: Any) -> dict[str, Any]:
+        return budget_api.set_user_cap(self, caller, name, body)
+
+    def task_budget(self, caller: User, name: str) -> dict[str, Any]:
+        return budget_api.get_task_budget(self, caller, name)
+
+    def set_task_budget(self, caller: User, name: str, body: Any) -> dict[str, Any]:
+        return budget_api.set_task_budget(self, caller, name, body)
 
     # ------------------------------------------------------------ uploads
     def new_upload(self, caller: User) -> dict[str, Any]:

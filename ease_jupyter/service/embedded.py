@@ -1,8 +1,8 @@
 """The embedded service: started on demand by ``Client()`` with no URL.
 
 It runs as a background subprocess on 127.0.0.1 with a random free port and
-writes ``<data_dir>/service.json`` (mode 0600) holding its URL and an admin
-token. It stops by itself after 30 minutes (``$EASEML_IDLE_SHUTDOWN`` s) with
+writes ``<data_dir>/service.json`` (mode 0600) holding its URL, an admin
+token and its pid. It stops by itself after 30 minutes (``$EASEML_IDLE_SHUTDOWN`` s) with
 no request, no WebSocket client and no running job; the next ``Client()``
 starts it again. Another ``Client()`` attaches when that file points at a live service;
 a stale file (service gone) is replaced, keeping its token so that the admin
@@ -19,7 +19,9 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 TOKEN_ENV = "EASEML_EMBEDDED_TOKEN"
 IDLE_ENV = "EASEML_IDLE_SHUTDOWN"  # seconds; 0 keeps the embedded service up for good
@@ -43,20 +45,52 @@ def is_alive(url: str, token: str, timeout: float = 2.0) -> bool:
         return False
 
 
+@dataclass(frozen=True)
+class Embedded:
+    """A running embedded service: where it listens, its admin token, its
+    process id, and whether this call started it (False: it attached)."""
+
+    url: str
+    token: str
+    pid: int | None
+    started: bool
+
+
+def data_dir_of(data_dir: str | os.PathLike[str] | None) -> Path:
+    """The data dir an embedded service of ``data_dir`` uses (default: $EASEML_DATA_DIR or ~/.easeml)."""
+    from ..store import default_data_dir
+
+    return Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
+
+
 def ensure_embedded(data_dir: str | os.PathLike[str] | None = None, *, timeout: float = 60.0) -> tuple[str, str]:
     """(url, admin token) of the embedded service of ``data_dir``, started if needed."""
-    from ..store import _ensure_private_dir, default_data_dir
+    service = start_embedded(data_dir, timeout=timeout)
+    return service.url, service.token
+
+
+def _attached(info: dict | None) -> Embedded | None:
+    if info and is_alive(info["url"], info["token"]):
+        return Embedded(info["url"], info["token"], info.get("pid"), started=False)
+    return None
+
+
+def start_embedded(data_dir: str | os.PathLike[str] | None = None, *, timeout: float = 60.0) -> Embedded:
+    """The embedded service of ``data_dir``: the running one, else one started
+    now (``started`` says which; ``easeml lab`` stops only one it started)."""
+    from ..store import _ensure_private_dir
     from .auth import new_token
 
-    directory = _ensure_private_dir(Path(data_dir).expanduser() if data_dir is not None else default_data_dir())
-    info = read_service_file(directory)
-    if info and is_alive(info["url"], info["token"]):
-        return info["url"], info["token"]
+    directory = _ensure_private_dir(data_dir_of(data_dir))
+    attached = _attached(read_service_file(directory))
+    if attached is not None:
+        return attached
     with open(directory / "service.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one starter at a time; the others attach
         info = read_service_file(directory)
-        if info and is_alive(info["url"], info["token"]):
-            return info["url"], info["token"]
+        attached = _attached(info)
+        if attached is not None:
+            return attached
         token = info["token"] if info else new_token()
         old_pid = info.get("pid") if info else None
         log = open(directory / "service.log", "ab")
@@ -70,7 +104,7 @@ def ensure_embedded(data_dir: str | os.PathLike[str] | None = None, *, timeout: 
         while time.monotonic() < deadline:
             info = read_service_file(directory)
             if info and info.get("pid") == process.pid and info.get("pid") != old_pid and is_alive(info["url"], token):
-                return info["url"], token
+                return Embedded(info["url"], token, process.pid, started=True)
             if process.poll() is not None:
                 raise RuntimeError(f"the embedded service exited with {process.returncode}; see {directory / 'service.log'}")
             time.sleep(0.1)
@@ -78,25 +112,46 @@ def ensure_embedded(data_dir: str | os.PathLike[str] | None = None, *, timeout: 
         raise TimeoutError(f"the embedded service did not start within {timeout} s; see {directory / 'service.log'}")
 
 
-def stop(data_dir: str | os.PathLike[str], timeout: float = 30.0) -> None:
-    """Stop the embedded service recorded in ``data_dir/service.json`` (SIGTERM, then
-    SIGKILL after ``timeout``), if it is still running."""
+def _process(info: dict | None) -> Any:
+    """The live process ``service.json`` names, if it is an embedded service
+    (a stale file's pid may belong to another process by now)."""
     import psutil
 
-    info = read_service_file(Path(data_dir))
     try:
         process = psutil.Process(int(info["pid"])) if info and info.get("pid") else None
         if process is None or "ease_jupyter.service.embedded" not in " ".join(process.cmdline()):
-            return  # none recorded, or the pid now belongs to another process
+            return None
+        return None if process.status() == psutil.STATUS_ZOMBIE else process
+    except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
+        return None
+
+
+def running(data_dir: str | os.PathLike[str] | None = None) -> dict | None:
+    """``service.json`` of the embedded service of ``data_dir`` while its process runs, else None."""
+    info = read_service_file(data_dir_of(data_dir))
+    return info if _process(info) is not None else None
+
+
+def stop(data_dir: str | os.PathLike[str] | None = None, timeout: float = 30.0, *, pid: int | None = None) -> bool:
+    """Stop the embedded service recorded in ``data_dir/service.json`` (SIGTERM, then
+    SIGKILL after ``timeout``), if it is still running; with ``pid``, only if
+    it is that process. True when one was running and is stopped now."""
+    import psutil
+
+    process = _process(read_service_file(data_dir_of(data_dir)))
+    if process is None or (pid is not None and process.pid != pid):
+        return False
+    try:
         process.terminate()
         deadline = time.monotonic() + timeout
         while process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
             if time.monotonic() > deadline:
                 process.kill()
-                return
+                break
             time.sleep(0.1)
     except psutil.NoSuchProcess:
         pass
+    return True
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -118,7 +173,9 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"{TOKEN_ENV} must hold the admin token")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     serve(ServiceConfig(db_url=args.db, data_dir=Path(args.data_dir), host="127.0.0.1", port=0,
-                        idle_shutdown_seconds=args.idle_shutdown or None), admin_token=token)
+                        idle_shutdown_seconds=args.idle_shutdown or None,
+                        allow_user_models=True),  # one user's own service: her own code is hers to run
+          admin_token=token)
 
 
 if __name__ == "__main__":

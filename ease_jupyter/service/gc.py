@@ -14,6 +14,7 @@ What is referenced (the mark):
   ``y_blob``: versions are immutable and all of them stay loadable;
 * every job's ``artifact_blob`` (finished jobs need nothing else: the
   artifact of a torch job is its best checkpoint);
+* every user model's code (``user_models.blob_references``);
 * the selector state on the newest job carrying ``easeml.selector_state``
   (the one ``ControlLoop`` restores); the states on older jobs are garbage;
 * for every unfinished (queued or running) job, every digest in its
@@ -31,6 +32,12 @@ before ``start - grace``, where ``start`` is taken before the mark, and
 deletion. A collection is therefore safe while the service runs, provided no
 writer takes longer than the grace period between its put and its reference.
 With a grace of 0 it is safe only when nothing writes to the store.
+
+Deleting a task (``delete_unreferenced``) sweeps only the blobs its rows
+referenced, at once, by the same rules: a blob that another task's rows
+(or anything in the mark) reference stays, and so does one written within
+``DELETE_GRACE_SECONDS``, since another writer may have just put the same
+content and not yet referenced it; ``easeml gc`` takes those later.
 """
 
 from __future__ import annotations
@@ -39,15 +46,18 @@ import logging
 import re
 import time
 from dataclasses import asdict, dataclass
-from typing import Callable
+from typing import Callable, Iterable
 
 from ..store import BlobStore, DirectoryBlobStore, Store
 from .loop import STATE_TAG
 from .mop import PROGRESS_TAG
+from .user_models import blob_references
 
 log = logging.getLogger(__name__)
 
 DEFAULT_GRACE_SECONDS = 3600.0
+# Longer than any writer takes between a put and the row that references it.
+DELETE_GRACE_SECONDS = 60.0
 # A temporary file of the directory store (a crashed put or delete) is removed
 # only when older than this, whatever the grace: a put in progress owns one.
 TEMPORARY_MIN_AGE_SECONDS = 3600.0
@@ -103,11 +113,39 @@ def references(store: Store) -> dict[str, str]:
             progress = store.tags("job", job.id).get(PROGRESS_TAG)
             for digest in _DIGEST.findall(progress or ""):
                 add(digest, f"job {job.id} progress")
+    for digest, holder in blob_references(store):  # the code of users' own models
+        add(digest, holder)
     holders = store.find_by_tag("job", STATE_TAG)
     if holders:
         newest = max(holders)
         add(store.tags("job", newest).get(STATE_TAG), f"job {newest} selector state")
     return refs
+
+
+def job_tag_digests(store: Store, job_ids: Iterable[int]) -> set[str]:
+    """The blobs that the tags of these jobs point at: MOP checkpoints
+    (``PROGRESS_TAG``) and saved selector states (``STATE_TAG``)."""
+    found: set[str] = set()
+    for job_id in job_ids:
+        tags = store.tags("job", job_id)
+        found.update(_DIGEST.findall(tags.get(PROGRESS_TAG) or ""))
+        found.update(_DIGEST.findall(tags.get(STATE_TAG) or ""))
+    return found
+
+
+def delete_unreferenced(store: Store, blobs: BlobStore, digests: Iterable[str], *,
+                        grace_seconds: float = DELETE_GRACE_SECONDS) -> tuple[int, int]:
+    """Delete those of ``digests`` that nothing in ``store`` references
+    (``references``) and that were last written more than
+    ``grace_seconds`` ago: (blobs deleted, their bytes)."""
+    cutoff = time.time() - grace_seconds  # before the mark: see the module docstring
+    refs = references(store)
+    deleted = deleted_bytes = 0
+    for digest in sorted(set(digests) - refs.keys()):
+        size = blobs.size(digest)
+        if size is not None and blobs.delete(digest, if_older_than=cutoff):
+            deleted, deleted_bytes = deleted + 1, deleted_bytes + size
+    return deleted, deleted_bytes
 
 
 def collect_garbage(store: Store, blobs: BlobStore, *, grace_seconds: float = DEFAULT_GRACE_SECONDS,

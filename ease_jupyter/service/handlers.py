@@ -53,6 +53,13 @@ class Reply:
         self.status, self.data = status, data
 
 
+class Download:
+    """A result that is a file: its bytes as the body, not JSON."""
+
+    def __init__(self, data: bytes, media_type: str, filename: str):
+        self.data, self.media_type, self.filename = data, media_type, filename
+
+
 def error_of(exc: BaseException, error_id: str | None = None) -> ApiError:
     """Our exceptions -> (status, code, field, found, expected, message).
 
@@ -231,6 +238,11 @@ class BaseHandler(tornado.web.RequestHandler):
         self.request.body = self._body
         executor = _READS if method == "get" else None
         result = await IOLoop.current().run_in_executor(executor, fn, self.service, self.user, self, *args)
+        if isinstance(result, Download):
+            self.set_header("Content-Type", result.media_type)
+            self.set_header("Content-Disposition", f'attachment; filename="{result.filename}"')
+            self.finish(bytes(result.data))
+            return
         status, data = (result.status, result.data) if isinstance(result, Reply) else (200, result)
         self.set_status(status)
         self.finish(json.dumps(data))
@@ -274,6 +286,11 @@ def _created(pair: tuple[Any, bool]) -> Reply:
     return Reply(201 if created else 200, data)
 
 
+def _fed(version: dict[str, Any]) -> Reply:
+    """201 with the new version; 200 with the latest when the feed stored none (every row was there)."""
+    return Reply(201 if version["created"] else 200, version)
+
+
 def _openapi(service, user, h):  # noqa: ANN001
     from .openapi import spec
 
@@ -288,23 +305,35 @@ ROUTES: list[tuple[str, dict[str, Callable[..., Any]], dict[str, Any]]] = [
     ("/users", {"get": lambda s, u, h: s.list_users(u),
                 "post": lambda s, u, h: Reply(201, s.add_user(u, h.json_body()))}, {}),
     ("/users/" + NAME + "/tokens", {"delete": lambda s, u, h, n: s.revoke_tokens(u, n)}, {}),
+    ("/users/" + NAME, {"put": lambda s, u, h, n: s.set_user(u, n, h.json_body())}, {}),
+    ("/users/" + NAME + "/budget", {"get": lambda s, u, h, n: s.user_budget(u, n),
+                                    "put": lambda s, u, h, n: s.set_user_budget(u, n, h.json_body())}, {}),
+    ("/budget", {"get": lambda s, u, h: s.budget(u), "put": lambda s, u, h: s.set_budget(u, h.json_body())}, {}),
     ("/tasks", {"get": lambda s, u, h: s.list_tasks(u),
                 "post": lambda s, u, h: _created(s.create_task(u, h.json_body()))}, {}),
-    ("/tasks/" + NAME, {"get": lambda s, u, h, n: s.get_task(u, n)}, {}),
+    ("/tasks/" + NAME, {"get": lambda s, u, h, n: s.get_task(u, n),
+                        "delete": lambda s, u, h, n: s.delete_task(u, n)}, {}),
     ("/tasks/" + NAME + "/cancel", {"post": lambda s, u, h, n: s.cancel(u, n)}, {}),
     ("/tasks/" + NAME + "/resume", {"post": lambda s, u, h, n: s.resume(u, n)}, {}),
-    ("/tasks/" + NAME + "/feed", {"post": lambda s, u, h, n: Reply(201, s.feed(u, n, h.json_body()))}, {}),
+    ("/tasks/" + NAME + "/feed", {"post": lambda s, u, h, n: _fed(s.feed(u, n, h.json_body()))}, {}),
     ("/tasks/" + NAME + "/refine", {"post": lambda s, u, h, n: _created(s.refine(u, n, h.json_body()))}, {}),
     ("/tasks/" + NAME + "/versions", {"get": lambda s, u, h, n: s.versions(u, n)}, {}),
     ("/tasks/" + NAME + "/examples", {"get": lambda s, u, h, n: s.examples(u, n, _int_arg(h, "version"))}, {}),
+    ("/tasks/" + NAME + "/models", {"get": lambda s, u, h, n: s.user_models(u, n),
+                                    "post": lambda s, u, h, n: Reply(201, s.add_user_model(u, n, h.json_body()))},
+     {"limit_attr": "max_chunk_bytes"}),  # a pickled model may be larger than a JSON request
     ("/tasks/" + NAME + "/jobs", {"get": lambda s, u, h, n: s.jobs(u, n)}, {}),
     ("/tasks/" + NAME + "/history", {"get": lambda s, u, h, n: s.history(u, n)}, {}),
     ("/tasks/" + NAME + "/best", {"get": lambda s, u, h, n: s.best(u, n)}, {}),
+    ("/tasks/" + NAME + "/model", {"get": lambda s, u, h, n: Download(
+        *s.export_model(u, n, h.get_query_argument("format", None)))}, {}),
     ("/tasks/" + NAME + "/suspicion",
      {"get": lambda s, u, h, n: s.suspicion(u, n, _int_arg(h, "version"), _int_arg(h, "k"))}, {}),
     ("/tasks/" + NAME + "/infer", {"post": lambda s, u, h, n: s.infer(u, n, h.json_body())}, {}),
     ("/tasks/" + NAME + "/provenance",
      {"get": lambda s, u, h, n: s.provenance(u, n, h.get_query_argument("direction", "backward"))}, {}),
+    ("/tasks/" + NAME + "/budget", {"get": lambda s, u, h, n: s.task_budget(u, n),
+                                    "put": lambda s, u, h, n: s.set_task_budget(u, n, h.json_body())}, {}),
     ("/tasks/" + NAME + "/tags", {"get": lambda s, u, h, n: s.tags(u, n),
                                   "put": lambda s, u, h, n: s.set_tags(u, n, h.json_body())}, {}),
     ("/leaderboard", {"get": lambda s, u, h: s.leaderboard(u)}, {}),

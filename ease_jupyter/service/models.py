@@ -22,10 +22,11 @@ from ..datasets import program_of
 from ..errors import NotFoundError
 from ..execution.units import Hooks, UnitSpec, load_model
 from ..jobspec import TorchWorkload, best_point, parse_job
-from ..schema import check_data
 from ..store import BlobStore, Job, JobStatus, Store, Task
 from ..zoo import Engine
+from . import task_schema
 from .candidates import candidate_of
+from .validation import validation_size
 
 UNUSABLE_TAG = "easeml.unusable"  # why a finished job's model cannot be used (set by `easeml fsck --repair`)
 BEST_TRIAL_TAG = "easeml.mop.best_trial"  # a torch job's best config: {"trial": id, "lr": rate}
@@ -77,7 +78,10 @@ def best(store: Store, task: Task, blobs: BlobStore | None = None) -> dict[str, 
         "best_config": best_point(per_config),
         "accuracy": job.accuracy,
         "dataset_version": version.number,
+        # how many held-out examples ``accuracy`` was measured on
+        "validation_size": None if blobs is None else validation_size(store, blobs, version),
         "job_id": job.id,
+        **task_schema.names_json(store, task),  # what the class indices stand for
         "cost_seconds": job.cost_seconds,
     }
 
@@ -87,19 +91,25 @@ def load_estimator(blobs: BlobStore, task: Task, job: Job) -> Any:
     return pickle.loads(read_model(blobs, task, job))
 
 
+def torch_net(store: Store, blobs: BlobStore, task: Task, job: Job) -> Any:
+    """A torch job's best checkpoint as an ``nn.Module`` on the CPU, in eval mode."""
+    spec = parse_job(job.model, job.config)
+    assert isinstance(spec, TorchWorkload), spec
+    cand = candidate_of(task, spec, blobs)  # a user model's: built from its code (user_models.py)
+    info = json.loads(store.tags("job", job.id).get(BEST_TRIAL_TAG, "{}"))
+    lr = float(info.get("lr", spec.lrs[0]))
+    params = info.get("params") or {"lr": lr}  # a user model's grid has options besides the rate
+    unit = UnitSpec.of(info.get("trial", "t0"), cand.name, params, cand.build)
+    return load_model(read_model(blobs, task, job), unit, Hooks())
+
+
 def torch_outputs(store: Store, blobs: BlobStore, task: Task, job: Job, X: Any, *,
                   batch: int = 4096) -> np.ndarray:
     """The raw outputs of a torch job's best checkpoint, in eval mode and in
     batches: logits (N, D) for classification, outputs for regression."""
     import torch
 
-    spec = parse_job(job.model, job.config)
-    assert isinstance(spec, TorchWorkload), spec
-    cand = candidate_of(task, spec)
-    info = json.loads(store.tags("job", job.id).get(BEST_TRIAL_TAG, "{}"))
-    lr = float(info.get("lr", spec.lrs[0]))
-    unit = UnitSpec.of(info.get("trial", "t0"), cand.name, {"lr": lr}, cand.build)
-    net = load_model(read_model(blobs, task, job), unit, Hooks())
+    net = torch_net(store, blobs, task, job)
     X = np.require(X, dtype=np.float32, requirements=["C", "W"])  # torch wants a writable buffer
     net.eval()
     parts = []
@@ -125,7 +135,7 @@ def predict(store: Store, blobs: BlobStore, task: Task, job: Job, X: np.ndarray,
     if parse_job(job.model, job.config).engine is Engine.TORCH:
         out = (outputs or functools.partial(torch_outputs, store, blobs))(task, job, X)
         return out.argmax(axis=1) if program_of(task).num_classes is not None else out
-    return np.asarray(load_estimator(blobs, task, job).predict(X.reshape(len(X), -1)))
+    return np.asarray(load_estimator(blobs, task, job).predict(task_schema.estimator_inputs(store, task, X)))
 
 
 def infer(store: Store, blobs: BlobStore, task: Task, X: Any, outputs: TorchOutputs | None = None) -> np.ndarray:
@@ -133,5 +143,4 @@ def infer(store: Store, blobs: BlobStore, task: Task, X: Any, outputs: TorchOutp
     job = best_job(store, task)
     if job is None or job.artifact_blob is None:
         raise NotFoundError(f"task {task.name!r} has no trained model yet")
-    checked = check_data(program_of(task), X)
-    return predict(store, blobs, task, job, checked.X, outputs)
+    return predict(store, blobs, task, job, task_schema.checked_inputs(store, task, X), outputs)

@@ -5,17 +5,20 @@ e.g. ``lenet``). Picking it creates one store job whose spec is a
 ``jobspec.TorchWorkload`` (config ``{"lrs": [...], "epochs": E}``); the
 executor trains the candidate's
 learning-rate grid (ease.ml pvldb §3.1: the rates of its configs) as the
-trials of one :class:`~ease_jupyter.execution.automl.LearningRateGrid`
-procedure with :class:`~ease_jupyter.execution.mop.MOPRunner` on the
-service's engine.
+trials of one successive-halving procedure
+(:func:`~ease_jupyter.execution.automl.pick_procedure`, Cerebro §4.2: the
+configs that rank poorly at a rung stop early; ``E`` is the most epochs, and
+the job's tag ``easeml.mop.stopped_early`` maps each stopped config to the
+epochs it trained) with :class:`~ease_jupyter.execution.mop.MOPRunner` on
+the service's engine.
 
 Several picks (of one or several users) train at once: each job slot hands
 its workload to the one :class:`~ease_jupyter.execution.mop.pool_driver.PoolDriver`
 of the engine and waits for it, and the driver draws the units of all
 active workloads (Cerebro's MOP across tasks), sharing the workers equally
 among the jobs' owners. The job's accuracy (the GP observation) is the best
-config's best validation accuracy, and its artifact is that config's
-best-scoring checkpoint.
+surviving config's best validation accuracy, and its artifact is that
+config's best-scoring checkpoint.
 
 Metrics (per epoch, ``epoch`` = epochs completed, 1 after the first):
 ``val_accuracy[lr=X]``, ``val_loss[lr=X]``, ``train_loss[lr=X]`` for every
@@ -67,13 +70,14 @@ from typing import Any, Callable, ClassVar
 import numpy as np
 
 from ..datasets import load
-from ..execution.automl import LearningRateGrid
+from ..execution.automl import pick_procedure, pick_survivors
 from ..execution.mop.pool_driver import PoolDriver
 from ..execution.mop.runner import EpochMetrics, MOPRunner, UnitRecord
 from ..execution.units import Hooks
 from ..jobspec import TorchWorkload, metric_name, parse_job, point_label
 from ..store import BlobStore, Job, JobStatus, JobUpdate, Store
 from .candidates import candidate_of
+from . import user_models
 from .failures import fail_job
 from .models import BEST_TRIAL_TAG
 from .mop_progress import JobProgress
@@ -84,6 +88,7 @@ PROGRESS_TAG = "easeml.mop.progress"
 RESUMED_TAG = "easeml.mop.resumed_from"
 RESUMED_UNITS_TAG = "easeml.mop.resumed_units"
 REDUCED_BATCH_TAG = "easeml.mop.reduced_batch_size"  # config -> batch size after an out-of-memory retry
+STOPPED_TAG = "easeml.mop.stopped_early"  # config -> epochs it trained before successive halving stopped it
 
 
 def _existing_metrics(store: Store, job_id: int) -> set[tuple[int, str]]:
@@ -115,9 +120,12 @@ def run_torch_job(store: Store, blobs: BlobStore, engine: Any, job_id: int, *,
         spec = parse_job(job.model, job.config)
         if not isinstance(spec, TorchWorkload):
             raise TypeError(f"job {job_id} is a {spec.engine.value} job, not a torch workload")
-        cand = candidate_of(task, spec)
+        cand = candidate_of(task, spec, blobs)  # a user model's is loaded here (user_models.py)
+        own = _own_model(spec)
         lrs, epochs = list(spec.lrs), spec.epochs
-        trial_lr = {s.id: float(dict(s.params)["lr"]) for s in LearningRateGrid(cand.name, lrs, epochs=epochs).start()}
+        trial_params = {s.id: dict(s.params) for s in pick_procedure(cand.name, spec.points(), max_epochs=epochs).start()}
+        trial_lr = {t: float(p["lr"]) for t, p in trial_params.items()}
+        trial_label = {t: point_label(p) for t, p in trial_params.items()}  # lr=0.01 (and a user grid's options)
         tags = store.tags("job", job_id)
         resumed = PROGRESS_TAG in tags
         progress = JobProgress.from_json(tags[PROGRESS_TAG]) if resumed else JobProgress()
@@ -152,6 +160,8 @@ def run_torch_job(store: Store, blobs: BlobStore, engine: Any, job_id: int, *,
                     seen.add((epoch, name))
 
             def on_unit(rec: UnitRecord) -> None:
+                if own is not None:
+                    own.check()  # a user model past its job's limit fails the workload here
                 # Cerebro §5.6: checkpoint between units, so that only unfinished units run again.
                 if rec.kind != "train":
                     return
@@ -162,7 +172,7 @@ def run_torch_job(store: Store, blobs: BlobStore, engine: Any, job_id: int, *,
 
             def on_metrics(m: EpochMetrics) -> None:
                 lr = trial_lr[m.trial]
-                label = point_label({"lr": lr})
+                label = trial_label[m.trial]
                 add(m.epoch, metric_name("val_accuracy", label), m.score)
                 add(m.epoch, metric_name("val_loss", label), m.val_loss)
                 add(m.epoch, metric_name("train_loss", label), m.train_loss)
@@ -171,37 +181,69 @@ def run_torch_job(store: Store, blobs: BlobStore, engine: Any, job_id: int, *,
                                         "trial": m.trial, "lr": lr, "epoch": m.epoch, "val_accuracy": m.score,
                                         "val_loss": m.val_loss, "train_loss": m.train_loss})
                 pending[m.trial] = m
-                if progress.complete(list(trial_lr), m.epoch):
+                if progress.complete(runner_box[0].live_trials, m.epoch):  # configs stopped early have no score
                     top = max(pending.values(), key=lambda e: -1.0 if math.isnan(e.score) else e.score)
                     add(m.epoch, "val_accuracy", top.score)
                     add(m.epoch, "train_loss", top.train_loss)
                     pending.clear()
                     save_progress()
 
-            runner = MOPRunner(engine, LearningRateGrid(cand.name, lrs, epochs=epochs), [cand], X, y,
-                               example_ids=data.example_ids, seed=seed, n_partitions=progress.partitions,
+            runner = MOPRunner(engine, pick_procedure(cand.name, spec.points(), max_epochs=epochs), [cand], X, y,
+                               example_ids=data.split_keys, seed=seed, n_partitions=progress.partitions,
                                hooks=Hooks(precision=precision), blob_url=blob_url,
-                               on_metrics=on_metrics, on_unit=on_unit, resume=resume)
+                               on_metrics=on_metrics, on_unit=on_unit, resume=resume,
+                               **({} if own is None else own.runner_options()))
             runner_box.append(runner)
             try:
                 PoolDriver.shared(engine, seed=seed).run(runner, owner=str(task.owner_id))
             finally:
                 if runner.reduced_batch_sizes:  # out-of-memory retries (the job's record says so)
                     store.set_tag("job", job_id, REDUCED_BATCH_TAG, json.dumps(
-                        {point_label({"lr": trial_lr[t]}): b for t, b in sorted(runner.reduced_batch_sizes.items())}))
-        ranked = [(v[0], t, v[1]) for t, v in progress.best.items() if not math.isnan(v[0])]
+                        {trial_label[t]: b for t, b in sorted(runner.reduced_batch_sizes.items())}))
+        # The pick's result is its best surviving config's: one stopped early lost at a rung to a survivor.
+        survivors = pick_survivors({t: len(progress.scores.get(t, ())) for t in trial_lr}, epochs)
+        stopped = {trial_label[t]: len(progress.scores.get(t, ())) for t in trial_lr if t not in survivors}
+        if stopped:
+            store.set_tag("job", job_id, STOPPED_TAG, json.dumps(stopped))
+        ranked = [(v[0], t, v[1]) for t, v in progress.best.items() if not math.isnan(v[0]) and t in survivors]
         if not ranked:
             raise RuntimeError("no config produced a finite validation score")
         score, trial, digest = max(ranked, key=lambda r: (r[0], -list(trial_lr).index(r[1])))
         if quota is not None:
             quota.check_model(store, blobs, task, job, blobs.size(digest) or 0)
-        store.set_tag("job", job_id, BEST_TRIAL_TAG, json.dumps({"trial": trial, "lr": trial_lr[trial]}))
+        store.set_tag("job", job_id, BEST_TRIAL_TAG, json.dumps({"trial": trial, "lr": trial_lr[trial],
+                                                                 "params": trial_params[trial]}))
         seconds = cost + time.monotonic() - started
         return store.update_job(job_id, JobStatus.SUCCEEDED,
                                 JobUpdate(accuracy=float(score), cost_seconds=seconds, artifact_blob=digest))
     except Exception as error:  # noqa: BLE001 - recorded on the job
         log.exception("torch job %d failed", job_id)
-        return fail_job(store, job_id, error)
+        return (user_models.fail_user_job if "code" in job.config else fail_job)(store, job_id, error)
+
+
+@dataclass(frozen=True)
+class _OwnModel:
+    """What changes for a job of a user's own model: its deadline, checked
+    between units (a unit past it is given up on inside it, ``user_models.guarded``),
+    no retries of a unit that raised (her code fails the same way again), and
+    unit deadlines past her limit, so that her limit decides."""
+
+    name: str
+    limit: float
+    deadline: float
+
+    def check(self) -> None:
+        if time.time() > self.deadline:
+            raise user_models.UserModelTimeout(f"{self.name}: the job ran past its limit of {self.limit:g} s")
+
+    def runner_options(self) -> dict[str, Any]:
+        return {"max_unit_retries": 0, "unit_timeout": max(300.0, self.limit + 60.0)}
+
+
+def _own_model(spec: TorchWorkload) -> _OwnModel | None:
+    if spec.code is None:
+        return None
+    return _OwnModel(spec.model, float(spec.limit), time.time() + float(spec.limit))
 
 
 def _has_cuda() -> bool:

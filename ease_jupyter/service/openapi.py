@@ -44,6 +44,13 @@ def _op(summary: str, *, body: dict | None = None, ok: int | tuple[int, ...] = 2
     return op
 
 
+def _download(op: dict[str, Any]) -> dict[str, Any]:
+    """An operation whose 200 answer is a zip file (GET /tasks/{name}/model)."""
+    op["responses"]["200"] = {"description": "A zip of the model file and its model card", "content": {
+        "application/zip": {"schema": {"type": "string", "format": "binary"}}}}
+    return op
+
+
 def _obj(*required: str, **props: Any) -> dict[str, Any]:
     """An object with these properties, ``required`` of them always present."""
     schema: dict[str, Any] = {"type": "object", "properties": props}
@@ -79,17 +86,60 @@ TASK_BODY = {
 TAG_KEY = {"pattern": r"[^\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]",
            "not": {"pattern": r"^easeml\."}}
 
+_SECONDS_OR_NULL = {"type": ["number", "null"], "minimum": 0}
+_LIMITS = _obj(seconds=_SECONDS_OR_NULL, gpu_seconds=_SECONDS_OR_NULL,
+               deadline={"type": ["string", "null"], "format": "date-time"})
+BUDGET_BODY = {**_LIMITS, "minProperties": 1, "additionalProperties": False}
+BUDGET = _obj("own", "cap", "limits", "spent", "left", "blocked", "reason", own=_LIMITS, cap=_LIMITS, limits=_LIMITS,
+              spent=_obj(seconds={"type": "number"}, gpu_seconds={"type": "number"},
+                         by_kind={"type": "object", "additionalProperties": {"type": "number"}}),
+              left=_obj(seconds=_SECONDS_OR_NULL, gpu_seconds=_SECONDS_OR_NULL), blocked={"type": "boolean"},
+              reason={"type": ["string", "null"]}, gpu_pool={"type": "boolean"}, user={"type": "string"})
+TASK_BUDGET = _obj("max_epochs", "epochs", "source", max_epochs={"type": ["integer", "null"]},
+                   epochs={"type": ["integer", "null"]}, source={"enum": ["task", "service", "data size"]},
+                   examples={"type": ["integer", "null"]})
+
+
+USER_MODEL = _obj("name", "kind", "grid", "code", "limit", name={"type": "string"},
+                  kind={"type": "string", "enum": ["estimator", "factory"]},
+                  grid={"type": "object"}, code={"type": "string", "description": "blob digest"},
+                  limit={"type": "number"}, size={"type": "integer"}, described={"type": "string"},
+                  created_at={"type": "number"})
+
 
 def spec() -> dict[str, Any]:
     task_paths = {
+        "/tasks/{name}/budget": {
+            "get": _op("The task's max_epochs (null: none set), the epochs its torch picks train now and where "
+                       "they come from (task, service or data size)", params=[NAME], response=TASK_BUDGET),
+            "put": _op("Set the task's max_epochs (1-1000; null: back to the default by data size): the most epochs "
+                       "a pick's configs train; poor ones stop early (successive halving)", params=[NAME],
+                       body={"type": "object", "properties": {"max_epochs": {"type": ["integer", "null"],
+                                                                             "minimum": 1, "maximum": 1000}},
+                             "required": ["max_epochs"], "additionalProperties": False},
+                       response=TASK_BUDGET)},
         "/tasks/{name}": {"get": _op("A task with its latest version, job counts, its candidate models and its "
                                      "status (idle, training, blocked, no_data, no_candidates, cancelled)",
-                                     params=[NAME], response={"$ref": "#/components/schemas/TaskStatus"})},
+                                     params=[NAME], response={"$ref": "#/components/schemas/TaskStatus"}),
+                           "delete": _op(
+            "Delete the task with its versions, jobs, metrics, tags and the blobs no other task uses. It is "
+            "cancelled first; 409 when its running jobs do not end within a minute (it stays cancelled)",
+            params=[NAME], response=_obj("id", "name", "deleted", id={"type": "integer"}, name={"type": "string"},
+                                         deleted={"const": True}, versions={"type": "integer"},
+                                         jobs={"type": "integer"}, blobs_deleted={"type": "integer"},
+                                         bytes_freed={"type": "integer"}))},
         "/tasks/{name}/cancel": {"post": _op("Cancel the task: queued jobs are cancelled, running ones ignored", params=[NAME])},
         "/tasks/{name}/resume": {"post": _op("Undo a cancel", params=[NAME])},
-        "/tasks/{name}/feed": {"post": _op("Add examples: a new dataset version", params=[NAME], ok=201,
-                                           body=_obj("X", "y", X=ARRAY, y=ARRAY),
-                                           response={"$ref": "#/components/schemas/Version"})},
+        "/tasks/{name}/feed": {"post": _op(
+            "Add examples: a new dataset version (201), or the latest one (200) when the feed adds no row. mode "
+            "'dedupe' (default) skips rows (input and label) the latest version holds, 'append' adds them again, "
+            "'replace' makes a version of exactly the fed rows; new and duplicates count the fed rows that were "
+            "not / were there", params=[NAME], ok=(200, 201),
+            body=_obj("X", "y", X=ARRAY, y=ARRAY, mode={"enum": ["dedupe", "append", "replace", None]}),
+            response={"allOf": [{"$ref": "#/components/schemas/Version"}, _obj(
+                "created", "new", "duplicates", "mode", created={"type": "boolean"},
+                new={"type": "integer", "minimum": 0}, duplicates={"type": "integer", "minimum": 0},
+                mode={"enum": ["dedupe", "append", "replace"]})]})},
         "/tasks/{name}/refine": {"post": _op(
             "Turn examples on (keep) or off (drop): a new version (201), or the latest one (200) when that changes "
             "nothing", params=[NAME], ok=(200, 201),
@@ -107,7 +157,15 @@ def spec() -> dict[str, Any]:
         "/tasks/{name}/best": {"get": _op("The best model so far (404 before one exists)", params=[NAME],
                                           response=_obj(model={"type": "string"}, config={"type": "object"},
                                                         accuracy={"type": "number"}, dataset_version={"type": "integer"},
+                                                        validation_size={"type": ["integer", "null"], "minimum": 0},
                                                         job_id={"type": "integer"}))},
+        "/tasks/{name}/model": {"get": _download(_op(
+            "The best model as a file, for its own runtime (no ease_jupyter needed): a zip of the model file "
+            "(model.joblib, model.onnx or model.pt) and model_card.json; 400 bad_data (field format) for a format "
+            "that does not exist or does not fit the model's engine, 409 no_model before the first model",
+            params=[NAME, {"name": "format", "in": "query", "description": "default: joblib for a scikit-learn "
+                           "model, torchscript for a torch model",
+                           "schema": {"enum": ["joblib", "onnx", "torchscript", "state_dict"]}}]))},
         "/tasks/{name}/suspicion": {"get": _op(
             "Refine panel: per-example loss of the best finished model and disagreement of the top-k models on a "
             "version (default latest); 409 no_model before the first model", params=[
@@ -143,6 +201,37 @@ def spec() -> dict[str, Any]:
                    "post": _op("Create a user; the token is returned only here (admin)", ok=201,
                                body=_obj("name", name=NAME_SCHEMA, admin={"type": "boolean"}),
                                response=_obj(name={"type": "string"}, token={"type": "string"}))},
+        "/users/{name}": {"put": _op(
+            "Settings of user {name} (admin): allow_user_models lets her add her own models (task.add_model) "
+            "whatever the service's --allow-user-models", params=[{**NAME, "description": "user name"}],
+            body=_obj("allow_user_models", allow_user_models={"type": "boolean"}),
+            response=_obj(name={"type": "string"}, allow_user_models={"type": "boolean"}))},
+        "/tasks/{name}/models": {
+            "get": _op("The task's own models (user models), each with its kind, grid, code blob and time limit",
+                       params=[NAME], response={"type": "array", "items": USER_MODEL}),
+            "post": _op("Add a model of the caller's own as an arm of the task: a cloudpickled scikit-learn "
+                        "estimator (kind estimator) or torch factory(input_shape, output_shape, **options) (kind "
+                        "factory), base64, with its grid {option: [values]}. 403 unless the caller may add models "
+                        "(--allow-user-models, or an admin's PUT /users/{name})", ok=201, params=[NAME],
+                        body=_obj("name", "kind", "code", name=NAME_SCHEMA,
+                                  kind={"type": "string", "enum": ["estimator", "factory"]},
+                                  code={"type": "string", "format": "byte"},
+                                  grid={"type": "object", "additionalProperties": {"type": "array"}},
+                                  limit={"type": "number", "exclusiveMinimum": 0},
+                                  described={"type": "string"}),
+                        response=USER_MODEL)},
+        "/users/{name}/budget": {
+            "get": _op("User {name}'s compute budget, the cap on it, what she spent and whether she gets new picks "
+                       "(admin)", params=[{**NAME, "description": "user name"}], response=BUDGET),
+            "put": _op("Cap user {name}'s budget (admin): seconds, gpu_seconds (>= 0) and a deadline (ISO 8601 "
+                       "with a UTC offset, in the future); null clears one", params=[{**NAME, "description": "user name"}],
+                       body=BUDGET_BODY, response=BUDGET)},
+        "/budget": {
+            "get": _op("The caller's compute budget: her limits, an admin's cap, what she spent (per device kind), "
+                       "what is left and whether she gets new picks", response=BUDGET),
+            "put": _op("Set the caller's own limits (at most an admin's cap): seconds of worker time, gpu_seconds, "
+                       "and a deadline after which she gets no new picks; null clears one", body=BUDGET_BODY,
+                       response=BUDGET)},
         "/users/{name}/tokens": {"delete": _op(
             "Revoke the ease.ml token of local account {name} at once; its tasks stay (admin)",
             params=[{**NAME, "description": "user name (a local account)"}],
@@ -212,7 +301,8 @@ def spec() -> dict[str, Any]:
                     jobs={"type": "object", "additionalProperties": {"type": "integer"}},
                     idle={"type": "boolean"}, arms={"type": "integer"}, candidates={"type": "integer"},
                     blocked={"enum": ["store_unavailable", "storage_full", None]},
-                    status={"enum": ["cancelled", "no_candidates", "no_data", "blocked", "training", "idle"]},
+                    status={"enum": ["cancelled", "no_candidates", "no_data", "blocked", "training", "idle",
+                                     "over_budget"]},
                     reason={"type": "string"})]},
                 "StoreStatus": _obj("writable", writable={"type": "boolean"},
                                     blocked={"enum": ["store_unavailable", "storage_full", None]},

@@ -28,7 +28,9 @@ from ..jobspec import metric_name, parse_job, point_label
 from ..store import BlobStore, Job, JobStatus, JobUpdate, Store
 from ..zoo import Candidate, Engine
 from .candidates import candidate_of
+from . import user_models
 from .failures import fail_job
+from .task_schema import table_job
 
 GRID_BEST_TAG = "easeml.grid.best"
 GRID_COST_TAG = "easeml.grid.memory"
@@ -57,7 +59,7 @@ def one_blas_thread() -> Any:
 def evaluate_grid(candidate: Candidate, grid: Mapping[str, Any], data: Any, classification: bool, engine: Any) -> GridResult:
     """Seneca's grid evaluation of one pick on ``engine``, on the task's
     fixed train/held-out split (``holdout.validation_mask``)."""
-    held_out = validation_mask(data.example_ids)  # the split every job of the task uses
+    held_out = validation_mask(data.split_keys)  # by row content: the split every job of the task uses
     split = (data.X[~held_out], data.y[~held_out], data.X[held_out], data.y[held_out])
     # Memory sizing (Seneca Alg. 1) pays off when tasks share a worker; a
     # one-worker engine runs them in turn and would only pay for the probe.
@@ -89,18 +91,20 @@ def run_sklearn_job(store: Store, blobs: BlobStore, job_id: int, engine: Any, qu
         spec = parse_job(job.model, job.config)
         if spec.engine is not Engine.SKLEARN:
             raise TypeError(f"job {job_id} is a {spec.engine.value} job, not a scikit-learn grid")
-        candidate = candidate_of(task, spec)
+        candidate = candidate_of(task, spec, blobs)  # a user model's is loaded here (user_models.py)
         grid = spec.options
         if quota is not None:
             quota.check_model(store, blobs, task, job, 1)
         data = load(store, blobs, store.get_dataset_version(job.dataset_version_id))
+        candidate, data = table_job(store, task, candidate, data)  # a table task's preprocessing pipeline
         result = evaluate_grid(candidate, grid, data, program_of(task).num_classes is not None, engine)
-        model = pickle.dumps(result.best_model, protocol=pickle.HIGHEST_PROTOCOL)
+        model = (user_models.artifact(result.best_model) if getattr(spec, "code", None) is not None
+                 else pickle.dumps(result.best_model, protocol=pickle.HIGHEST_PROTOCOL))
         if quota is not None:
             quota.check_model(store, blobs, task, job, len(model))
         artifact = blobs.put_bytes(model)
     except Exception as error:  # noqa: BLE001 - recorded on the job; one bad pick must not stop the rest
-        return fail_job(store, job_id, error)
+        return (user_models.fail_user_job if "code" in job.config else fail_job)(store, job_id, error)
     for point in result.points:
         label = point_label(point.params)
         for name, value in (("val_score", point.score), ("train_score", point.train_score),

@@ -47,6 +47,8 @@ from ..jobspec import parse_job
 from ..zoo import Engine
 from . import models
 from .models import TorchOutputs, load_estimator
+from .task_schema import names_json, table_schema
+from ..zoo.preprocess import to_frame
 
 DEFAULT_TOP_K = 5
 MAX_TOP_K = 50
@@ -110,7 +112,9 @@ class SuspicionScorer:
             raise NoModelError(f"task {task.name!r} has no finished model yet to score examples with; "
                                "wait for the first job to finish")
         top = models[:k]
-        key = (version.id, tuple(j.id for j in top), k)
+        # Ids alone may be reused once a task is deleted (SQLite): the version's
+        # time and the models' content-addressed artifacts pin what was scored.
+        key = (version.id, version.created_at, tuple((j.id, j.artifact_blob) for j in top), k)
         with self._lock:
             if key in self._cache:
                 self._cache.move_to_end(key)
@@ -131,7 +135,7 @@ class SuspicionScorer:
                 return _Outputs(out.argmax(axis=1), _softmax(out.astype(np.float64)) if want_proba else None)
             return _Outputs(out.reshape(len(X), -1), None)
         model = load_estimator(self.blobs, task, job)
-        flat = X.reshape(len(X), -1)
+        flat = X.reshape(len(X), -1) if isinstance(X, np.ndarray) else X  # a table task's DataFrame as it is
         raw = None
         if classification and want_proba:
             try:  # the zoo's one-thread wrappers define predict_proba even where the estimator has none (SVC)
@@ -153,9 +157,10 @@ class SuspicionScorer:
         n_classes = program.num_classes
         classification = n_classes is not None
         data = load(self.store, self.blobs, version)
-        if not isinstance(data.X, np.ndarray):
+        schema = table_schema(self.store, task)
+        if schema is None and not isinstance(data.X, np.ndarray):
             raise InvalidStateError("suspicion scores need tensor inputs; this task's inputs are records")
-        X, y = data.X, np.asarray(data.y)
+        X, y = (data.X if schema is None else to_frame(schema, data.X)), np.asarray(data.y)
         n = len(X)
         best = self._outputs(task, top[0], X, classification, n_classes, want_proba=True)
         if classification:
@@ -193,11 +198,12 @@ class SuspicionScorer:
             "loss": loss.astype(np.float64),
             "loss_kind": kind,
             "disagreement": disagreement.astype(np.float64),
-            "validation": validation_mask(data.example_ids),
+            "validation": validation_mask(data.split_keys),
             "k": len(top),
             "model": {"job_id": head.id, "name": head.model, "config": dict(head.config), "accuracy": head.accuracy,
                       "dataset_version": versions.get(head.dataset_version_id)},
             "models": [{"job_id": j.id, "name": j.model, "accuracy": j.accuracy} for j in top],
+            **names_json(self.store, task),  # what the labels' class indices stand for
         }
 
 

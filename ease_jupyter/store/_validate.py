@@ -19,7 +19,7 @@ from ease_jupyter.errors import DataError, InvalidStateError, StaleParentError
 from .base import JOB_TRANSITIONS, Job, JobStatus, JobUpdate, NewChunk, Node, NodeKind, VersionKind
 
 DIGEST_PATTERN = re.compile(r"[0-9a-f]{64}")
-TAG_ENTITIES = ("task", "dataset", "job")
+TAG_ENTITIES = ("task", "dataset", "job", "user")
 
 
 def utcnow() -> datetime:

@@ -5,7 +5,8 @@ Guarantees, checked by ``tests/store/test_contract.py`` against every backend:
 * Every method returns frozen records (or tuples of them); mutating what you
   got back is impossible and never changes the store.
 * Dataset versions are immutable. There is no method that changes or deletes a
-  version, its examples or its membership. ``create_dataset_version`` writes the
+  version, its examples or its membership, except ``delete_task``, which
+  removes a whole task with everything in it. ``create_dataset_version`` writes the
   version, its new examples, its on/off toggles and its provenance edge in one
   transaction: either all of it is stored or none of it.
 * Version numbers count 1, 2, 3, ... per task, in creation order, with no gaps.
@@ -264,6 +265,18 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def set_task_cancelled(self, task_id: int, cancelled: bool) -> Task: ...
 
+    @abc.abstractmethod
+    def delete_task(self, task_id: int) -> frozenset[str]:
+        """Remove a task with its dataset versions, chunks, toggles, jobs,
+        metrics, provenance edges and tags (of the task, its versions and its
+        jobs), in one transaction; no other task's rows change. Returns the
+        blob digests the removed rows referenced (members, chunk arrays, model
+        artifacts), which may now be unreferenced: blobs are not the store's.
+
+        A task with a RUNNING job is an ``InvalidStateError`` (its runner
+        still writes to it: cancel the task and let the job finish first);
+        an unknown task is a ``NotFoundError``. Either changes nothing."""
+
     # -- dataset versions ---------------------------------------------------
     @abc.abstractmethod
     def create_dataset_version(
@@ -387,7 +400,7 @@ class Store(abc.ABC):
     # -- metadata tags (ACAI §3.2) --------------------------------------------
     @abc.abstractmethod
     def set_tag(self, entity: str, entity_id: int, key: str, value: str) -> None:
-        """Set (or overwrite) a key-value tag on a 'task', 'dataset' or 'job'."""
+        """Set (or overwrite) a key-value tag on a 'task', 'dataset', 'job' or 'user'."""
 
     @abc.abstractmethod
     def tags(self, entity: str, entity_id: int) -> Mapping[str, str]: ...

@@ -102,7 +102,7 @@ class InMemoryStore(Store):
             raise NotFoundError(f"job {job_id}: not found") from None
 
     def _check_entity_exists(self, entity: str, entity_id: Any) -> int:
-        lookup = {"task": self._task, "dataset": self._version, "job": self._job}[entity]
+        lookup = {"task": self._task, "dataset": self._version, "job": self._job, "user": self._user}[entity]
         return lookup(entity_id).id
 
     def _examples_known_at(self, version: DatasetVersion) -> int:
@@ -220,6 +220,38 @@ class InMemoryStore(Store):
             task = replace(self._task(task_id), cancelled=bool(cancelled))
             self._tasks[task.id] = task
             return task
+
+    def delete_task(self, task_id: int) -> frozenset[str]:
+        with self._lock:
+            task = self._task(task_id)
+            jobs = {j.id for j in self._jobs.values() if j.task_id == task.id}
+            running = sorted(j for j in jobs if self._jobs[j].status is JobStatus.RUNNING)
+            if running:
+                raise InvalidStateError(f"task {task.name!r}: job {running[0]} is running, expected no running job "
+                                        "(cancel the task and let its jobs finish first)")
+            versions = {x.id for x in self._versions.values() if x.task_id == task.id}
+            chunks = [c for c in self._chunks.values() if c.task_id == task.id]
+            referenced = {self._versions[x].members_blob for x in versions}
+            referenced.update(d for c in chunks for d in (c.x_blob, c.y_blob))
+            referenced.update(self._jobs[j].artifact_blob for j in jobs if self._jobs[j].artifact_blob is not None)
+            nodes = {Node(NodeKind.DATASET, x) for x in versions} | {Node(NodeKind.MODEL, j) for j in jobs}
+            owned = {("task", task.id)} | {("dataset", x) for x in versions} | {("job", j) for j in jobs}
+            # Everything is known; from here on nothing can fail.
+            for edge_id in [i for i, e in self._edges.items() if e.dst in nodes or e.src in nodes or e.job_id in jobs]:
+                del self._edges[edge_id]
+            for key in [k for k in self._metrics if k[0] in jobs]:
+                del self._metrics[key]
+            for key in owned:
+                self._tags.pop(key, None)
+            for job_id in jobs:
+                del self._jobs[job_id]
+            for chunk in chunks:
+                del self._chunks[chunk.id]
+            for version_id in versions:
+                del self._versions[version_id]
+                self._toggles.pop(version_id, None)
+            del self._tasks[task.id]
+            return frozenset(referenced)
 
     # -- dataset versions ---------------------------------------------------
     def create_dataset_version(

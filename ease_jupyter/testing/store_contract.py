@@ -197,8 +197,10 @@ def test_there_is_no_way_to_change_or_delete_a_version() -> None:
         if not name.startswith("_")
         and name.split("_")[0] in {"update", "set", "delete", "remove", "change", "replace", "drop", "edit", "link"}
     }
-    # The only mutators touch users, tasks, jobs and tags; nothing reaches a dataset version.
-    assert mutators == {"set_user_token_hash", "link_user_to_hub", "update_job", "set_task_cancelled", "set_tag"}
+    # The only mutators touch users, tasks, jobs and tags; nothing reaches a dataset
+    # version except the deletion of its whole task.
+    assert mutators == {"set_user_token_hash", "link_user_to_hub", "update_job", "set_task_cancelled", "set_tag",
+                        "delete_task"}
 
 
 # -- users ----------------------------------------------------------------------
@@ -385,6 +387,100 @@ def test_a_task_can_be_cancelled_and_resumed(store: Store) -> None:
     assert cancelled == dataclasses.replace(t, cancelled=True)
     assert store.get_task(t.id).cancelled
     assert store.set_task_cancelled(t.id, False) == t
+
+
+def _everything_of(store: Store, task_id: int):
+    """Every row a task owns, and its provenance, as records."""
+    versions, chunks, edges, toggles = snapshot(store, task_id)
+    jobs = store.list_jobs(task_id)
+    edges |= {e for j in jobs for e in store.edges_into(Node(NodeKind.MODEL, j.id))}
+    return (store.get_task(task_id), versions, chunks, frozenset(edges), toggles, jobs,
+            {j.id: store.list_metrics(j.id) for j in jobs}, store.tags("task", task_id),
+            {v.id: store.tags("dataset", v.id) for v in versions}, {j.id: store.tags("job", j.id) for j in jobs})
+
+
+def _a_task_with_history(store: Store, owner, name: str, seed: object):
+    """A task with two feeds, a refine, finished and queued jobs, metrics and tags."""
+    t = store.create_task(owner.id, name, "input: [2] output: [3]")
+    v1 = feed(store, t.id, 3, seed=(seed, 1))
+    v2 = feed(store, t.id, 2, seed=(seed, 2))
+    v3 = refine(store, t.id, v2.id, {0: False})
+    done = job_in(store, JobStatus.RUNNING, t.id, v3.id)
+    done = store.update_job(done.id, JobStatus.SUCCEEDED, JobUpdate(accuracy=0.9, artifact_blob=digest((seed, "m"))))
+    store.add_metric(done.id, 0, "val_score", 0.9)
+    failed = job_in(store, JobStatus.FAILED, t.id, v1.id)
+    store.add_metric(failed.id, 1, "train_loss", 2.0)
+    job_in(store, JobStatus.QUEUED, t.id, v3.id)
+    job_in(store, JobStatus.CANCELLED, t.id, v2.id)
+    store.set_tag("task", t.id, "owner", name)
+    store.set_tag("dataset", v2.id, "source", "csv")
+    store.set_tag("job", done.id, "note", "best")
+    return t
+
+
+def test_deleting_a_task_removes_all_of_it_and_nothing_else(store: Store) -> None:
+    ada, bob = user(store, "ada"), user(store, "bob")
+    gone = _a_task_with_history(store, ada, "galaxy", "g")
+    mine = _a_task_with_history(store, ada, "stars", "s")
+    theirs = _a_task_with_history(store, bob, "galaxy", "b")
+    before = {t.id: _everything_of(store, t.id) for t in (mine, theirs)}
+    versions, chunks = store.list_dataset_versions(gone.id), store.list_chunks(gone.id)
+    jobs = store.list_jobs(gone.id)
+
+    referenced = store.delete_task(gone.id)
+
+    assert referenced == ({v.members_blob for v in versions} | {d for c in chunks for d in (c.x_blob, c.y_blob)}
+                          | {j.artifact_blob for j in jobs if j.artifact_blob is not None})
+    assert {t.id: _everything_of(store, t.id) for t in (mine, theirs)} == before
+    assert store.list_tasks() == (mine, theirs)
+    with pytest.raises(NotFoundError):
+        store.get_task(gone.id)
+    with pytest.raises(NotFoundError):
+        store.task_by_name(ada.id, "galaxy")
+    for v in versions:
+        with pytest.raises(NotFoundError):
+            store.get_dataset_version(v.id)
+    for j in jobs:
+        with pytest.raises(NotFoundError):
+            store.get_job(j.id)
+    assert not {j.id for j in jobs} & {j.id for j in store.list_jobs()}
+    assert store.find_by_tag("task", "owner") == tuple(sorted((mine.id, theirs.id)))
+    assert not set(store.find_by_tag("job", "note")) & {j.id for j in jobs}
+    assert not set(store.find_by_tag("dataset", "source")) & {v.id for v in versions}
+
+
+def test_a_deleted_task_name_can_be_used_again_from_scratch(store: Store) -> None:
+    ada = user(store, "ada")
+    old = _a_task_with_history(store, ada, "galaxy", "old")
+    store.delete_task(old.id)
+    new = store.create_task(ada.id, "galaxy", "input: [2] output: [3]")
+    v1 = feed(store, new.id, 2, seed="new")
+    assert (v1.number, store.list_chunks(new.id)[0].first_example_id) == (1, 0)
+    assert store.list_jobs(new.id) == () and store.tags("task", new.id) == {}
+    # No edge, tag or toggle of the old task hangs on to a reused id.
+    (into,) = store.edges_into(Node(NodeKind.DATASET, v1.id))
+    assert into.src is None and store.edges_out_of(Node(NodeKind.DATASET, v1.id)) == ()
+    assert store.tags("dataset", v1.id) == {} and store.list_toggles(v1.id) == ()
+    job = store.create_job(new.id, v1.id, "mlp", {})
+    assert store.list_metrics(job.id) == () and store.tags("job", job.id) == {}
+    assert store.edges_into(Node(NodeKind.MODEL, job.id)) == ()
+
+
+def test_a_task_with_a_running_job_or_an_unknown_task_is_not_deleted(store: Store) -> None:
+    ada = user(store, "ada")
+    t = _a_task_with_history(store, ada, "galaxy", "g")
+    running = job_in(store, JobStatus.RUNNING, t.id, store.latest_dataset_version(t.id).id)
+    before = _everything_of(store, t.id)
+    with pytest.raises(InvalidStateError, match=f"job {running.id} is running"):
+        store.delete_task(t.id)
+    assert _everything_of(store, t.id) == before
+    store.update_job(running.id, JobStatus.FAILED)
+    store.delete_task(t.id)
+    for unknown in (t.id, 999):
+        with pytest.raises(NotFoundError):
+            store.delete_task(unknown)
+    with pytest.raises(DataError, match="task_id"):
+        store.delete_task("1")  # type: ignore[arg-type]
 
 
 # -- dataset versions -------------------------------------------------------------

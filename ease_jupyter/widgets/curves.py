@@ -1,22 +1,26 @@
-"""Training loss and validation accuracy per epoch, live, as a plotly FigureWidget."""
+"""A task's training, live, as plotly FigureWidgets: per-epoch curves of the
+deep nets, and the grid scores of the scikit-learn picks."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import ipywidgets as widgets
 
-from ..jobspec import describe_job, parse_job, split_metric
+from ..jobspec import best_point, describe_job, parse_job, point_label, split_metric
 from ..zoo import Engine
 from ._hub import Event
 from ._live import Live
+from ._plot_style import Styles, base_layout, dash, fit_height
 
 _PLOTTED = ("train_loss", "val_accuracy")  # per-config metrics of a torch job, one point per epoch
-LOSS, ACC = 0, 1  # subplot columns
+GRID_SCORE = "val_score"  # per-config metric of a scikit-learn job: its held-out score
+WAITING = "<i>no finished model yet: the curves appear as jobs train</i>"
 
 
 def _is_torch(model: str, config: dict[str, Any]) -> bool:
-    """Torch jobs are drawn as curves (per epoch), the others as one marker."""
+    """Torch jobs are drawn as curves (per epoch), scikit-learn ones as grid scores."""
     return parse_job(model, config).engine is Engine.TORCH
 
 
@@ -24,61 +28,96 @@ def _lr(value: Any) -> str:
     return f"{float(value):g}"
 
 
-class Curves(Live, widgets.VBox):
-    """One task's curves: training loss (left) and validation accuracy (right)
-    against the epoch, one trace per config, grouped by model in the legend.
+def grid_scores(model: str, config: dict[str, Any], metrics: list[dict[str, Any]]) -> list[tuple[str, float]]:
+    """``[(config label, held-out score)]`` of a scikit-learn job, in the grid's
+    order; a combination that failed has no score and is left out."""
+    scores: dict[str, float] = {}
+    for row in metrics:
+        for key, value in row.items():
+            metric, label = split_metric(key)
+            if metric == GRID_SCORE and label is not None and value is not None and not math.isnan(value):
+                scores[label] = float(value)
+    order = {point_label(p): i for i, p in enumerate(parse_job(model, config).points())}
+    return sorted(scores.items(), key=lambda item: (order.get(item[0], len(order)), item[0]))
 
-    A torch job trains a learning-rate grid, so each of its learning rates is a
-    config with its own pair of traces (``model #job lr=X``), extended by every
-    ``metrics`` event. A scikit-learn job has no epochs: its config is one
-    validation-accuracy marker at epoch 1, added when the job succeeds.
+
+class Curves(Live, widgets.VBox):
+    """One task's training, one figure per kind of model, each shown once it
+    has something to show:
+
+    * ``figure``, deep nets (torch): training loss (left) and validation
+      accuracy (right) against the epoch, one pair of traces per config
+      (``#job lr=X``), extended by every ``metrics`` event;
+    * ``grid_figure``, scikit-learn picks: every grid point's held-out score,
+      one column of points per job (the winner drawn larger, as a star),
+      added when the job succeeds.
+
+    Traces are grouped by model in the legend (``legendgroup``, the model as
+    the group's title); each model has its own colour from a qualitative
+    palette, each of its jobs its own marker and each config its own dash,
+    so dozens of traces stay apart. The legend sits beside the plots and the
+    figure grows with it; titles sit below plotly's toolbar.
 
     Args:
         task: a ``ease_jupyter.client.Task``.
         live: follow the Client's event stream (False: a snapshot).
 
-    ``figure`` is the plotly ``FigureWidget``; ``traces`` maps each config
-    key ``(job_id, lr or None)`` to its ``(loss trace, accuracy trace)``
-    indices in ``figure.data`` (loss is None for scikit-learn configs).
+    ``traces`` maps each torch config ``(job_id, lr)`` to its ``(loss trace,
+    accuracy trace)`` indices in ``figure.data``; ``grid_traces`` maps a
+    scikit-learn job id to its trace index in ``grid_figure.data``.
     """
 
     def __init__(self, task: Any, *, live: bool = True, **kwargs: Any):
         import plotly.graph_objects as go
         from plotly.subplots import make_subplots
 
-        base = make_subplots(rows=1, cols=2, subplot_titles=("training loss", "validation accuracy"))
-        base.update_layout(height=320, margin=dict(l=40, r=10, t=30, b=30), legend=dict(groupclick="toggleitem"),
-                           template="plotly_white")
-        base.update_xaxes(title_text="epoch")
-        base.update_yaxes(range=[0, 1.02], row=1, col=2)
-        self.figure = go.FigureWidget(base)
+        self.styles = Styles()
+        epochs = make_subplots(rows=1, cols=2, subplot_titles=("training loss", "validation accuracy"),
+                               horizontal_spacing=0.12)
+        epochs.update_layout(**base_layout("deep nets: per epoch"))
+        epochs.update_xaxes(title_text="epoch")
+        epochs.update_yaxes(range=[0, 1.02], row=1, col=2)
+        self.figure = go.FigureWidget(epochs)
+        grid = go.Figure(layout=base_layout("scikit-learn: held-out score of each grid point (star: the winner)"))
+        grid.update_xaxes(title_text="pick (model #job)", type="category", tickangle=-30)
+        grid.update_yaxes(title_text="held-out score", range=[0, 1.02])
+        self.grid_figure = go.FigureWidget(grid)
         self.task = task
         self.task_id = task.info["id"]
-        self.traces: dict[tuple[int, str | None], tuple[int | None, int]] = {}
-        self._jobs: dict[int, dict[str, Any]] = {}
+        self.traces: dict[tuple[int, str], tuple[int, int]] = {}
+        self.grid_traces: dict[int, int] = {}
         self._series: dict[int, dict[int, float]] = {}  # trace index -> {epoch: value}
-        super().__init__(children=[self.figure], **kwargs)
+        self._waiting = widgets.HTML(WAITING)
+        super().__init__(children=[self._waiting], **kwargs)
         self._live_init(task.client, live)  # subscribe first, then backfill: no event falls in between
         with self._lock:
             self._backfill()
 
     # ------------------------------------------------------------ backfill
     def _backfill(self) -> None:
-        with self.figure.batch_update():
+        with self.figure.batch_update(), self.grid_figure.batch_update():
             for job in self.task.history():
-                self._jobs[job["id"]] = job
-                if _is_torch(job["model"], job["config"]):
-                    for row in job.get("metrics", []):
-                        for key, value in row.items():
-                            metric, label = split_metric(key)
-                            if metric in _PLOTTED and label is not None and label.startswith("lr=") and value is not None:
-                                self._point(job["id"], job["model"], label.removeprefix("lr="), row["epoch"],
-                                            **{metric: value})
-                elif job["status"] == "succeeded" and job["accuracy"] is not None:
-                    self._marker(job["id"], job["model"], job["config"], job["accuracy"])
+                self._add_job(job)
+        self._show()
+
+    def _add_job(self, job: dict[str, Any]) -> None:
+        if _is_torch(job["model"], job["config"]):
+            for row in job.get("metrics", []):
+                for key, value in row.items():
+                    metric, label = split_metric(key)
+                    if metric in _PLOTTED and label is not None and label.startswith("lr=") and value is not None:
+                        self._point(job["id"], job["model"], label.removeprefix("lr="), row["epoch"], **{metric: value})
+        elif job["status"] == "succeeded":
+            self._grid(job["id"], job["model"], job["config"], job.get("metrics", []))
 
     def _resync(self) -> None:
-        self._backfill()  # points are idempotent: a repeated epoch replaces, never duplicates
+        self._backfill()  # points are idempotent: a repeated epoch or job replaces, never duplicates
+
+    def _show(self) -> None:
+        """Show the figures that have traces (or a line saying none has yet)."""
+        shown = tuple(f for f in (self.figure, self.grid_figure) if f.data) or (self._waiting,)
+        if tuple(self.children) != shown:
+            self.children = shown
 
     # ------------------------------------------------------------ events
     def _on_event(self, event: Event) -> None:
@@ -89,26 +128,34 @@ class Curves(Live, widgets.VBox):
             with self.figure.batch_update():
                 self._point(event["job_id"], event["model"], _lr(event["lr"]), event["epoch"],
                             train_loss=event.get("train_loss"), val_accuracy=event.get("val_accuracy"))
+            self._show()
         elif (kind == "job" and event.get("status") == "succeeded"
               and not _is_torch(event.get("model", ""), event.get("config") or {})):
-            if event.get("accuracy") is not None:
-                self._marker(event["job_id"], event["model"], event.get("config") or {}, event["accuracy"])
+            # the grid's per-point scores are in the job's metrics, not in the event
+            job = next((j for j in self.task.history() if j["id"] == event["job_id"]), None)
+            if job is not None:
+                with self.grid_figure.batch_update():
+                    self._grid(job["id"], job["model"], job["config"], job.get("metrics", []))
+                self._show()
 
     # ------------------------------------------------------------ traces
-    def _pair(self, key: tuple[int, str | None], model: str, name: str, *, loss: bool) -> tuple[int | None, int]:
+    def _pair(self, job_id: int, model: str, lr: str) -> tuple[int, int]:
+        key = (job_id, lr)
         if key in self.traces:
             return self.traces[key]
         import plotly.graph_objects as go
 
-        mode = "lines+markers" if loss else "markers"
-        common = dict(name=name, legendgroup=model, legendgrouptitle_text=model, mode=mode,
-                      meta={"job_id": key[0], "lr": key[1], "model": model})
-        loss_index = None
-        if loss:
-            self.figure.add_trace(go.Scatter(x=[], y=[], showlegend=False, **common), row=1, col=1)
-            loss_index = len(self.figure.data) - 1
-        self.figure.add_trace(go.Scatter(x=[], y=[], **common), row=1, col=2)
+        configs_of_job = sum(1 for j, _ in self.traces if j == job_id)
+        style = dict(legendgroup=model, legendgrouptitle_text=model, mode="lines+markers",
+                     line=dict(color=self.styles.colour(model), dash=dash(configs_of_job), width=1.6),
+                     marker=dict(symbol=self.styles.symbol(model, job_id), size=6),
+                     name=f"#{job_id} lr={lr}", meta={"job_id": job_id, "lr": lr, "model": model},
+                     hovertemplate=f"{model} #{job_id} lr={lr}<br>epoch %{{x}}: %{{y:.4f}}<extra></extra>")
+        self.figure.add_trace(go.Scatter(x=[], y=[], showlegend=False, **style), row=1, col=1)
+        loss_index = len(self.figure.data) - 1
+        self.figure.add_trace(go.Scatter(x=[], y=[], **style), row=1, col=2)
         self.traces[key] = (loss_index, len(self.figure.data) - 1)
+        fit_height(self.figure)
         return self.traces[key]
 
     def _set(self, index: int, epoch: int, value: float) -> None:
@@ -121,37 +168,69 @@ class Curves(Live, widgets.VBox):
 
     def _point(self, job_id: int, model: str, lr: str, epoch: int, *, train_loss: float | None = None,
                val_accuracy: float | None = None) -> None:
-        loss_i, acc_i = self._pair((job_id, lr), model, f"{model} #{job_id} lr={lr}", loss=True)
-        if train_loss is not None and loss_i is not None:
+        loss_i, acc_i = self._pair(job_id, model, lr)
+        if train_loss is not None:
             self._set(loss_i, int(epoch), float(train_loss))
         if val_accuracy is not None:
             self._set(acc_i, int(epoch), float(val_accuracy))
 
-    def _marker(self, job_id: int, model: str, config: dict[str, Any], accuracy: float) -> None:
-        _, acc_i = self._pair((job_id, None), model, f"{model} #{job_id} {describe_job(model, config)}".strip(), loss=False)
-        self._set(acc_i, 1, float(accuracy))
+    def _grid(self, job_id: int, model: str, config: dict[str, Any], metrics: list[dict[str, Any]]) -> None:
+        scores = grid_scores(model, config, metrics)
+        if not scores:
+            return
+        import plotly.graph_objects as go
+
+        labels, values = [label for label, _ in scores], [value for _, value in scores]
+        # the point the leaderboard and best() name (ties: the same rule)
+        winner = labels.index(best_point(metrics)) if best_point(metrics) in labels else values.index(max(values))
+        column = f"{model} #{job_id}"
+        trace = go.Scatter(
+            x=[column] * len(values), y=values, text=labels, mode="markers",
+            name=f"#{job_id} {describe_job(model, config)}".strip(), legendgroup=model, legendgrouptitle_text=model,
+            marker=dict(color=self.styles.colour(model), symbol=["star" if i == winner else "circle"
+                                                                 for i in range(len(values))],
+                        size=[14 if i == winner else 8 for i in range(len(values))], line=dict(width=0.5)),
+            meta={"job_id": job_id, "model": model, "winner": labels[winner]},
+            hovertemplate=f"{column}<br>%{{text}}: %{{y:.4f}}<extra></extra>")
+        if job_id in self.grid_traces:  # a resync: replace its points
+            shown = self.grid_figure.data[self.grid_traces[job_id]]
+            shown.x, shown.y, shown.text, shown.marker, shown.meta = trace.x, trace.y, trace.text, trace.marker, trace.meta
+            return
+        self.grid_figure.add_trace(trace)
+        self.grid_traces[job_id] = len(self.grid_figure.data) - 1
+        fit_height(self.grid_figure)
 
     # ------------------------------------------------------------ views
-    def points(self, job_id: int, lr: float | str | None = None) -> dict[str, list]:
-        """The plotted ``epoch``, ``train_loss`` and ``val_accuracy`` of one config."""
+    def points(self, job_id: int, lr: float | str) -> dict[str, list]:
+        """The plotted ``epoch``, ``train_loss`` and ``val_accuracy`` of one torch config."""
         with self._lock:
-            loss_i, acc_i = self.traces[(job_id, None if lr is None else _lr(lr))]
-            acc = self.figure.data[acc_i]
-            loss = self.figure.data[loss_i] if loss_i is not None else None
-            return {"epoch": list(acc.x or ()), "val_accuracy": list(acc.y or ()),
-                    "train_loss": list(loss.y or ()) if loss is not None else []}
+            loss_i, acc_i = self.traces[(job_id, _lr(lr))]
+            acc, loss = self.figure.data[acc_i], self.figure.data[loss_i]
+            return {"epoch": list(acc.x or ()), "val_accuracy": list(acc.y or ()), "train_loss": list(loss.y or ())}
+
+    def grid_points(self, job_id: int) -> dict[str, Any]:
+        """The plotted grid of one scikit-learn job: ``config`` labels, their
+        held-out ``score`` and the ``winner``'s label."""
+        with self._lock:
+            trace = self.grid_figure.data[self.grid_traces[job_id]]
+            return {"config": list(trace.text), "score": list(trace.y), "winner": trace.meta["winner"]}
 
     def close(self) -> None:
         self.stop()
         self.figure.close()
+        self.grid_figure.close()
         super().close()
 
     def __repr__(self) -> str:
         with self._lock:
             groups: dict[str, int] = {}
-            for (job_id, _), (_, acc_i) in self.traces.items():
+            for _, acc_i in self.traces.values():
                 model = self.figure.data[acc_i].legendgroup
+                groups[model] = groups.get(model, 0) + 1
+            for index in self.grid_traces.values():
+                model = self.grid_figure.data[index].legendgroup
                 groups[model] = groups.get(model, 0) + 1
         models = ", ".join(f"{m} ({n})" for m, n in sorted(groups.items())) or "none yet"
         state = "live" if self.live else "stopped"
-        return f"Curves of task {self.task.name!r} ({state}): {len(self.traces)} config(s); {models}"
+        return (f"Curves of task {self.task.name!r} ({state}): {len(self.traces)} deep-net config(s), "
+                f"{len(self.grid_traces)} scikit-learn grid(s); {models}")

@@ -21,20 +21,23 @@ function render({ model, el }) {
 
   function draw() {
     const best = model.get("best_job_id");
-    title.textContent = `${model.get("task")}: ${model.get("status")}`;
+    const classes = model.get("class_names");
+    title.textContent = `${model.get("task")}` + (classes.length ? ` (classes: ${classes.join(", ")})` : "") +
+      `: ${model.get("status")}`;
     button.textContent = model.get("cancelled") ? "Cancelled" : "Cancel task";
     button.disabled = model.get("cancelled");
-    const cols = ["model", "config", "accuracy", "cost", "state", "version"];
+    const cols = ["model", "config", "best config", "accuracy", "validated on", "cost", "state", "version"];
     const rows = model.get("rows").map((r) => {
       const cls = `easeml-${r.state}` + (r.job_id === best ? " easeml-best" : "");
-      const cells = [r.model, r.config, fmt(r.accuracy, 4), r.cost === null ? "" : fmt(r.cost, 2) + " s",
-                     r.state, r.version ?? ""];
+      const cells = [r.model, r.config, r.best_config ?? "", fmt(r.accuracy, 4),
+                     r.validation_size === null || r.validation_size === undefined ? "" : `${r.validation_size} ex.`,
+                     r.cost === null ? "" : fmt(r.cost, 2) + " s", r.state, r.version ?? ""];
       return `<tr class="${cls}">` + cells.map((c) => `<td>${esc(c)}</td>`).join("") + "</tr>";
     });
     table.innerHTML = "<thead><tr>" + cols.map((c) => `<th>${c}</th>`).join("") + "</tr></thead><tbody>" +
       rows.join("") + "</tbody>";
   }
-  for (const name of ["rows", "best_job_id", "status", "cancelled", "task"]) model.on(`change:${name}`, draw);
+  for (const name of ["rows", "best_job_id", "status", "cancelled", "task", "class_names"]) model.on(`change:${name}`, draw);
   draw();
 }
 

@@ -1,4 +1,9 @@
-"""A task's jobs as a live leaderboard with a cancel button."""
+"""A task's jobs as a live leaderboard with a cancel button.
+
+Each row shows the pick (``config``: the grid it tried), the grid point that
+won it (``best_config``: ``C=1``, ``lr=0.01``), its held-out accuracy and
+the number of held-out examples behind it (``validation_size``); the title
+names the task's classes where the labels had names."""
 
 from __future__ import annotations
 
@@ -8,13 +13,13 @@ from typing import Any
 import anywidget
 import traitlets as t
 
-from ..jobspec import describe_job
+from ..jobspec import best_point, describe_job
 from ._hub import Event
 from ._live import Live
 
 HERE = pathlib.Path(__file__).parent
 STATES = ("queued", "running", "done", "failed", "cancelled", "stale")
-ROW_KEYS = ("job_id", "model", "config", "accuracy", "cost", "state", "version")
+ROW_KEYS = ("job_id", "model", "config", "best_config", "accuracy", "validation_size", "cost", "state", "version")
 
 
 def _state(status: str, version: int | None, latest: int | None) -> str:
@@ -30,7 +35,8 @@ def _text_table(columns: list[str], rows: list[list[str]]) -> list[str]:
 
 
 class Leaderboard(Live, anywidget.AnyWidget):
-    """The jobs of one task: model, config, accuracy, cost, state, best first.
+    """The jobs of one task: model, config, winning config, accuracy,
+    validation size, cost, state, best first.
 
     States are ``queued``, ``running``, ``done``, ``failed``, ``cancelled`` and
     ``stale`` (succeeded, but on an older dataset version than the latest).
@@ -47,6 +53,7 @@ class Leaderboard(Live, anywidget.AnyWidget):
     best_job_id = t.Int(None, allow_none=True, help="the highlighted row's job id").tag(sync=True)
     latest_version = t.Int(None, allow_none=True, help="the task's latest dataset version number").tag(sync=True)
     cancelled = t.Bool(False, help="the task is cancelled").tag(sync=True)
+    class_names = t.List(t.Unicode(), help="what the class indices stand for (empty: unnamed)").tag(sync=True)
     cancel_clicks = t.Int(0, help="bumped by the cancel button; each bump cancels the task").tag(sync=True)
     status = t.Unicode("", help="a one-line summary").tag(sync=True)
 
@@ -106,19 +113,22 @@ class Leaderboard(Live, anywidget.AnyWidget):
         with self._lock:
             info = self._task.refresh()
             self.cancelled = bool(info.get("cancelled"))
+            self.class_names = [str(c) for c in info.get("class_names") or []]
             self._version_numbers = {v["id"]: v["number"] for v in self._task.versions()}
             latest = info.get("latest_version") or {}
             self.latest_version = latest.get("number")
+            # history: the jobs with their per-config scores (the winning config) and validation sizes
             self.rows = [self._row(j["id"], j["model"], j["config"], j["status"], j["accuracy"], j["cost_seconds"],
-                                   j["dataset_version"]) for j in self._task.jobs()]
+                                   j["dataset_version"], best_point(j.get("metrics", [])), j.get("validation_size"))
+                         for j in self._task.history()]
 
     _resync = refresh
 
     def _row(self, job_id: int, model: str, config: dict, status: str, accuracy: float | None, cost: float | None,
-             version: int | None) -> dict[str, Any]:
-        return {"job_id": job_id, "model": model, "config": describe_job(model, config or {}), "accuracy": accuracy,
-                "cost": cost, "state": _state(status, version, self.latest_version), "version": version,
-                "status": status}
+             version: int | None, best_config: str | None = None, validation_size: int | None = None) -> dict[str, Any]:
+        return {"job_id": job_id, "model": model, "config": describe_job(model, config or {}),
+                "best_config": best_config, "accuracy": accuracy, "validation_size": validation_size, "cost": cost,
+                "state": _state(status, version, self.latest_version), "version": version, "status": status}
 
     def _on_event(self, event: Event) -> None:
         if event.get("task_id") != self.task_id:
@@ -140,8 +150,19 @@ class Leaderboard(Live, anywidget.AnyWidget):
                 return
             rows[event["job_id"]] = self._row(
                 event["job_id"], event.get("model", old["model"]), event.get("config") or {}, event["status"],
-                event.get("accuracy", old["accuracy"]), event.get("cost_seconds", old["cost"]), old["version"])
+                event.get("accuracy", old["accuracy"]), event.get("cost_seconds", old["cost"]), old["version"],
+                old["best_config"], old["validation_size"])
+            if event["status"] == "succeeded":
+                self._add_details(rows, event["job_id"])
             self.rows = list(rows.values())
+
+    def _add_details(self, rows: dict[int, dict[str, Any]], job_id: int) -> None:
+        """A finished job's winning config and validation size, from the service's history. Only
+        those two fields: the states stay the events' (the store may lag behind an event)."""
+        job = next((j for j in self._task.history() if j["id"] == job_id), None)
+        if job is not None:
+            rows[job_id] = {**rows[job_id], "best_config": best_point(job.get("metrics", [])),
+                            "validation_size": job.get("validation_size")}
 
     def state_of(self, job_id: int) -> str:
         """The shown state of one job."""
@@ -152,9 +173,11 @@ class Leaderboard(Live, anywidget.AnyWidget):
         super().close()
 
     def __repr__(self) -> str:
-        rows = [[r["model"], r["config"], "" if r["accuracy"] is None else f"{r['accuracy']:.4f}",
+        rows = [[r["model"], r["config"], r["best_config"] or "", "" if r["accuracy"] is None else f"{r['accuracy']:.4f}",
+                 "" if r["validation_size"] is None else str(r["validation_size"]),
                  "" if r["cost"] is None else f"{r['cost']:.2f}s",
                  r["state"] + (" *" if r["job_id"] == self.best_job_id else "")] for r in self.rows]
-        lines = [f"Leaderboard of task {self.task!r}: {self.status}"] + _text_table(
-            ["model", "config", "accuracy", "cost", "state"], rows)
+        classes = f" (classes: {', '.join(self.class_names)})" if self.class_names else ""
+        lines = [f"Leaderboard of task {self.task!r}{classes}: {self.status}"] + _text_table(
+            ["model", "config", "best config", "accuracy", "validated on", "cost", "state"], rows)
         return "\n".join(lines)

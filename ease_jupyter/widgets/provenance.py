@@ -4,7 +4,8 @@ feeds, refines and training jobs as edges (``Task.provenance("all")``).
 The layout is computed in Python (longest-path layering, then each layer
 ordered by the mean position of its parents), and drawn as one SVG string,
 so the same picture is the widget's and the static fallback's (nbconvert,
-no widget manager).
+no widget manager). The widget follows the service's events: a new dataset
+version (a feed or a refine) or a finished job redraws it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from typing import Any, Iterable
 
 import anywidget
 import traitlets as t
+
+from ._hub import Event
+from ._live import Live
 
 HERE = pathlib.Path(__file__).parent
 OUTSIDE = "outside"
@@ -182,9 +186,14 @@ def _jsonable_meta(meta: dict[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps(meta, default=str))
 
 
-class ProvenanceGraph(anywidget.AnyWidget):
+class ProvenanceGraph(Live, anywidget.AnyWidget):
     """The DAG in the notebook: click a node for its metadata; *trace back* /
     *trace forward* highlight what the selected node came from or led to.
+
+    Live (unless ``live=False``): a ``version`` event of the task (a feed or
+    a refine, from this notebook or another) or a finished job re-reads the
+    provenance and redraws; the selection and trace stay while their node
+    exists.
 
     Without a widget manager (nbconvert, a plain terminal) it shows as the
     same SVG (``text/html``, ``image/svg+xml``) or as plain text.
@@ -202,22 +211,34 @@ class ProvenanceGraph(anywidget.AnyWidget):
     trace = t.Unicode("", help="'' (none), backward or forward from the selected node").tag(sync=True)
     highlighted = t.List(t.Unicode(), help="the traced node ids, the selected one included").tag(sync=True)
 
-    def __init__(self, task: Any, **kwargs: Any):
+    def __init__(self, task: Any, *, live: bool = True, **kwargs: Any):
         self._task = task
+        self.task_id = task.info["id"]
         self.dag: ProvenanceDAG
         super().__init__(task=task.name, **kwargs)
+        self._live_init(task.client, live)  # subscribe first, then read: no version falls in between
         self.refresh()
 
     def refresh(self) -> None:
         """Re-read the task's provenance and jobs."""
-        self.dag = ProvenanceDAG(self._task.name, self._task.provenance(direction="all"), self._task.jobs())
-        with self.hold_sync():
-            self.nodes = [{k: n[k] for k in ("id", "kind", "label")} for n in self.dag.nodes.values()]
-            self.edges = list(self.dag.edges)
-            self.svg = self.dag.svg()
-            if self.selected not in self.dag.nodes:
-                self.selected = ""
-            self._update_highlight()
+        with self._lock:
+            self.dag = ProvenanceDAG(self._task.name, self._task.provenance(direction="all"), self._task.jobs())
+            with self.hold_sync():
+                self.nodes = [{k: n[k] for k in ("id", "kind", "label")} for n in self.dag.nodes.values()]
+                self.edges = list(self.dag.edges)
+                self.svg = self.dag.svg()
+                if self.selected not in self.dag.nodes:
+                    self.selected = ""
+                self._update_highlight()
+
+    _resync = refresh
+
+    def _on_event(self, event: Event) -> None:
+        if event.get("task_id") != self.task_id:
+            return
+        # a new version (feed, refine) adds a dataset node and its edge; a finished job a model node
+        if event.get("type") == "version" or (event.get("type") == "job" and event.get("status") == "succeeded"):
+            self.refresh()
 
     @t.validate("selected")
     def _check_selected(self, proposal: t.Bunch) -> str:
@@ -249,22 +270,29 @@ class ProvenanceGraph(anywidget.AnyWidget):
     # ------------------------------------------------------------ actions
     def select(self, node_id: str) -> dict[str, Any]:
         """Select a node (what a click does); returns its metadata."""
-        self.selected = node_id
-        return self.selected_meta
+        with self._lock:
+            self.selected = node_id
+            return self.selected_meta
 
     def trace_backward(self, node_id: str | None = None) -> list[str]:
         """Highlight what ``node_id`` (default: the selected node) came from."""
-        if node_id is not None:
-            self.selected = node_id
-        self.trace = "backward"
-        return list(self.highlighted)
+        with self._lock:
+            if node_id is not None:
+                self.selected = node_id
+            self.trace = "backward"
+            return list(self.highlighted)
 
     def trace_forward(self, node_id: str | None = None) -> list[str]:
         """Highlight what came from ``node_id`` (default: the selected node)."""
-        if node_id is not None:
-            self.selected = node_id
-        self.trace = "forward"
-        return list(self.highlighted)
+        with self._lock:
+            if node_id is not None:
+                self.selected = node_id
+            self.trace = "forward"
+            return list(self.highlighted)
+
+    def close(self) -> None:
+        self.stop()
+        super().close()
 
     # ------------------------------------------------------------ static forms
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:

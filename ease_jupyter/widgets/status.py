@@ -1,7 +1,9 @@
-"""``%easeml status NAME``: a task's leaderboard above its curves."""
+"""``%easeml status NAME``: the owner's compute budget, then the task's
+leaderboard above its curves."""
 
 from __future__ import annotations
 
+import html
 from typing import Any
 
 import ipywidgets as widgets
@@ -10,23 +12,77 @@ from .curves import Curves
 from .leaderboard import Leaderboard
 
 
+def _seconds(value: float) -> str:
+    return f"{value:,.0f} s" if value >= 10 else f"{value:.1f} s"
+
+
+def budget_text(budget: dict[str, Any]) -> str:
+    """One line: spent and left of each limit, the deadline, and why no new
+    picks come when none do (``GET /budget``, docs/budget.md)."""
+    limits, spent, left = budget["limits"], budget["spent"], budget["left"]
+    parts = []
+    for field, what in (("seconds", "compute"), ("gpu_seconds", "GPU")):
+        used = spent[field]
+        if limits[field] is None:
+            if field == "seconds" or used:
+                parts.append(f"{what}: {_seconds(used)} spent, no limit")
+        else:
+            parts.append(f"{what}: {_seconds(used)} spent of {_seconds(limits[field])}, {_seconds(left[field])} left")
+    if limits["deadline"] is not None:
+        parts.append(f"deadline {limits['deadline']}")
+    line = "; ".join(parts)
+    return f"{line}. {budget['reason']}" if budget.get("blocked") else line
+
+
+class BudgetLine(widgets.HTML):
+    """The caller's budget in one line. It holds no event subscription of
+    its own: :class:`TaskStatus` refreshes it whenever its leaderboard's jobs
+    change (a job that finishes is what spends a budget); ``refresh()``
+    re-reads it at any time."""
+
+    def __init__(self, client: Any, **kwargs: Any):
+        self._client = client
+        self.budget: dict[str, Any] = {}
+        super().__init__(**kwargs)
+        self.refresh()
+
+    def refresh(self, _change: Any = None) -> None:
+        self.budget = self._client.budget()
+        style = "color: #b00020" if self.budget.get("blocked") else "color: #555"
+        self.value = f'<div class="easeml-budget" style="{style}">{html.escape(budget_text(self.budget))}</div>'
+
+    def __repr__(self) -> str:
+        return budget_text(self.budget) if self.budget else ""
+
+
 class TaskStatus(widgets.VBox):
-    """``leaderboard`` and ``curves`` of one task, both live; ``close()``
-    closes both (and the shared event stream with the last live widget)."""
+    """The task's ``leaderboard`` above its ``curves``, both live, and its
+    owner's ``budget`` line below them (spent, left, and why no new picks
+    come when none do); ``close()`` closes them all (and the shared event
+    stream with the last live widget)."""
 
     def __init__(self, task: Any, *, live: bool = True, **kwargs: Any):
         self.leaderboard = Leaderboard(task, live=live)
         try:
             self.curves = Curves(task, live=live)
+            self.budget = BudgetLine(task.client)
         except Exception:
             self.leaderboard.close()
+            if hasattr(self, "curves"):
+                self.curves.close()
             raise
-        super().__init__(children=[self.leaderboard, self.curves], **kwargs)
+        self.leaderboard.observe(self.budget.refresh, names="rows")
+        self._follows = True
+        super().__init__(children=[self.leaderboard, self.curves, self.budget], **kwargs)
 
     def close(self) -> None:
+        if self._follows:  # close() may come twice (ipywidgets closes on garbage collection too)
+            self._follows = False
+            self.leaderboard.unobserve(self.budget.refresh, names="rows")
         self.leaderboard.close()
         self.curves.close()
+        self.budget.close()
         super().close()
 
     def __repr__(self) -> str:
-        return f"{self.leaderboard!r}\n{self.curves!r}"
+        return f"{self.leaderboard!r}\n{self.curves!r}\nbudget: {self.budget!r}"

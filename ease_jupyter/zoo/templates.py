@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -51,6 +52,10 @@ from ease_jupyter.zoo.normalization import NORMALIZATION_KS
 __all__ = [
     "LEARNING_RATES",
     "TORCH_EPOCHS",
+    "MIN_TORCH_EPOCHS",
+    "MAX_TORCH_EPOCHS",
+    "EXAMPLES_PER_CONFIG",
+    "default_max_epochs",
     "DEFAULT_SEQ_LEN",
     "TEMPLATES",
     "Template",
@@ -63,6 +68,34 @@ __all__ = [
 LEARNING_RATES: tuple[float, ...] = (0.1, 0.01, 0.001)
 #: Default training epochs of torch candidates (what ``Candidate.cost`` assumes).
 TORCH_EPOCHS = 10
+#: Bounds and target of :func:`default_max_epochs`.
+MIN_TORCH_EPOCHS = 3  # ease.ml's fixed budget: large data never trains less than before
+MAX_TORCH_EPOCHS = 12  # tiny data: more passes mostly memorise it, and the pick's cost stays bounded
+EXAMPLES_PER_CONFIG = 50_000  # training examples the best config of a pick sees, about
+
+
+def default_max_epochs(n_examples: int) -> int:
+    """The epochs a torch pick's best config trains when the task sets none.
+
+    What a net needs to converge is a number of SGD steps, not of passes
+    over the data (Bottou, Curtis & Nocedal, "Optimization Methods for
+    Large-Scale Machine Learning", SIAM Review 60(2), 2018, §4: the
+    guarantees of SGD are in iterations); with a fixed batch size an epoch
+    over ``n`` examples is ``n / B`` steps, so a small data set needs more
+    epochs for the same steps. The rule keeps the examples the surviving
+    config sees near :data:`EXAMPLES_PER_CONFIG`, that is
+    ``ceil(EXAMPLES_PER_CONFIG / n)`` epochs, bounded to
+    [:data:`MIN_TORCH_EPOCHS`, :data:`MAX_TORCH_EPOCHS`]. This is R, the
+    most epochs of successive halving (Li et al., "Hyperband", JMLR 18(185),
+    2017; Cerebro §4.2): the configs of a pick that rank poorly at a rung
+    stop early, so a longer R costs little more than one config's R.
+
+    >>> [default_max_epochs(n) for n in (100, 5_000, 10_000, 60_000)]
+    [12, 10, 5, 3]
+    """
+    if isinstance(n_examples, bool) or not isinstance(n_examples, numbers.Integral) or n_examples < 1:
+        raise EaseMLError(f"n_examples: found {n_examples!r}, expected a positive integer")
+    return max(MIN_TORCH_EPOCHS, min(MAX_TORCH_EPOCHS, -(-EXAMPLES_PER_CONFIG // int(n_examples))))
 #: Sequence length assumed for the cost of time-series candidates when the
 #: program cannot say (a chain's length is data, not type).
 DEFAULT_SEQ_LEN = 32

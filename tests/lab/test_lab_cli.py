@@ -96,10 +96,22 @@ def test_easeml_lab_starts_the_service_and_a_jupyterlab_that_answers(tmp_path):
         assert settings.body["schema"]["properties"]["fetchNews"]["default"] == "false"
         assert "fetchNews" not in settings.body["settings"]
     finally:
-        server.stop()
-        if service_pid is not None:
-            try:
-                os.kill(service_pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
+        server.stop()  # SIGTERM to `easeml lab`: it passes it on to JupyterLab, then stops its service
+        left_running = service_pid is not None and until_gone(service_pid, 30)
+        if left_running:
+            os.kill(service_pid, signal.SIGTERM)
     assert server.process.returncode is not None
+    assert not left_running, "easeml lab left the embedded service it started running"
+
+
+def until_gone(pid: int, timeout: float) -> bool:
+    """True if process ``pid`` still runs after ``timeout`` seconds."""
+    import psutil
+
+    try:
+        psutil.Process(pid).wait(timeout)
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.TimeoutExpired:
+        return True
+    return False

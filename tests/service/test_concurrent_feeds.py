@@ -27,7 +27,8 @@ def test_concurrent_feeds_each_keep_every_example_before_them(tmp_path, backend)
             try:
                 start.wait()
                 for _ in range(2):
-                    datasets.feed(store, blobs, task, np.full((rows, 2), i, dtype=np.float32), np.full(rows, i))
+                    datasets.feed(store, blobs, task, np.full((rows, 2), i, dtype=np.float32), np.full(rows, i),
+                                  mode="append")  # each writer's rows twice: every feed stores a version
             except BaseException as error:  # noqa: BLE001 - reported below
                 errors.append(error)
 

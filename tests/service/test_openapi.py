@@ -87,7 +87,7 @@ def test_statuses_and_parameters_as_served():
                 assert public or {"401", "403"} <= set(op["responses"]), (method, path)
     assert {"200", "201"} <= set(paths["/tasks"]["post"]["responses"])
     assert {"200", "201"} <= set(paths["/tasks/{name}/refine"]["post"]["responses"])
-    assert set(paths["/tasks/{name}/feed"]["post"]["responses"]) & {"200", "201"} == {"201"}
+    assert {"200", "201"} <= set(paths["/tasks/{name}/feed"]["post"]["responses"])  # 200: every row was there
     offset = next(p for p in paths["/uploads/{id}"]["put"]["parameters"] if p["name"] == "offset")
     assert not offset.get("required", False)
     assert not paths["/tasks/{name}/tags"]["put"]["requestBody"]["required"]  # no body: sets nothing

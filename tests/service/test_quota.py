@@ -126,7 +126,7 @@ def test_usage_counts_each_blob_once_by_kind(tmp_path, iris):
     task = store.create_task(user.id, "t", "input: [4] output: [3]")
     datasets.feed(store, blobs, task, *iris)
     first = Quota(None).usage(store, blobs, user.id)
-    datasets.feed(store, blobs, task, *iris)  # the same arrays again: their blobs exist once
+    datasets.feed(store, blobs, task, *iris, mode="append")  # the same arrays again: their blobs exist once
     second = Quota(None).usage(store, blobs, user.id)
     version = store.latest_dataset_version(task.id)
     assert second.data - first.data == blobs.size(version.members_blob)

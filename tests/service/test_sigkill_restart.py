@@ -25,15 +25,26 @@ from click.testing import CliRunner
 
 from ease_jupyter.cli import main
 from ease_jupyter.client import Client
+from ease_jupyter.execution.automl import pick_schedule
 from ease_jupyter.service.mop import PROGRESS_TAG, RESUMED_TAG, RESUMED_UNITS_TAG
 from ease_jupyter.store import JobStatus, open_store
 
 from .conftest import ServeProcess, http
 
-EPOCHS = 4
-PARTITIONS = 3  # units finer than epochs
+EPOCHS = 2  # one rung (successive halving stops no config early): every epoch is all configs' units to catch
+PARTITIONS = 6  # units finer than epochs
 CONFIGS = 3  # learning rates per torch candidate
-UNITS_PER_EPOCH = CONFIGS * PARTITIONS
+SCHEDULE = pick_schedule(CONFIGS, EPOCHS)
+
+
+def _units_in(epoch: int) -> int:
+    """Train units of a pick's epoch (1-based): the configs still live then, times the partitions."""
+    return PARTITIONS * next(size for rung, size in zip(SCHEDULE.rungs, SCHEDULE.sizes) if epoch <= rung)
+
+
+def _units_through(epoch: int) -> int:
+    """Train units of a pick's first ``epoch`` epochs."""
+    return sum(_units_in(e) for e in range(1, epoch + 1))
 
 
 class Serve(ServeProcess):
@@ -70,7 +81,7 @@ def _inside_an_epoch(progress: dict | None, *, spare: int = 0) -> bool:
     """Past a finished epoch and some, not all, train units into the next one
     (with at least ``spare`` more units to go before the epoch ends)."""
     return (bool(progress) and 1 <= progress["epoch"] < EPOCHS
-            and 0 < _units_done(progress) < UNITS_PER_EPOCH - spare)
+            and 0 < _units_done(progress) < _units_in(progress["epoch"] + 1) - spare)
 
 
 def _caught(store, job_ids: list[int]) -> bool:
@@ -165,7 +176,7 @@ def test_sigkill_mid_training_then_restart(tmp_path, request):
     frozen, finished = _left_by_the_kill(tmp_path, victim["id"], before["tasks"])
     assert _inside_an_epoch(frozen), frozen
     # the record is consistent: every recorded unit is counted once
-    assert frozen["trained_units"] == frozen["epoch"] * UNITS_PER_EPOCH + _units_done(frozen)
+    assert frozen["trained_units"] == _units_through(frozen["epoch"]) + _units_done(frozen)
     assert frozen["partitions"] == PARTITIONS
 
     second = Serve(tmp_path)
@@ -218,11 +229,11 @@ def test_sigkill_mid_training_then_restart(tmp_path, request):
     resumed_units = json.loads(tags[RESUMED_UNITS_TAG])
     assert resumed_units == {"epoch": frozen["epoch"], "units": _units_done(frozen),
                              "visited": {t: u["visited"] for t, u in frozen["units"].items()}}
-    assert 0 < resumed_units["units"] < UNITS_PER_EPOCH
+    assert 0 < resumed_units["units"] < _units_in(frozen["epoch"] + 1)
     # every unit trained exactly once over both runs: none recorded before the kill ran again
     final_progress = _progress(store, victim["id"])
     assert final_progress["epoch"] == EPOCHS and final_progress["units"] == {}
-    assert final_progress["trained_units"] == EPOCHS * UNITS_PER_EPOCH
+    assert final_progress["trained_units"] == _units_through(EPOCHS)
 
 
 @pytest.mark.slow
@@ -284,4 +295,4 @@ def test_sigkill_while_two_workloads_train_resumes_both_per_unit(tmp_path, reque
             "epoch": before["epoch"], "units": _units_done(before),
             "visited": {t: u["visited"] for t, u in before["units"].items()}}
         after = _progress(store, job_id)
-        assert after["epoch"] == EPOCHS and after["trained_units"] == EPOCHS * UNITS_PER_EPOCH
+        assert after["epoch"] == EPOCHS and after["trained_units"] == _units_through(EPOCHS)

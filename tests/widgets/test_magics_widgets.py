@@ -42,12 +42,11 @@ def test_magics_show_widgets(shell, service, iris):
     assert len(board.rows) == n and board.best_job_id == service.client("alice").task("iris_magic").best()["job_id"]
     assert widget_threads() == ["easeml-events", "easeml-widgets"]
     assert repr(status.widget).startswith(f"Leaderboard of task 'iris_magic': {n} done")
-    assert f"Curves of task 'iris_magic' (live): {n} config(s)" in repr(status.widget)
-    curves = status.widget.curves  # scikit-learn configs: one validation-accuracy marker each
+    assert f"Curves of task 'iris_magic' (live): 0 deep-net config(s), {n} scikit-learn grid(s)" in repr(status.widget)
+    curves = status.widget.curves  # scikit-learn picks: each grid's scores, its best one the job's accuracy
     jobs = service.client("alice").task("iris_magic").jobs()
-    assert set(curves.traces) == {(j["id"], None) for j in jobs}
-    assert all(curves.points(j["id"]) == {"epoch": [1], "val_accuracy": [j["accuracy"]], "train_loss": []}
-               for j in jobs)
+    assert set(curves.grid_traces) == {j["id"] for j in jobs} and curves.traces == {}
+    assert all(max(curves.grid_points(j["id"])["score"]) == pytest.approx(j["accuracy"]) for j in jobs)
 
     service_view = shell.run_line_magic("easeml", "status --all")
     assert "alice" in {r["name"] for r in service_view.rows} and "loss_estimate" in service_view.columns

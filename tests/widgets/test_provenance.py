@@ -100,3 +100,28 @@ def test_static_fallbacks(refined):
     dag = ProvenanceDAG("iris_prov", refined.provenance("all"), refined.jobs())
     assert repr(dag) == graph.dag.text() and dag.svg() == graph.svg
     graph.close()
+
+
+def test_the_graph_follows_a_refine_live(service, iris):
+    """No refresh() call: the version event of a real refine redraws the DAG,
+    and the models trained on the new version appear as they finish."""
+    X, y = iris
+    task = service.client("bob").task("iris_prov_live", input=[4], output=[3])
+    task.feed(X, y)
+    graph = ProvenanceGraph(task)
+    v1 = f"dataset:{task.versions()[0]['id']}"
+    graph.select(v1)
+    assert graph.live and v1 in graph.dag.nodes
+    version = task.refine(drop=list(range(5)))
+    v2 = f"dataset:{version['id']}"
+    assert wait_until(lambda: v2 in {n["id"] for n in graph.nodes}, 30), graph.nodes
+    assert ("refine", v1, v2) in {(e["kind"], e["src"], e["dst"]) for e in graph.edges}
+    assert v2 in graph.svg and graph.selected == v1  # drawn, and the selection kept
+    on_v2 = lambda: [j for j in task.jobs() if j["status"] == "succeeded" and j["dataset_version"] == 2]  # noqa: E731
+    assert wait_until(lambda: len(on_v2()) >= 1, 90)
+    assert wait_until(lambda: {f"model:{j['id']}" for j in on_v2()} <= set(graph.dag.nodes), 30)
+    assert graph.dag.layers()[f"model:{on_v2()[0]['id']}"] == graph.dag.layers()[v2] + 1
+    graph.close()
+    assert not graph.live
+    task.cancel()
+    assert task.wait(timeout=60)

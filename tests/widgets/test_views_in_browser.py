@@ -5,6 +5,7 @@ what a click sends back (the trait the Python side then validates)."""
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import os
 from pathlib import Path
@@ -86,6 +87,10 @@ def test_leaderboard_view(page, trained):
     assert best.count() == 1
     best_row = next(r for r in board.rows if r["job_id"] == board.best_job_id)
     assert best.locator("td").first.inner_text() == best_row["model"]
+    heads = page.locator("table thead th").all_inner_texts()
+    cells = dict(zip(heads, best.locator("td").all_inner_texts()))
+    assert cells["best config"] == best_row["best_config"] and best_row["best_config"]  # the grid point that won
+    assert cells["validated on"] == f"{best_row['validation_size']} ex."
     assert page.locator("tr.easeml-done").count() == len(board.rows)
     page.get_by_role("button", name="Cancel task").click()
     assert sent(page) == [["cancel_clicks", 1], ["save_changes"]]
@@ -147,3 +152,47 @@ def test_service_view_marks_the_served_user(page, service, trained):
     assert page.locator(".easeml-store.easeml-blocked").inner_text() == (
         "training paused (store_unavailable): the database is read-only")
     view.close()
+
+
+def test_curves_titles_toolbar_and_legend_do_not_overlap(page):
+    """Both curves figures drawn by plotly.js at two widths with the toolbar
+    always on: the toolbar, the figure title, the subplot titles and the
+    legend each have their own box, and the legend is beside the plots."""
+    from plotly.offline import get_plotlyjs
+
+    from ease_jupyter.widgets import Curves
+
+    from .test_curves import StubTask, many_jobs
+
+    curves = Curves(StubTask(many_jobs()), live=False)
+    figures = [json.loads(f.to_json()) for f in (curves.figure, curves.grid_figure)]
+    curves.close()
+    page.add_script_tag(content=get_plotlyjs())
+    boxes_of = """async ([figures, width]) => {
+      const box = (el) => { const r = el.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; };
+      const out = [];
+      for (const f of figures) {
+        const div = document.createElement('div');
+        div.style.width = width + 'px';
+        document.body.replaceChildren(div);
+        await Plotly.newPlot(div, f.data, f.layout, {displayModeBar: true});
+        out.push({toolbar: box(div.querySelector('.modebar')), title: box(div.querySelector('.gtitle')),
+                  notes: [...div.querySelectorAll('.annotation')].map(box),
+                  legend: box(div.querySelector('.legend')), plots: [...div.querySelectorAll('.nsewdrag')].map(box)});
+      }
+      return out;
+    }"""
+
+    def overlap(a, b) -> bool:
+        return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+    for width in (900, 520):
+        drawn = page.evaluate(boxes_of, [figures, width])
+        assert len(drawn) == 2 and len(drawn[0]["notes"]) == 2 and len(drawn[0]["plots"]) == 2
+        for boxes in drawn:
+            labels = [boxes["toolbar"], boxes["title"], *boxes["notes"]]
+            for a, b in itertools.combinations(labels, 2):
+                assert not overlap(a, b), (width, a, b)
+            for plot in boxes["plots"]:
+                assert not overlap(boxes["legend"], plot) and boxes["legend"][0] >= plot[2], (width, boxes)
+                assert all(not overlap(label, plot) for label in labels), (width, boxes)

@@ -10,6 +10,8 @@ no clock, no I/O; randomness comes from a seed.
 * :class:`SuccessiveHalving`, :class:`Hyperband` -- early stopping at rungs.
 * :class:`ASHA` -- asynchronous successive halving emulated on MOP.
 * :class:`PBT` -- population based training.
+* :func:`pick_procedure` -- how one service pick trains its configs
+  (successive halving), with :func:`pick_schedule` saying which epochs each reaches.
 * :func:`run_procedure` -- an in-process driver on simulated epochs.
 """
 
@@ -26,6 +28,7 @@ from ._halving import (
 )
 from ._core import rung_epochs
 from ._pbt import PBT
+from ._pick import PICK_ETA, PickSchedule, pick_procedure, pick_schedule, pick_survivors
 from ._space import Categorical, Continuous, Sampler, SearchSpace, expand_grid
 from .base import (
     EpochDecision,
@@ -40,6 +43,8 @@ from .base import (
 __all__ = [
     "ASHA",
     "PBT",
+    "PICK_ETA",
+    "PickSchedule",
     "Bracket",
     "Categorical",
     "Continuous",
@@ -64,6 +69,9 @@ __all__ = [
     "TrialSpec",
     "expand_grid",
     "hyperband_brackets",
+    "pick_procedure",
+    "pick_schedule",
+    "pick_survivors",
     "rung_epochs",
     "rung_sizes",
     "run_procedure",

@@ -39,8 +39,11 @@ def split_validation(
     seed: int = 0,
 ) -> tuple[Data, Data]:
     """``((X, y), (X_val, y_val))``: the given validation data, or the
-    examples that ``holdout.validation_mask(ids, val_fraction, seed)`` holds
-    out (ids default to ``0..n-1``), so that a split is stable across runs.
+    examples that ``holdout.validation_mask(example_ids, val_fraction, seed)``
+    holds out, so that a split is stable across runs. ``example_ids`` are
+    the split's keys, one per example: the service passes content keys
+    (``LoadedData.split_keys``), so copies of a row stay on one side;
+    default ``0..n-1``.
 
     Raises:
         EaseMLError: lengths that do not match, or fewer than two training

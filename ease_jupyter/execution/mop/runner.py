@@ -6,7 +6,7 @@ loop (Cerebro §4.2, the protocol in ``automl/base.py``):
 
 1. Shuffle the training data once and cut it into p partitions (default:
    one per worker); cut the validation data (given, or a stable 80/20 split
-   by example id, ``holdout.validation_mask``) into p partitions too. Place
+   by key, ``holdout.validation_mask``) into p partitions too. Place
    each on ``replication`` workers; never broadcast (``partitions``,
    ``placement``).
 2. ``procedure.start()`` gives the trials. Each gets fresh weights built
@@ -156,7 +156,8 @@ class MOPRunner:
         X, y: the training data (validation is split off unless given).
         validation: ``(X_val, y_val)``; default: the examples that
             ``holdout.validation_mask(ids, val_fraction, seed)`` holds out.
-        example_ids: stable ids for that split (default ``0..n-1``).
+        example_ids: the keys of that split, one per example (default
+            ``0..n-1``): content keys keep copies of a row on one side.
         n_partitions: default: one per live GPU worker if the engine has
             any, else one per live worker.
         replication: copies of each partition (Cerebro §5.5).
@@ -315,6 +316,14 @@ class MOPRunner:
     def gpu_plans(self) -> dict[str, GpuPlan]:
         """Trial -> its GPU plan, for the trials sized on CUDA devices."""
         return dict(self._plans)
+
+    @property
+    def live_trials(self) -> list[str]:
+        """The trials the current epoch trains: those the procedure has not
+        stopped (early, or at the end of their budget). Valid while
+        :meth:`run` runs, e.g. from ``on_metrics``, where it is the epoch
+        just scored, before the procedure's decision."""
+        return list(getattr(self, "_live", ()))
 
     # -- progress, for restart recovery (§5.6) ------------------------------------------------
     def checkpoint(self, trial: str) -> bytes:

@@ -26,6 +26,7 @@ One module per job, sharing one ``state.LoopState`` under the loop's lock:
 * ``tenants``: tenant sync with the store;
 * ``results``: finished jobs to the selector; holds after storage failures;
 * ``admission``: queued jobs, then picks, under the per-owner cap and per-engine slots;
+* ``budget``: owners over their compute budget or past their deadline (no new picks), and a torch pick's epochs;
 * ``costs``: the model catalogue and each arm's estimated seconds;
 * ``views``: the idle view read without the lock, and the other read views.
 """

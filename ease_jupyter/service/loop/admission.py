@@ -1,6 +1,8 @@
 """Which jobs start: queued jobs first, then new picks, while workers are free
 and each owner is under the cap of ``k`` running jobs (ACAI §3.3; across
-users, the order is ease.ml's selector, not FIFO)."""
+users, the order is ease.ml's selector, not FIFO) and within her budget
+(``budget.BudgetGate``: no new picks over budget or past her deadline;
+queued jobs, which had started before a restart, still go on)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from ...jobspec import JobSpec, parse_job
 from ...selection.baselines import policy_spec
 from ...selection.selector import Pick
 from ...store import Job, JobStatus
+from .budget import BudgetGate, PickEpochs
 from .results import StorageHolds
 from .state import LoopState, Running, tenant_name
 
@@ -24,8 +27,11 @@ class Admission:
     """Starts jobs on their engine's executor and explains each launched pick."""
 
     def __init__(self, state: LoopState, holds: StorageHolds, *, on_done: Callable[[int], None],
-                 on_decision: Callable[[dict], None]):
+                 on_decision: Callable[[dict], None], budget: BudgetGate | None = None,
+                 epochs: PickEpochs | None = None):
         self.state, self.holds = state, holds
+        self.budget = budget if budget is not None else BudgetGate(state, gpu_pool=lambda: False)
+        self.epochs = epochs if epochs is not None else PickEpochs(state, None)
         self.on_done = on_done  # called with the job id from the executor's thread
         self.on_decision = on_decision
         self.last_decision: dict | None = None  # the latest launched pick, explained (see decided)
@@ -71,7 +77,10 @@ class Admission:
         if state.free() <= 0 or not state.tenants:
             return False
         per_owner = state.running_per_owner()
-        if all(per_owner[t.owner_id] >= state.cap or self.holds.on_hold(name) for name, t in state.tenants.items()):
+        budget = self.budget
+        budget.check()
+        if all(per_owner[t.owner_id] >= state.cap or self.holds.on_hold(name) or budget.holds(t.owner_id)
+               for name, t in state.tenants.items()):
             return False
         held: list[Pick] = []
         waiting = WaitingTasks(state)
@@ -88,10 +97,11 @@ class Admission:
                     info = state.tenants[pick.user]
                     spec = info.configs[pick.model]
                     if (per_owner[info.owner_id] >= state.cap or state.engine_full(spec.engine)
-                            or self.holds.on_hold(pick.user)):
+                            or self.holds.on_hold(pick.user) or budget.holds(info.owner_id, spec.engine)):
                         held.append(pick)
                         continue
                     try:
+                        spec = self.epochs(info, spec)  # a torch pick's epochs, as its task is now
                         job = state.store.create_job(info.task_id, info.version_id, spec.model, spec.config())
                     except StorageError:
                         # Not launched: back to the pool. A pick left pending with no job

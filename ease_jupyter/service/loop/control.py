@@ -18,7 +18,9 @@ from ..executors import JobExecutor
 from ..runner import one_blas_thread
 from . import views
 from .admission import Admission
+from .budget import BudgetGate, PickEpochs
 from .costs import Costs, catalogue
+from .forget import forget_task
 from .outage import STORE_OUTAGES, StoreOutage, backoff_seconds
 from .prior import PriorRefits
 from .recovery import SavedState, recover
@@ -39,7 +41,7 @@ class ControlLoop:
     def __init__(self, store: Store, blobs: BlobStore, *, executors: dict[Engine, JobExecutor],
                  max_running_per_user: int = 2, publish: Callable[[int, dict], None] | None = None,
                  tick_seconds: float = 0.5, seed: int | None = 0, save_every_seconds: float = 0.0,
-                 torch_epochs: int = DEFAULT_EPOCHS, on_decision: Callable[[dict], None] | None = None,
+                 torch_epochs: int | None = None, on_decision: Callable[[dict], None] | None = None,
                  policy: str = DEFAULT_POLICY, cross_user_prior: bool = True):
         self.store, self.blobs, self.executors = store, blobs, executors
         self.publish = publish or (lambda owner, event: None)
@@ -48,14 +50,20 @@ class ControlLoop:
         self.policy = policy
         self.error: BaseException | None = None  # the last turn's unexpected failure (/admin/progress)
         self.state = LoopState(store, blobs, executors, self.publish, int(max_running_per_user))
-        self.costs = Costs(store, torch_epochs=int(torch_epochs) if Engine.TORCH in executors else None)
+        # The arms' cost estimates assume DEFAULT_EPOCHS where epochs follow the data size;
+        # a pick's own epochs are set when it is launched (PickEpochs), and measured jobs correct the estimates.
+        self.torch_epochs = None if torch_epochs is None else int(torch_epochs)
+        self.costs = Costs(store, torch_epochs=(self.torch_epochs or DEFAULT_EPOCHS) if Engine.TORCH in executors
+                           else None)
         self.view = IdleView()
         self.saved = SavedState(self.state, save_every_seconds)
         self.holds = StorageHolds()
         self.results = Results(self.state, self.costs, self.holds)
         self.tenant_sync = TenantSync(self.state, self.costs, self.view)
+        self.budget = BudgetGate(self.state, gpu_pool=lambda: self.gpu_pool)
         self.admission = Admission(self.state, self.holds, on_done=self._finished,
-                                   on_decision=on_decision or (lambda decision: None))
+                                   on_decision=on_decision or (lambda decision: None), budget=self.budget,
+                                   epochs=PickEpochs(self.state, self.torch_epochs))
         self.store_health = StoreOutage()
         self._lock = threading.RLock()  # one turn at a time; the views below take it too
         self._wake = threading.Event()
@@ -120,6 +128,21 @@ class ControlLoop:
         if task_id is not None:
             self.view.mark((task_id,))
         self._wake.set()
+
+    def budget_changed(self, owner_id: int) -> None:
+        """A user's budget (or an admin's cap of it) changed: re-read it next turn, now."""
+        self.budget.changed(owner_id)
+        self._wake.set()
+
+    @property
+    def gpu_pool(self) -> bool:
+        """Whether torch picks train on GPU workers (the pool's speeds were
+        measured, which happens only where it has some): their seconds are GPU-seconds."""
+        return self.costs.speeds is not None
+
+    def forget_task(self, task_id: int, name: str, remove: Callable[[], Any], *, wait_seconds: float) -> Any:
+        """A task is being deleted: ``remove()`` once its jobs ended (``forget.forget_task``)."""
+        return forget_task(self, task_id, name, remove, wait_seconds=wait_seconds)
 
     def _finished(self, job_id: int) -> None:
         """An executor finished a job (its thread): collect it next turn, now."""
@@ -287,10 +310,22 @@ class ControlLoop:
 
     def task_status(self, task: Task, has_data: bool) -> dict:
         """``idle``, ``candidates``, ``blocked``, ``status`` and ``reason``
-        (``views.task_status``). Takes no lock of the loop."""
-        return views.task_status(task, idle=self.is_idle(task.id), candidates=self.candidates(task),
-                                 has_data=has_data, blocked=self.blocked, outage=self.outage,
-                                 executors=self.executors)
+        (``views.task_status``). Takes no lock of the loop.
+
+        A task whose owner gets no new picks (``budget.BudgetGate``) says
+        why; once none of its jobs runs it is ``over_budget`` and idle
+        (nothing will train until her budget changes, so ``Task.wait`` returns)."""
+        out = views.task_status(task, idle=self.is_idle(task.id), candidates=self.candidates(task),
+                                has_data=has_data, blocked=self.blocked, outage=self.outage,
+                                executors=self.executors)
+        reason = self.budget.blocked.get(task.owner_id)
+        if reason is not None and out["status"] == "training":
+            running = any(r.task_id == task.id for r in list(self.state.running.values()))
+            if running or task.owner_id in self.budget.gpu_only:  # a GPU budget holds back torch picks only
+                out["reason"] = f"{out['reason']}; {reason} (running jobs finish)"
+            else:
+                out.update(idle=True, status="over_budget", reason=reason)
+        return out
 
     def scheduler_state(self) -> dict:
         """What the scheduler view needs (``views.scheduler_state``), under the loop's lock."""

@@ -91,11 +91,16 @@ class Costs:
 
     def configs(self, task: Task) -> dict[str, JobSpec]:
         """The task's arms: arm key -> the job a pick of it trains
-        (``candidates.arm_specs``); made once per task."""
+        (``candidates.arm_specs``, the task's user models included); made
+        once per task, and again after :meth:`forget`."""
         found = self._task_configs.get(task.id)
         if found is None:
-            found = self._task_configs[task.id] = arm_specs(task, torch_epochs=self.torch_epochs)
+            found = self._task_configs[task.id] = arm_specs(task, torch_epochs=self.torch_epochs, store=self.store)
         return found
+
+    def forget(self, task_id: int) -> None:
+        """Make the task's arms again at the next ``configs`` (a user model was added)."""
+        self._task_configs.pop(task_id, None)
 
     def predicted(self, task: Task, spec: JobSpec, n: int) -> float:
         """The pick's FLOPs over its engine's device speed, in seconds."""
@@ -122,6 +127,8 @@ class Costs:
         except NotFoundError:
             return
         spec = parse_job(job.model, job.config)
+        if getattr(spec, "code", None) is not None:  # a user model: no FLOP estimate to correct
+            return
         self._rate[spec.engine].append(job.cost_seconds / spec_flops(task, spec, n))
         self._update_corrections()
 

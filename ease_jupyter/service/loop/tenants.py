@@ -2,7 +2,11 @@
 dataset version) pair whose arms are the task's candidate models (ease.ml
 pvldb §3); a new feed or refine replaces it (results on the old version are
 stale and no longer reported), a cancelled task loses it, and a new tenant
-is told the results that already exist for its version."""
+is told the results that already exist for its version. A user's own models
+(``user_models.py``) are arms of her tenants only (``Selector.add_user``'s
+``own``); one added while a tenant trains joins it (``Selector.add_models``).
+An own arm costs the median of the task's other arms until it has run on the
+task, then its last measured seconds (``user_models.neutral_seconds``)."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from typing import Iterable
 from ...errors import InvalidStateError, NotFoundError
 from ...store import Job, JobStatus, Task
 from ..failures import failure_code
+from ..user_models import neutral_seconds
 from .costs import Costs
 from .state import LoopState, Tenant, arm_key, tenant_name
 from .views import IdleView
@@ -49,21 +54,43 @@ class TenantSync:
             # replay, and a feed of a task with nothing queued needs neither.
             jobs = state.store.list_jobs(task_id) if new_tenant or self._may_have_queued(task_id) else ()
             self._cancel_queued(task, jobs, keep_version=None if latest is None else latest.id)
-            if not new_tenant:
-                continue
+            self.costs.forget(task_id)  # its user models may have changed
             configs = self.costs.configs(task)
+            if not new_tenant:
+                if wanted is not None:
+                    changed |= self._add_own(wanted, task, configs, latest.n_examples)
+                continue
             known = set(selector.model_names)
             arms = [k for k in configs if k in known]
-            if not arms:
+            own = [k for k in configs if k not in known and getattr(configs[k], "code", None) is not None]
+            if not arms and not own:
                 log.warning("task %d has no candidates in the selector's catalogue", task_id)
                 continue
-            costs = {k: self.costs.seconds(task, configs[k], latest.n_examples) for k in arms}
-            selector.add_user(wanted, models=arms, costs=costs)
+            costs = self._arm_costs(task, configs, arms, own, latest.n_examples)
+            selector.add_user(wanted, models=arms, costs=costs, own=own)
             state.tenants[wanted] = Tenant(task_id, task.owner_id, latest.id, configs)
-            self._replay(wanted, jobs, latest.id, set(arms))
+            self._replay(wanted, jobs, latest.id, set(arms) | set(own))
             self.added.append(wanted)
             changed = True
         return changed
+
+    def _arm_costs(self, task: Task, configs: dict, arms: list[str], own: list[str], n: int) -> dict[str, float]:
+        costs = {k: self.costs.seconds(task, configs[k], n) for k in arms}
+        zoo = list(costs.values())
+        costs.update((k, neutral_seconds(self.state.store, task, k, zoo)) for k in own)
+        return costs
+
+    def _add_own(self, tenant: str, task: Task, configs: dict, n: int) -> bool:
+        """User models added to a task whose tenant exists already join it."""
+        state = self.state
+        info = state.tenants[tenant]
+        new = [k for k in configs if k not in info.configs and getattr(configs[k], "code", None) is not None]
+        if not new:
+            return False
+        zoo = [self.costs.seconds(task, spec, n) for k, spec in info.configs.items() if getattr(spec, "code", None) is None]
+        state.selector.add_models(tenant, new, {k: neutral_seconds(state.store, task, k, zoo) for k in new})
+        info.configs = configs
+        return True
 
     def _replay(self, tenant: str, jobs: Iterable[Job], version_id: int, arms: set[str]) -> None:
         """Report results that already exist for this version (a resumed task,

@@ -21,7 +21,7 @@ import threading
 from datetime import datetime
 from typing import Any, Iterator, Mapping, TypeVar
 
-from sqlalchemy import false, func, insert, select, update
+from sqlalchemy import delete, false, func, insert, or_, select, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
@@ -79,6 +79,7 @@ _TAGGABLE: dict[str, tuple[type[Base], str]] = {
     "task": (TaskRow, "task"),
     "dataset": (DatasetVersionRow, "dataset version"),
     "job": (JobRow, "job"),
+    "user": (UserRow, "user"),
 }
 
 
@@ -327,6 +328,42 @@ class SQLStore(Store):
             row.cancelled = bool(cancelled)
             s.flush()
             return row.to_record()
+
+    def delete_task(self, task_id: int) -> frozenset[str]:
+        with self._writing() as s:
+            task = self._task(s, task_id, lock=True)  # queues feeds and job creations of the task
+            jobs = select(JobRow.id).where(JobRow.task_id == task.id).scalar_subquery()
+            versions = select(DatasetVersionRow.id).where(DatasetVersionRow.task_id == task.id).scalar_subquery()
+            running = s.scalar(select(func.min(JobRow.id)).where(JobRow.task_id == task.id,
+                                                                 JobRow.status == JobStatus.RUNNING.value))
+            if running is not None:
+                raise InvalidStateError(f"task {task.name!r}: job {running} is running, expected no running job "
+                                        "(cancel the task and let its jobs finish first)")
+            referenced = set(s.scalars(select(DatasetVersionRow.members_blob).where(DatasetVersionRow.task_id == task.id)))
+            for x_blob, y_blob in s.execute(select(ExampleChunkRow.x_blob, ExampleChunkRow.y_blob)
+                                            .where(ExampleChunkRow.task_id == task.id)):
+                referenced.update((x_blob, y_blob))
+            referenced.update(s.scalars(select(JobRow.artifact_blob).where(JobRow.task_id == task.id,
+                                                                          JobRow.artifact_blob.is_not(None))))
+            # Children first: the foreign keys (checked per statement) must hold after each.
+            nodes = ((NodeKind.DATASET.value, versions), (NodeKind.MODEL.value, jobs))
+            s.execute(delete(EdgeRow).where(or_(
+                EdgeRow.job_id.in_(jobs),
+                *(((EdgeRow.src_kind == kind) & EdgeRow.src_id.in_(ids)) for kind, ids in nodes),
+                *(((EdgeRow.dst_kind == kind) & EdgeRow.dst_id.in_(ids)) for kind, ids in nodes))))
+            s.execute(delete(TagRow).where(or_(
+                (TagRow.entity == "task") & (TagRow.entity_id == task.id),
+                (TagRow.entity == "dataset") & TagRow.entity_id.in_(versions),
+                (TagRow.entity == "job") & TagRow.entity_id.in_(jobs))))
+            s.execute(delete(MetricRow).where(MetricRow.job_id.in_(jobs)))
+            s.execute(delete(ToggleRow).where(ToggleRow.version_id.in_(versions)))
+            s.execute(delete(JobRow).where(JobRow.task_id == task.id))
+            s.execute(delete(ExampleChunkRow).where(ExampleChunkRow.task_id == task.id))
+            s.execute(update(DatasetVersionRow).where(DatasetVersionRow.task_id == task.id).values(parent_id=None))
+            s.execute(delete(DatasetVersionRow).where(DatasetVersionRow.task_id == task.id))
+            s.delete(task)
+            s.flush()
+            return frozenset(referenced)
 
     # -- dataset versions ---------------------------------------------------
     def create_dataset_version(

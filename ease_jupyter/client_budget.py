@@ -1,0 +1,40 @@
+"""The notebook side of budgets (docs/budget.md): the request body of
+``Client.set_budget``, with times as people write them in Python."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from .errors import DataError
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Any = _Unset()  # a field left as it is (None clears it)
+
+
+def deadline_json(value: Any) -> str | None:
+    """An aware ISO 8601 string: a ``datetime`` (a naive one is local time),
+    a ``timedelta`` from now, or a string passed on as is (the service checks it)."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, timedelta):
+        return (datetime.now(timezone.utc) + value).isoformat()
+    if isinstance(value, datetime):
+        return (value if value.tzinfo is not None else value.astimezone()).isoformat()
+    raise DataError("deadline", f"{value!r} ({type(value).__name__})",
+                    "a datetime, a timedelta from now, an ISO 8601 string, or None for none")
+
+
+def budget_body(seconds: Any = UNSET, gpu_seconds: Any = UNSET, deadline: Any = UNSET) -> dict[str, Any]:
+    """The fields given (None: clear that limit); at least one."""
+    body = {k: v for k, v in (("seconds", seconds), ("gpu_seconds", gpu_seconds)) if v is not UNSET}
+    if deadline is not UNSET:
+        body["deadline"] = deadline_json(deadline)
+    if not body:
+        raise DataError("budget", "no field", "some of seconds=, gpu_seconds=, deadline=")
+    return body

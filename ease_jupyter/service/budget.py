@@ -1,0 +1,236 @@
+"""Per-user compute budgets and deadlines.
+
+A user may bound what her tasks spend: ``seconds`` of worker time over all
+her jobs, ``gpu_seconds`` of it on GPU workers (torch picks, where the pool
+has GPU workers), and a ``deadline`` after which she gets no new picks. An
+admin may cap each of them per user; what applies is the smaller of the
+two (the earlier deadline), and a user cannot set her own above the cap.
+
+ACAI §3.3 bounds each user's share of the cluster by a cap on running jobs
+(the loop's ``max_running_per_user``); a budget bounds the total. It is
+enforced where picks are admitted (``loop.admission``): a user whose spent
+time reached a limit, or whose deadline passed, gets no new picks, and her
+tasks say why. Jobs already running finish and are recorded; so a budget
+may be exceeded by what her running jobs spend after the last pick.
+
+Spent is the sum over her jobs of their measured ``cost_seconds``, and for
+a running job the seconds since it started, per device kind: ``gpu`` for
+torch jobs while the pool has GPU workers, ``cpu`` otherwise.
+
+Storage: tags on the user (``easeml.budget.<field>`` for her own limits,
+``easeml.budget.cap.<field>`` for the admin's), an empty value meaning
+none. Tags need no schema change, and the ``easeml.`` prefix is reserved.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from ..errors import DataError
+from ..jobspec import parse_job
+from ..store import Job, JobStatus, Store
+from ..zoo import Engine
+
+SECONDS, GPU_SECONDS, DEADLINE = "seconds", "gpu_seconds", "deadline"
+FIELDS = (SECONDS, GPU_SECONDS, DEADLINE)
+OWN_PREFIX = "easeml.budget."
+CAP_PREFIX = "easeml.budget.cap."
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Limits of one kind (a user's own, or an admin's cap); None: no limit."""
+
+    seconds: float | None = None
+    gpu_seconds: float | None = None
+    deadline: datetime | None = None
+
+    def json(self) -> dict[str, Any]:
+        return {SECONDS: self.seconds, GPU_SECONDS: self.gpu_seconds,
+                DEADLINE: None if self.deadline is None else self.deadline.isoformat()}
+
+    @property
+    def empty(self) -> bool:
+        return self.seconds is None and self.gpu_seconds is None and self.deadline is None
+
+    def within(self, cap: Limits) -> Limits:
+        """The limits that apply under ``cap``: the smaller of each, the earlier deadline."""
+        def least(a, b):
+            return b if a is None else a if b is None else min(a, b)
+        return Limits(least(self.seconds, cap.seconds), least(self.gpu_seconds, cap.gpu_seconds),
+                      least(self.deadline, cap.deadline))
+
+
+@dataclass(frozen=True)
+class Spent:
+    """Seconds a user's jobs took, per device kind."""
+
+    cpu: float = 0.0
+    gpu: float = 0.0
+
+    @property
+    def seconds(self) -> float:
+        return self.cpu + self.gpu
+
+    def json(self) -> dict[str, Any]:
+        return {SECONDS: self.seconds, GPU_SECONDS: self.gpu, "by_kind": {"cpu": self.cpu, "gpu": self.gpu}}
+
+
+# ------------------------------------------------------------------ input
+def _seconds(field: str, value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise DataError(field, f"{value!r} ({type(value).__name__})", "a number of seconds >= 0, or null for none")
+    try:
+        value = float(value)
+    except OverflowError:
+        value = math.inf
+    if not math.isfinite(value) or value < 0:
+        raise DataError(field, repr(value), "a finite number of seconds >= 0, or null for none")
+    return value
+
+
+def parse_deadline(value: Any, *, now: datetime, field: str = DEADLINE) -> datetime | None:
+    """An ISO 8601 time with a UTC offset (``2030-01-01T12:00:00+00:00``,
+    ``...Z``) in the future, as an aware datetime; None stays None."""
+    if value is None:
+        return None
+    expected = "an ISO 8601 time with a UTC offset, e.g. '2030-01-01T12:00:00+00:00', or null for none"
+    if not isinstance(value, str):
+        raise DataError(field, f"{value!r} ({type(value).__name__})", expected)
+    text = value.strip()
+    try:
+        when = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text)
+    except ValueError:
+        raise DataError(field, repr(value)[:80], expected) from None
+    if when.tzinfo is None:
+        raise DataError(field, f"{value!r} (no UTC offset)", expected)
+    if when <= now:
+        raise DataError(field, f"{when.isoformat()} (in the past)", f"a time after now ({now.isoformat(timespec='seconds')})")
+    return when
+
+
+def parse_limits(body: Any, *, now: datetime) -> dict[str, Any]:
+    """The fields a request sets (only those present): seconds and
+    gpu_seconds as floats >= 0, the deadline as an aware datetime in the
+    future, None to clear one. A ``DataError`` naming the field otherwise."""
+    if not isinstance(body, Mapping) or not body:
+        raise DataError("budget", repr(body)[:80], f"an object with some of {list(FIELDS)}")
+    unknown = sorted(str(k) for k in body if k not in FIELDS)
+    if unknown:
+        raise DataError(unknown[0], "an unknown budget field", f"one of {list(FIELDS)}")
+    out: dict[str, Any] = {}
+    for field in (SECONDS, GPU_SECONDS):
+        if field in body:
+            out[field] = _seconds(field, body[field])
+    if DEADLINE in body:
+        out[DEADLINE] = parse_deadline(body[DEADLINE], now=now)
+    return out
+
+
+def check_under_cap(changes: Mapping[str, Any], cap: Limits) -> None:
+    """A user's own limit may not exceed the admin's cap (nor a deadline be later)."""
+    for field in FIELDS:
+        value, most = changes.get(field), getattr(cap, field)
+        if field in changes and most is not None and (value is None or value > most):
+            shown = most.isoformat() if isinstance(most, datetime) else f"{most:g}"
+            found = "none" if value is None else (value.isoformat() if isinstance(value, datetime) else f"{value:g}")
+            raise DataError(field, found, f"at most {shown} (the limit an admin set for you)")
+
+
+# ------------------------------------------------------------------ storage
+def read_limits(store: Store, user_id: int, prefix: str) -> Limits:
+    """The limits stored under ``prefix`` (``OWN_PREFIX`` or ``CAP_PREFIX``)."""
+    tags = store.tags("user", user_id)
+    values: dict[str, Any] = {}
+    for field in FIELDS:
+        text = tags.get(prefix + field, "")
+        if text:
+            values[field] = datetime.fromisoformat(text) if field == DEADLINE else float(text)
+    return Limits(**values)
+
+
+def write_limits(store: Store, user_id: int, prefix: str, changes: Mapping[str, Any]) -> Limits:
+    """Store checked ``changes`` (from :func:`parse_limits`) and return the limits now."""
+    for field, value in changes.items():
+        text = "" if value is None else value.isoformat() if isinstance(value, datetime) else repr(float(value))
+        store.set_tag("user", user_id, prefix + field, text)
+    return read_limits(store, user_id, prefix)
+
+
+# ------------------------------------------------------------------ spent and status
+def job_seconds(job: Job, now: datetime) -> float:
+    """A job's compute: its measured cost, or the time it has been running."""
+    if job.cost_seconds is not None:
+        return float(job.cost_seconds)
+    if job.status is JobStatus.RUNNING and job.started_at is not None:
+        return max(0.0, (now - job.started_at).total_seconds())
+    return 0.0
+
+
+def spent(jobs: Iterable[Job], *, gpu_pool: bool, now: datetime) -> Spent:
+    """What ``jobs`` took, per device kind: torch jobs are ``gpu`` when the pool has GPU workers."""
+    cpu = gpu = 0.0
+    for job in jobs:
+        seconds = job_seconds(job, now)
+        if not seconds:
+            continue
+        if gpu_pool and parse_job(job.model, job.config).engine is Engine.TORCH:
+            gpu += seconds
+        else:
+            cpu += seconds
+    return Spent(cpu, gpu)
+
+
+def user_jobs(store: Store, user_id: int) -> list[Job]:
+    return [job for task in store.list_tasks(user_id) for job in store.list_jobs(task.id)]
+
+
+def blocked_reason(limits: Limits, used: Spent, *, gpu_pool: bool, now: datetime) -> str | None:
+    """Why the user gets no new picks (a sentence), or None while she may."""
+    if limits.deadline is not None and now >= limits.deadline:
+        return (f"no new picks: your deadline {limits.deadline.isoformat(timespec='seconds')} has passed; "
+                "set a later one with client.set_budget(deadline=...)")
+    if limits.seconds is not None and used.seconds >= limits.seconds:
+        return (f"no new picks: your compute budget is spent ({used.seconds:.0f} of {limits.seconds:g} "
+                "worker-seconds); raise it with client.set_budget(seconds=...)")
+    if gpu_pool and limits.gpu_seconds is not None and used.gpu >= limits.gpu_seconds:
+        return (f"no new torch picks on GPUs: your GPU budget is spent ({used.gpu:.0f} of {limits.gpu_seconds:g} "
+                "GPU-seconds); raise it with client.set_budget(gpu_seconds=...)")
+    return None
+
+
+@dataclass(frozen=True)
+class BudgetStatus:
+    """One user's budget as she (or an admin) reads it."""
+
+    own: Limits
+    cap: Limits
+    spent: Spent
+    blocked: str | None
+    gpu_pool: bool
+
+    @property
+    def limits(self) -> Limits:
+        return self.own.within(self.cap)
+
+    def json(self) -> dict[str, Any]:
+        limits = self.limits
+        left = {SECONDS: None if limits.seconds is None else max(0.0, limits.seconds - self.spent.seconds),
+                GPU_SECONDS: None if limits.gpu_seconds is None else max(0.0, limits.gpu_seconds - self.spent.gpu)}
+        return {"own": self.own.json(), "cap": self.cap.json(), "limits": limits.json(), "spent": self.spent.json(),
+                "left": left, "blocked": self.blocked is not None, "reason": self.blocked, "gpu_pool": self.gpu_pool}
+
+
+def status(store: Store, user_id: int, *, gpu_pool: bool, now: datetime | None = None) -> BudgetStatus:
+    """The user's limits, what she spent and whether she may get new picks."""
+    now = now or datetime.now(timezone.utc)
+    own, cap = read_limits(store, user_id, OWN_PREFIX), read_limits(store, user_id, CAP_PREFIX)
+    used = spent(user_jobs(store, user_id), gpu_pool=gpu_pool, now=now)
+    return BudgetStatus(own, cap, used, blocked_reason(own.within(cap), used, gpu_pool=gpu_pool, now=now), gpu_pool)

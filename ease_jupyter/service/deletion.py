@@ -1,0 +1,45 @@
+"""Deleting a task: its rows, its control-loop state and the blobs only it used.
+
+In order:
+
+1. the task is cancelled (by the caller, ``Service.delete_task``): no new
+   pick of it starts, its queued jobs are cancelled, a feed is refused;
+2. the control loop waits for its running jobs to end
+   (``loop.forget.forget_task``; ``InvalidStateError`` if they outlast
+   ``wait_seconds``, and the task stays cancelled), then, under its lock,
+   the store removes the task with its versions, jobs, metrics, edges and
+   tags (``Store.delete_task``), the selector forgets its tenants, and the
+   selector state is saved again on a job that remains;
+3. the blobs its rows and its jobs' tags referenced are deleted where
+   nothing else references them (``gc.delete_unreferenced``): blobs are
+   content-addressed, so another task fed the same arrays keeps them.
+
+Other tasks' rows, provenance and blobs are untouched.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..store import BlobStore, Store, Task
+from . import gc
+
+DELETE_WAIT_SECONDS = 60.0  # how long a delete waits for the task's running jobs to end
+
+
+def delete_task(store: Store, blobs: BlobStore, loop: Any, task: Task, *,
+                wait_seconds: float = DELETE_WAIT_SECONDS) -> dict[str, Any]:
+    """Remove ``task`` (cancelled already) as the module docstring says;
+    what went, as a JSON-ready dict."""
+    counts: dict[str, int] = {}
+
+    def remove() -> set[str]:
+        jobs = store.list_jobs(task.id)
+        counts.update(versions=len(store.list_dataset_versions(task.id)), jobs=len(jobs))
+        in_tags = gc.job_tag_digests(store, (j.id for j in jobs))  # before the tags go with the jobs
+        return set(store.delete_task(task.id)) | in_tags
+
+    used = loop.forget_task(task.id, task.name, remove, wait_seconds=wait_seconds)
+    deleted, freed = gc.delete_unreferenced(store, blobs, used, grace_seconds=gc.DELETE_GRACE_SECONDS)
+    return {"id": task.id, "name": task.name, "deleted": True, **counts, "blobs_deleted": deleted,
+            "bytes_freed": freed}

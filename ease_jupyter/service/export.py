@@ -1,0 +1,458 @@
+"""A task's best model out of the service, as files its own runtime loads.
+
+Formats, by the engine of the model (``FORMATS``):
+
+* scikit-learn: ``joblib``, the fitted estimator as plain scikit-learn
+  objects (``joblib.load`` with scikit-learn installed, no ease_jupyter),
+  and ``onnx`` (skl2onnx; per-column inputs for a table task);
+* torch: ``torchscript`` (``torch.jit.trace``), ``onnx`` (``torch.onnx``'s
+  ``torch.export``-based exporter, the one torch recommends and the one that
+  works alike on CPU and CUDA builds) and ``state_dict`` (``torch.save`` of
+  the net's weights, for ``load_state_dict`` into the same architecture).
+
+The conversions ask only for a fitted estimator or an ``nn.Module`` and an
+example input (``sklearn_artifact``, ``torch_artifact``), so any model a
+task trains, zoo or not, exports the same way. ``export_best`` finds the
+task's best model, converts it and packs it with its model card
+(``model_card.py``, ``export_bundle.py``). A torch model is converted where
+the torch jobs run (the torch executor's ``call``, as ``infer`` does): it
+needs the net, and building and tracing it is seconds of CPU that the
+service process, which answers every user, should not spend.
+
+Our one-thread wrappers (``zoo/_sk_wrappers.py``) only pin BLAS/OpenMP to
+one thread around their parents' methods; ``plain_sklearn`` swaps each for
+its scikit-learn parent with the fitted state as it is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import copyreg
+import inspect
+import io
+import logging
+import math
+import os
+import pickle
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import DataError
+from ..zoo import Engine
+from .export_bundle import MEDIA_TYPE, pack
+
+__all__ = ["ALL_FORMATS", "FORMATS", "MEDIA_TYPE", "Artifact", "SklearnInputs", "check_format", "export_best",
+           "plain_sklearn", "sklearn_artifact", "torch_artifact", "torch_artifact_of"]
+
+FORMATS: dict[Engine, tuple[str, ...]] = {
+    Engine.SKLEARN: ("joblib", "onnx"),
+    Engine.TORCH: ("torchscript", "onnx", "state_dict"),
+}
+ALL_FORMATS = ("joblib", "onnx", "torchscript", "state_dict")
+SUFFIXES = {"joblib": ".joblib", "onnx": ".onnx", "torchscript": ".pt", "state_dict": ".pt"}
+ENGINE_WORDS = {Engine.SKLEARN: "a scikit-learn model", Engine.TORCH: "a torch model"}
+INPUT_NAME = "X"  # the ONNX input of an array task (a table task has one per column)
+TORCH_EXAMPLE_ROWS = 2  # torch.export specialises a batch of 1; 2 keeps the batch dimension free
+_PACKAGE = __name__.split(".")[0]
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """An exported model: its bytes, and what the card says about its files'
+    inputs and outputs and the preprocessing inside it."""
+
+    format: str
+    data: bytes
+    inputs: list[dict[str, Any]]
+    outputs: list[dict[str, Any]]
+    preprocessing: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def file_name(self) -> str:
+        return "model" + SUFFIXES[self.format]
+
+
+def check_format(fmt: Any, engine: Engine | None = None, what: str = "") -> str:
+    """``fmt`` if it is a format, and one ``engine``'s models export to
+    (DataError naming ``format`` and listing the valid ones otherwise)."""
+    if not isinstance(fmt, str) or fmt not in ALL_FORMATS:
+        found = repr(fmt)[:80] if isinstance(fmt, str) else f"a {type(fmt).__name__}"
+        valid = "; ".join(f"{' or '.join(FORMATS[e])} for {ENGINE_WORDS[e]}" for e in FORMATS)
+        raise DataError("format", found, f"one of {', '.join(ALL_FORMATS)} ({valid})")
+    if engine is not None and fmt not in FORMATS[engine]:
+        raise DataError("format", f"{fmt!r}, which does not fit {what or ENGINE_WORDS[engine]}",
+                        f"{' or '.join(FORMATS[engine])} for {ENGINE_WORDS[engine]}")
+    return fmt
+
+
+# ---------------------------------------------------------------- scikit-learn
+
+
+def _ours(module: Any) -> bool:
+    return isinstance(module, str) and (module == _PACKAGE or module.startswith(_PACKAGE + "."))
+
+
+def plain_parent(cls: type) -> type | None:
+    """The scikit-learn class one of our wrapper classes stands for, or None
+    when ``cls`` is not such a wrapper: a wrapper keeps its parent's
+    constructor (so the same parameters and fitted attributes) and only
+    overrides methods the parent has."""
+    parent = next((base for base in cls.__mro__ if not _ours(base.__module__)), object)
+    if parent is object or cls.__init__ is not parent.__init__:
+        return None
+    overridden = {name for klass in cls.__mro__ if _ours(klass.__module__)
+                  for name, value in vars(klass).items() if not name.startswith("__") and callable(value)}
+    return parent if all(hasattr(parent, name) for name in overridden) else None
+
+
+class _PlainPickler(pickle.Pickler):
+    """Pickles an estimator with each of our wrappers written as its plain
+    parent, and notes anything else of this package it meets."""
+
+    def __init__(self, file: Any) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.protocol = pickle.HIGHEST_PROTOCOL
+        self.leftovers: list[str] = []
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, type) or inspect.isroutine(obj):  # classes and functions are pickled by name
+            if _ours(getattr(obj, "__module__", None)):
+                self.leftovers.append(f"{obj.__module__}.{getattr(obj, '__qualname__', obj)}")
+            return NotImplemented
+        cls = type(obj)
+        if not _ours(cls.__module__):
+            return NotImplemented
+        parent = plain_parent(cls)
+        if parent is None:
+            self.leftovers.append(f"{cls.__module__}.{cls.__qualname__}")
+            return NotImplemented
+        reduced = obj.__reduce_ex__(self.protocol)  # (copyreg.__newobj__, (cls,), state, ...)
+        if not (isinstance(reduced, tuple) and len(reduced) >= 3 and tuple(reduced[1]) == (cls,)):
+            self.leftovers.append(f"{cls.__module__}.{cls.__qualname__}")
+            return NotImplemented
+        state = reduced[2]
+        if isinstance(state, dict) and parent.__module__.startswith("sklearn."):
+            # what scikit-learn records for its own classes only (BaseEstimator.__getstate__)
+            import sklearn
+
+            state = {**state, "_sklearn_version": sklearn.__version__}
+        # An empty parent, then the wrapper's state (parameters and fitted attributes) set on it.
+        return (copyreg._reconstructor, (parent, object, None), state, *reduced[3:])
+
+
+def plain_sklearn(estimator: Any) -> Any:
+    """A copy of a fitted estimator made of scikit-learn's own classes (our
+    one-thread wrappers replaced by their parents, fitted state carried over).
+    DataError naming ``format`` if it holds anything else of this package."""
+    buffer = io.BytesIO()
+    pickler = _PlainPickler(buffer)
+    try:
+        pickler.dump(estimator)
+    except (pickle.PicklingError, TypeError, AttributeError) as error:
+        if not pickler.leftovers:
+            raise DataError("format", f"'joblib' for a model that cannot be pickled ({error})",
+                            "a model whose classes are importable where it is loaded") from None
+    if pickler.leftovers:
+        raise DataError("format", f"'joblib' for a model that holds {pickler.leftovers[0]}",
+                        "a model made of scikit-learn (or other importable) classes, loadable without ease_jupyter")
+    return pickle.loads(buffer.getvalue())
+
+
+def _describe_steps(estimator: Any) -> list[dict[str, Any]]:
+    """The preprocessing inside a (plain) pipeline: each step before the
+    final estimator, with a ColumnTransformer's column groups."""
+    steps = getattr(estimator, "steps", None)
+    if not steps:
+        regressor = getattr(estimator, "regressor_", None)  # TransformedTargetRegressor
+        inner = _describe_steps(regressor) if regressor is not None else []
+        transformer = getattr(estimator, "transformer_", None)
+        if transformer is not None:
+            inner.append({"step": "target", "class": _class_path(transformer),
+                          "applies_to": "the target (predictions are transformed back)"})
+        return inner
+    out = []
+    for name, step in steps[:-1]:
+        row: dict[str, Any] = {"step": name, "class": _class_path(step)}
+        transformers = getattr(step, "transformers_", None)
+        if transformers is not None:
+            row["columns"] = [{"name": t_name, "class": _class_path(t) if not isinstance(t, str) else t,
+                               "columns": [str(c) for c in np.atleast_1d(np.asarray(cols, dtype=object)).tolist()]}
+                              for t_name, t, cols in transformers]
+        out.append(row)
+    return out + _describe_steps(steps[-1][1])
+
+
+def _class_path(obj: Any) -> str:
+    cls = type(obj)
+    return f"{cls.__module__.split('._')[0]}.{cls.__qualname__}"
+
+
+@dataclass(frozen=True)
+class SklearnInputs:
+    """What a scikit-learn model takes: ``n_features`` float columns (an
+    array task), or a table's columns (``columns``: (name, kind) pairs, kind
+    one of numeric, boolean, categorical, text)."""
+
+    n_features: int = 0
+    columns: tuple[tuple[str, str], ...] = ()
+
+
+def _onnx_types(inputs: SklearnInputs) -> list[tuple[str, Any]]:
+    from skl2onnx.common.data_types import FloatTensorType, StringTensorType
+
+    if not inputs.columns:
+        return [(INPUT_NAME, FloatTensorType([None, inputs.n_features]))]
+    return [(name, StringTensorType([None, 1]) if kind in ("categorical", "text") else FloatTensorType([None, 1]))
+            for name, kind in inputs.columns]
+
+
+def _input_rows(inputs: SklearnInputs) -> list[dict[str, Any]]:
+    if not inputs.columns:
+        return [{"name": INPUT_NAME, "dtype": "float32", "shape": [None, inputs.n_features]}]
+    return [{"name": name, "kind": kind, "dtype": "string" if kind in ("categorical", "text") else "float32",
+             "shape": [None, 1]} for name, kind in inputs.columns]
+
+
+def sklearn_artifact(estimator: Any, fmt: str, inputs: SklearnInputs, classification: bool) -> Artifact:
+    """``estimator`` (fitted) as a joblib or an ONNX file."""
+    check_format(fmt, Engine.SKLEARN)
+    plain = plain_sklearn(estimator)
+    steps = _describe_steps(plain)
+    if fmt == "joblib":
+        import joblib
+
+        buffer = io.BytesIO()
+        joblib.dump(plain, buffer)
+        table = bool(inputs.columns)
+        taking = ("a pandas DataFrame with the task's columns (card: task.table_schema)" if table
+                  else f"a float array of shape (n, {inputs.n_features})")
+        outputs = [{"name": "predict", "takes": taking,
+                    "returns": "class indices into class_names" if classification else "predicted values"}]
+        if classification and hasattr(plain, "predict_proba"):
+            outputs.append({"name": "predict_proba", "returns": "class probabilities, columns in class index order"})
+        rows = _input_rows(inputs) if not table else [{"name": n, "kind": k} for n, k in inputs.columns]
+        return Artifact(fmt, buffer.getvalue(), rows, outputs, steps)
+    # (the outputs are read from the graph: _with_onnx_outputs)
+    return Artifact(fmt, _sklearn_onnx(plain, inputs, classification), _input_rows(inputs), [], steps)
+
+
+def _sklearn_onnx(plain: Any, inputs: SklearnInputs, classification: bool) -> bytes:
+    try:
+        from skl2onnx import to_onnx
+    except ImportError:
+        raise DataError("format", "'onnx' on a service without skl2onnx",
+                        "joblib, or skl2onnx installed (pip install 'ease_jupyter[export]')") from None
+    text = [name for name, kind in inputs.columns if kind == "text"]
+    if text:
+        raise DataError("format", f"'onnx' for a table with the text column {text[0]!r}",
+                        "joblib for this task (skl2onnx cannot convert a text column's steps before its TF-IDF "
+                        "vectorizer, and onnxruntime's tokenizer depends on the machine's locales)")
+    options = {"zipmap": False} if classification else None  # probabilities as a plain (n, k) array
+    if inputs.columns:
+        plain = _strings_missing_as_empty(copy.deepcopy(plain))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model = to_onnx(plain, initial_types=_onnx_types(inputs), options=options)
+    except Exception as error:  # noqa: BLE001 - skl2onnx raises many kinds; the user needs its reason
+        reason = _reason(error)
+        raise DataError("format", f"'onnx' for {_class_path(plain)}, which skl2onnx cannot convert ({reason})",
+                        "joblib for this model") from None
+    return model.SerializeToString()
+
+
+def _strings_missing_as_empty(estimator: Any) -> Any:
+    """ONNX string tensors have no missing value, so a table's ONNX model
+    takes the empty string for a missing category or text: its string
+    imputers (fitted for NaN) are told to look for "" instead. Their fitted
+    fill values stay, so a row predicts as it does with NaN in scikit-learn."""
+    from sklearn.impute import SimpleImputer
+
+    if isinstance(estimator, SimpleImputer):
+        statistics = getattr(estimator, "statistics_", None)
+        if statistics is not None and statistics.dtype == object and _is_nan(estimator.missing_values):
+            estimator.missing_values = ""
+        return estimator
+    for _, step in getattr(estimator, "steps", ()):
+        _strings_missing_as_empty(step)
+    for _, transformer, _ in getattr(estimator, "transformers_", ()):
+        if not isinstance(transformer, str):
+            _strings_missing_as_empty(transformer)
+    return estimator
+
+
+def _is_nan(value: Any) -> bool:
+    return isinstance(value, float) and math.isnan(value)
+
+
+def _reason(error: BaseException) -> str:
+    """A converter's failure in one line: the innermost cause (the converters
+    wrap it in messages that dump whole node attributes)."""
+    while (error.__cause__ or error.__context__) is not None:
+        error = error.__cause__ or error.__context__
+    text = str(error).strip()
+    first = text.splitlines()[0] if text else ""
+    return f"{type(error).__name__}: {first[:200]}" if first else type(error).__name__
+
+
+# ---------------------------------------------------------------- torch
+
+
+def torch_artifact(net: Any, example: Any, fmt: str) -> Artifact:
+    """An ``nn.Module`` as TorchScript, ONNX or its state dict. ``example``:
+    an input batch (a tensor or array of at least two rows) of the shape and
+    dtype the net takes; the batch dimension stays free in every format."""
+    import torch
+
+    check_format(fmt, Engine.TORCH)
+    net = net.cpu().eval()
+    example = torch.as_tensor(np.asarray(example, dtype=np.float32)).cpu()
+    shape = [None, *example.shape[1:]]
+    inputs = [{"name": INPUT_NAME, "dtype": "float32", "shape": shape}]
+    if fmt == "state_dict":
+        buffer = io.BytesIO()
+        torch.save(net.state_dict(), buffer)
+        return Artifact(fmt, buffer.getvalue(), inputs, [{"name": "state_dict",
+                        "returns": "the net's parameters and buffers (torch.load(..., weights_only=True))"}])
+    if fmt == "torchscript":
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # TracerWarning, and TorchScript's own deprecation notice
+            traced = torch.jit.trace(net, example)
+            buffer = io.BytesIO()
+            torch.jit.save(traced, buffer)
+        return Artifact(fmt, buffer.getvalue(), inputs, [{"name": "output", "shape": _output_shape(net, example)}])
+    return Artifact(fmt, _torch_onnx(net, example), inputs, [])
+
+
+def _output_shape(net: Any, example: Any) -> list[Any]:
+    import torch
+
+    with torch.no_grad():
+        out = net(example)
+    return [None, *out.shape[1:]]
+
+
+def _torch_onnx(net: Any, example: Any) -> bytes:
+    import torch
+
+    batch = torch.export.Dim("batch")
+    try:
+        with warnings.catch_warnings(), _quiet():
+            warnings.simplefilter("ignore")
+            program = torch.onnx.export(net, (example,), dynamo=True, input_names=[INPUT_NAME],
+                                        output_names=["output"], dynamic_shapes=({0: batch},), verbose=False)
+    except Exception as error:  # noqa: BLE001 - torch.export's failures are many; the user needs the reason
+        reason = _reason(error)
+        raise DataError("format", f"'onnx' for {type(net).__name__}, which torch.onnx cannot export ({reason})",
+                        "torchscript or state_dict for this model") from None
+    return program.model_proto.SerializeToString()
+
+
+@contextlib.contextmanager
+def _quiet():
+    """torch.onnx prints its progress to stdout and logs what it skips (the
+    operators of libraries not installed); a worker's output is the service's log."""
+    logger = logging.getLogger("torch.onnx")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):
+            yield
+    finally:
+        logger.setLevel(level)
+
+
+def _with_onnx_outputs(artifact: Artifact) -> Artifact:
+    """The card's outputs of an ONNX file, read from its graph."""
+    if artifact.format != "onnx":
+        return artifact
+    import onnx
+
+    graph = onnx.load_from_string(artifact.data).graph
+    outputs = [{"name": out.name, "dtype": onnx.helper.tensor_dtype_to_np_dtype(
+        out.type.tensor_type.elem_type).name if out.type.tensor_type.elem_type else None,
+        "shape": [d.dim_value if d.HasField("dim_value") else None for d in out.type.tensor_type.shape.dim]}
+        for out in graph.output]
+    return Artifact(artifact.format, artifact.data, artifact.inputs, outputs, artifact.preprocessing)
+
+
+# ---------------------------------------------------------------- a task's best model
+
+
+def torch_example(program: Any) -> np.ndarray:
+    """An input batch for tracing a net of a task whose input is one tensor."""
+    tensors = program.input.tensors
+    if len(tensors) != 1 or program.input.recursive:
+        raise DataError("format", "a torch format for a task whose input is not one tensor",
+                        "a task with one input tensor (export the state_dict of others)")
+    return np.zeros((TORCH_EXAMPLE_ROWS, *tensors[0].shape), dtype=np.float32)
+
+
+def torch_artifact_of(store: Any, blobs: Any, task_id: int, job_id: int, fmt: str) -> Artifact:
+    """``torch_artifact`` of a torch job's best checkpoint, by ids: what the
+    torch executor's ``call`` runs where the torch jobs run."""
+    from ..datasets import program_of
+    from . import models
+
+    task, job = store.get_task(task_id), store.get_job(job_id)
+    net = models.torch_net(store, blobs, task, job)
+    example = torch_example(program_of(task)) if fmt != "state_dict" else _state_dict_example(program_of(task))
+    return _with_onnx_outputs(torch_artifact(net, example, fmt))
+
+
+def _state_dict_example(program: Any) -> np.ndarray:
+    """The card's input shape of a state dict (any task input: no tracing)."""
+    tensors = program.input.tensors
+    shape = tensors[0].shape if len(tensors) == 1 and not program.input.recursive else ()
+    return np.zeros((TORCH_EXAMPLE_ROWS, *shape), dtype=np.float32)
+
+
+def sklearn_inputs(store: Any, task: Any) -> SklearnInputs:
+    """The inputs of a task's scikit-learn models: its table's columns, or
+    its input tensor flattened."""
+    from ..datasets import program_of
+    from .task_schema import table_schema
+
+    schema = table_schema(store, task)
+    if schema is not None:
+        return SklearnInputs(columns=tuple((c.name, c.kind.value) for c in schema.columns))
+    return SklearnInputs(n_features=int(np.prod(program_of(task).input.tensors[0].shape)))
+
+
+def export_best(store: Any, blobs: Any, task: Any, fmt: str | None, torch_executor: Any = None,
+                timeout: float | None = None) -> tuple[str, bytes]:
+    """(file name, zip bundle) of the task's best model in ``fmt`` (default:
+    its engine's first format), with its model card. A torch model is
+    converted on ``torch_executor`` (its ``call``) when there is one.
+
+    Raises DataError (``format``), NoModelError (no finished model)."""
+    from ..datasets import program_of
+    from ..jobspec import parse_job
+    from . import models
+    from .model_card import model_card
+    from .suspicion import NoModelError
+
+    if fmt is not None:
+        check_format(fmt)
+    job = models.best_job(store, task)
+    if job is None or job.artifact_blob is None:
+        raise NoModelError(f"task {task.name!r} has no trained model to export yet; wait for a job to finish "
+                           f"(task.wait()) and export again")
+    engine = parse_job(job.model, job.config).engine
+    fmt = check_format(FORMATS[engine][0] if fmt is None else fmt, engine, f"{ENGINE_WORDS[engine]} ({job.model})")
+    if engine is Engine.TORCH:
+        if torch_executor is None:
+            artifact = torch_artifact_of(store, blobs, task.id, job.id, fmt)
+        else:
+            artifact = torch_executor.call(torch_artifact_of, task.id, job.id, fmt).result(timeout)
+    else:
+        estimator = models.load_estimator(blobs, task, job)
+        classification = program_of(task).num_classes is not None
+        artifact = _with_onnx_outputs(sklearn_artifact(estimator, fmt, sklearn_inputs(store, task), classification))
+    card = model_card(store, blobs, task, job, artifact)
+    name = f"{task.name}-job{job.id}{SUFFIXES[fmt]}"
+    return name, pack(artifact.file_name, artifact.data, card)

@@ -1,0 +1,81 @@
+"""The model card that travels with every exported model (JSON).
+
+After Mitchell et al., "Model Cards for Model Reporting" (FAT* 2019): what
+the model takes and returns, what data it was trained and validated on, how
+well it did, and where it came from. Here that is the task's schema (its
+ease.ml program, and its table schema for a table task), the class names,
+the preprocessing inside the model, the job's metrics with the size of the
+validation split they were measured on, the dataset version, the training
+config, and the provenance ids (the job, the dataset version, and the
+feed/refine/train edges that lead to the model), so that the model can be
+traced back to its rows in the service's store.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from ..datasets import program_of
+from ..jobspec import best_point, parse_job
+from ..store import BlobStore, Job, Node, NodeKind, Store, Task
+from .validation import validation_size
+
+CARD_VERSION = 1
+
+
+def model_card(store: Store, blobs: BlobStore, task: Task, job: Job, artifact: Any) -> dict[str, Any]:
+    """The card of ``job``'s model exported as ``artifact`` (``export.Artifact``)."""
+    from .task_schema import class_names, table_schema
+
+    program = program_of(task)
+    version = store.get_dataset_version(job.dataset_version_id)
+    schema = table_schema(store, task)
+    classification = program.num_classes is not None
+    metrics = store.list_metrics(job.id)
+    per_config = [{m.name: m.value} for m in metrics]
+    return {
+        "card_version": CARD_VERSION,
+        "created_at": _now(),
+        "format": artifact.format,
+        "file": artifact.file_name,
+        "engine": parse_job(job.model, job.config).engine.value,
+        "task": {"name": task.name, "id": task.id, "program": task.program,
+                 "table_schema": None if schema is None else schema.to_dict()},
+        "kind": "classification" if classification else "regression",
+        "class_names": class_names(store, task) if classification else None,
+        "num_classes": program.num_classes,
+        "inputs": artifact.inputs,
+        "outputs": artifact.outputs,
+        "preprocessing": artifact.preprocessing,
+        "metrics": {
+            "name": "accuracy" if classification else "r2 (clipped to [0, 1])",
+            "value": job.accuracy,
+            "on": "validation",
+            "validation_size": validation_size(store, blobs, version),
+            "last": _last_epoch(metrics),
+        },
+        "dataset": {"version": version.number, "version_id": version.id, "kind": version.kind.value,
+                    "n_examples": version.n_examples, "created_at": _iso(version.created_at)},
+        "training": {"model": job.model, "config": dict(job.config), "best_config": best_point(per_config),
+                     "cost_seconds": job.cost_seconds, "attempts": job.attempts,
+                     "started_at": _iso(job.started_at), "finished_at": _iso(job.finished_at)},
+        "provenance": {"job_id": job.id, "dataset_version_id": version.id,
+                       "edge_ids": [e.id for e in store.lineage(Node(NodeKind.MODEL, job.id), direction="backward")]},
+    }
+
+
+def _last_epoch(metrics: Any) -> dict[str, float]:
+    """The job's metrics of its last epoch (a scikit-learn grid has one, epoch 0)."""
+    if not metrics:
+        return {}
+    last = max(m.epoch for m in metrics)
+    return {m.name: m.value for m in metrics if m.epoch == last}
+
+
+def _iso(value: Any) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")

@@ -1,0 +1,205 @@
+"""A task's table schema and class names, as the service stores them.
+
+Both are reserved task tags written by the service only (a user's
+``PUT /tags`` cannot set ``easeml.*`` keys): ``easeml.table`` holds a table
+task's ``TableSchema`` as JSON, ``easeml.classes`` the JSON list of a
+classification task's class names (table or tensor task) once it has any.
+Everything else reads them through ``table_schema`` and ``class_names``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from ..errors import AlreadyExistsError, DataError
+from ..schema import CheckedData, check_data, parse
+from ..schema.table import TableData, TableSchema, class_indices
+from ..store import Store, Task
+from ..zoo import Candidate
+from ..zoo.preprocess import TableBuilder, to_frame
+
+TABLE_TAG = "easeml.table"
+CLASSES_TAG = "easeml.classes"
+
+__all__ = ["TABLE_TAG", "CLASSES_TAG", "table_schema", "class_names", "PreparedFeed", "prepare_feed",
+           "checked_inputs", "estimator_inputs", "table_program", "store_table_schema", "check_same_table",
+           "names_json", "task_fields", "table_job"]
+
+
+def table_schema(store: Store, task: Task) -> TableSchema | None:
+    """The task's table schema; None for a tensor task."""
+    text = store.tags("task", task.id).get(TABLE_TAG)
+    return None if text is None else TableSchema.from_json(text, field=TABLE_TAG)
+
+
+def class_names(store: Store, task: Task) -> list[Any] | None:
+    """The task's class names, index order; None while it has none (a
+    regression task, or one fed class indices only)."""
+    text = store.tags("task", task.id).get(CLASSES_TAG)
+    return None if text is None else list(json.loads(text))
+
+
+def names_json(store: Store, task: Task) -> dict[str, Any]:
+    """``{"class_names": [...] or None}``, for the JSON of a task, its best model and its predictions."""
+    return {"class_names": class_names(store, task)}
+
+
+# ---------------------------------------------------------------- declaring
+
+
+def table_program(body: dict[str, Any]) -> tuple[str, TableSchema] | None:
+    """(program text, schema) of a ``POST /tasks`` body with ``table``;
+    None without one."""
+    raw = body.get("table")
+    if raw is None:
+        return None
+    if body.get("program") is not None or body.get("input") is not None or body.get("output") is not None:
+        raise DataError("table", "a table schema with a program or shapes", "one of them")
+    schema = TableSchema.from_dict(raw)
+    return str(schema.program()), schema
+
+
+def store_table_schema(store: Store, task: Task, schema: TableSchema) -> None:
+    """Tag a new table task with its schema (and class names)."""
+    store.set_tag("task", task.id, TABLE_TAG, schema.to_json())
+    if schema.classes is not None:
+        store.set_tag("task", task.id, CLASSES_TAG, json.dumps(list(schema.classes)))
+
+
+def check_same_table(store: Store, task: Task, schema: TableSchema) -> None:
+    """Opening a table task again with a schema: it must be the task's own."""
+    existing = table_schema(store, task)
+    if existing != schema:
+        have = "no table schema" if existing is None else f"the table schema {existing.to_json()}"
+        raise AlreadyExistsError(f"task {task.name!r} exists with {have}, not {schema.to_json()}; "
+                                 f"open it by name, or declare the new table under another name")
+
+
+# ---------------------------------------------------------------- feeding
+
+
+@dataclass
+class PreparedFeed:
+    """What a feed stores: X (a table's column arrays as ``CheckedData``,
+    or the inputs as given), y as class indices where the task names its
+    classes, and ``commit()`` to run once the version is stored (it records
+    class names the feed added)."""
+
+    X: Any
+    y: Any
+    new_names: list[Any] | None = None
+    _commit: Callable[[], None] = field(default=lambda: None, repr=False)
+
+    def commit(self) -> None:
+        self._commit()
+
+
+def _num_classes(task: Task) -> int | None:
+    return parse(task.program).num_classes
+
+
+def _named_labels(y: Any) -> bool:
+    """Labels that are names, not class indices: strings (or JSON objects)."""
+    array = np.asarray(y) if isinstance(y, (list, np.ndarray)) else None
+    return array is not None and array.dtype.kind in "UO"
+
+
+def prepare_feed(store: Store, task: Task, X: Any, y: Any) -> PreparedFeed:
+    """Check a table task's columns and map named labels to indices, before
+    anything is written (DataError naming the column or label)."""
+    schema = table_schema(store, task)
+    if schema is not None:
+        table = _table_of(X)
+        X = CheckedData(n=table.n, X=schema.stored_arrays(table))
+        if schema.classes is None:
+            X = CheckedData(n=table.n, X=X.X, y=_numeric_target(y, table.n))
+            return PreparedFeed(X, X.y)
+    elif isinstance(X, TableData):
+        raise DataError("X", "a table (columns by name)", f"arrays for the tensor task {task.name!r}; declare a table "
+                        "task with client.task(name, like=df, target=...) to feed tables")
+    names = class_names(store, task)
+    if _num_classes(task) is None or (names is None and not _named_labels(y)):
+        return PreparedFeed(X, y)
+    if y is None:
+        raise DataError("y", "nothing", "a label for every example")
+    indices, after = class_indices(names, y, _num_classes(task))
+    if isinstance(X, CheckedData) and len(indices) != X.n:
+        raise DataError("y", f"{len(indices)} examples", f"{X.n}, one per row of X")
+    added = list(after) if names is None or len(after) > len(names) else None
+    frozen_indices = indices.copy()
+    frozen_indices.flags.writeable = False
+    if isinstance(X, CheckedData):
+        X = CheckedData(n=X.n, X=X.X, y=frozen_indices)
+
+    def commit() -> None:
+        if added is not None:
+            store.set_tag("task", task.id, CLASSES_TAG, json.dumps(added))
+
+    return PreparedFeed(X, frozen_indices, added, commit)
+
+
+def _table_of(X: Any) -> TableData:
+    if not isinstance(X, TableData):
+        raise DataError("X", type(X).__name__ if not isinstance(X, list) else "a list",
+                        'a table: {"table": [{"name", "type", "values", "missing"}, ...]} '
+                        "(the client sends DataFrames, CSV and Parquet files so)")
+    return X
+
+
+def _numeric_target(y: Any, n: int) -> np.ndarray:
+    if y is None:
+        raise DataError("y", "nothing", "the target column's values")
+    try:
+        values = np.asarray(y, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError):
+        raise DataError("y", "values that are not numbers", "the numeric target's values") from None
+    if len(values) != n:
+        raise DataError("y", f"{len(values)} examples", f"{n}, one per row of X")
+    if not np.isfinite(values).all():
+        row = int(np.argmax(~np.isfinite(values)))
+        raise DataError(f"y[{row}]", "a missing or infinite target", "a finite number for every row")
+    out = values.astype(np.float32).reshape(n, 1)  # as the flat program's Tensor[1] output is stored
+    out.flags.writeable = False
+    return out
+
+
+def task_fields(store: Store, task: Task) -> dict[str, Any]:
+    """What a task's JSON adds: its table schema (or None) and class names."""
+    schema = table_schema(store, task)
+    return {"table": None if schema is None else schema.to_dict(), **names_json(store, task)}
+
+
+def checked_inputs(store: Store, task: Task, X: Any) -> Any:
+    """Inputs for ``infer``, checked: a table task's as its stored column
+    arrays, other tasks' against their program (``check_data``)."""
+    schema = table_schema(store, task)
+    if schema is None:
+        if isinstance(X, TableData):
+            raise DataError("X", "a table (columns by name)", f"arrays for the tensor task {task.name!r}")
+        return check_data(parse(task.program), X).X
+    return schema.stored_arrays(_table_of(X))
+
+
+def estimator_inputs(store: Store, task: Task, X: Any) -> Any:
+    """Checked inputs as a scikit-learn model of the task takes them: a
+    table task's as a DataFrame with its column names, others flattened."""
+    schema = table_schema(store, task)
+    if schema is not None:
+        return to_frame(schema, X)
+    return X.reshape(len(X), -1)
+
+
+def table_job(store: Store, task: Task, candidate: Candidate, data: Any) -> tuple[Candidate, Any]:
+    """A scikit-learn pick of a table task: its candidate behind the
+    schema's preprocessing (``zoo.preprocess``), and its loaded data
+    (``datasets.LoadedData``) with X as a DataFrame. Other tasks' as they are."""
+    schema = table_schema(store, task)
+    if schema is None:
+        return candidate, data
+    return (dataclasses.replace(candidate, build=TableBuilder(schema, candidate.build)),
+            dataclasses.replace(data, X=to_frame(schema, data.X)))

@@ -1,0 +1,534 @@
+"""A user's own models: her scikit-learn estimator or her torch net factory
+as arms of her task, beside the zoo's (Seneca §II takes the user's own
+function and grid; Cerebro §4.1 the user's own ``model_fn``).
+
+Transport and storage. The client pickles the object with cloudpickle
+(notebook-defined classes and functions by value) and posts it with its grid
+(``POST /api/v1/tasks/{name}/models``). The service never unpickles it: it
+checks the name, the kind and the grid, stores the bytes as a blob and the
+record as a reserved task tag ``easeml.user_model.<name>`` (JSON; read and
+written only through :class:`UserModels`). Tags, not a table: a task has a
+handful of them, they are read with their task only, and a record is never
+changed once written, which is what tags already give in both stores, with
+no migration; ``delete_task`` removes them with the task, and the blob GC
+keeps their blobs (:func:`blob_references`).
+
+Jobs. A user model's arm trains like a zoo model's: an estimator's grid as a
+scikit-learn grid job (``jobspec.SklearnGrid``), a factory's configs as a
+torch MOP workload (``jobspec.TorchWorkload``). The job's config carries
+``code`` (the blob it trains, so a job always knows which version of the
+user's code it ran) and ``limit`` (seconds). The code is unpickled only in
+the worker that runs the job (:func:`user_candidate`).
+
+Isolation. Every call into user code (fit, predict, the factory, forward)
+runs on a thread of its own and is given up on at the job's deadline, so a
+model that hangs fails its job with a ``UserModelTimeout`` instead of holding
+a worker; an error is re-raised with the user's own traceback
+(``UserModelError``), and an output of the wrong shape is a ``DataError``
+naming the model. Python cannot kill a thread: a call given up on keeps
+running until it returns (on Dask, restart the worker to end it).
+
+Permission. User code runs on shared workers: the service takes it only
+from users allowed to (:func:`check_allowed`): ``--allow-user-models``
+(``ServiceConfig.allow_user_models``) sets the default, and an admin's
+per-user setting (the user tag ``easeml.allow_user_models``) overrides it.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+import threading
+import time
+import traceback
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Iterable, Mapping
+
+import numpy as np
+from sklearn.base import BaseEstimator
+
+from ..errors import AlreadyExistsError, DataError
+from ..jobspec import DEFAULT_LRS, JobSpec, SklearnGrid, TorchWorkload, check_user_grid
+from ..store import BlobStore, Job, JobStatus, JobUpdate, Store, Task, User
+from ..zoo import Candidate, Engine, ModelConfig, Workload
+
+TAG_PREFIX = "easeml.user_model."
+ALLOW_TAG = "easeml.allow_user_models"  # a user tag: "true" or "false", set by an admin
+DEFAULT_LIMIT_SECONDS = 600.0  # a user model's job, unless the service or the user says otherwise
+MAX_TRACEBACK_CHARS = 20_000
+KINDS = {"estimator": Engine.SKLEARN, "factory": Engine.TORCH}
+AS_GIVEN = ("params", "as given")  # the one grid point of an estimator added without a grid (``Guarded``)
+TRAIN_OPTIONS = ("lr", "batch_size", "momentum", "weight_decay", "clip")  # the units' own, never the factory's
+
+
+class UserModelError(RuntimeError):
+    """User code raised; the message is its own traceback."""
+
+
+class UserModelTimeout(TimeoutError):
+    """User code ran past its job's limit."""
+
+
+# -- the record ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UserModel:
+    """One user model of a task, as stored (JSON in the task tag)."""
+
+    name: str
+    kind: str  # "estimator" | "factory"
+    grid: dict[str, list[Any]]
+    code: str  # blob digest of the cloudpickled object
+    limit: float  # seconds a job of it may run
+    size: int  # bytes of the code
+    described: str  # what the client said it is: "sklearn.pipeline.Pipeline", "__main__.make_net"
+    created_at: float
+
+    @property
+    def engine(self) -> Engine:
+        return KINDS[self.kind]
+
+    def spec(self, torch_epochs: int) -> JobSpec:
+        """The job a pick of this arm trains."""
+        if self.engine is Engine.SKLEARN:  # no grid: one config, the estimator as it was given
+            grid = self.grid or {AS_GIVEN[0]: [AS_GIVEN[1]]}
+            return SklearnGrid(self.name, tuple((k, tuple(v)) for k, v in grid.items()), self.code, self.limit)
+        lrs = tuple(float(v) for v in self.grid.get("lr", DEFAULT_LRS))
+        options = tuple((k, tuple(v)) for k, v in self.grid.items() if k != "lr")
+        return TorchWorkload(self.name, lrs, int(torch_epochs), options, self.code, self.limit)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class UserModels:
+    """The one accessor of the user-model records: reserved tags of their task."""
+
+    def __init__(self, store: Store):
+        self.store = store
+
+    def list(self, task_id: int) -> list[UserModel]:
+        """The task's user models, oldest first."""
+        found = [UserModel(**json.loads(v)) for k, v in self.store.tags("task", task_id).items()
+                 if k.startswith(TAG_PREFIX)]
+        return sorted(found, key=lambda m: (m.created_at, m.name))
+
+    def get(self, task_id: int, name: str) -> UserModel | None:
+        raw = self.store.tags("task", task_id).get(TAG_PREFIX + name)
+        return None if raw is None else UserModel(**json.loads(raw))
+
+    def put(self, task_id: int, model: UserModel) -> None:
+        self.store.set_tag("task", task_id, TAG_PREFIX + model.name, json.dumps(model.to_json()))
+
+
+def blob_references(store: Store) -> Iterable[tuple[str, str]]:
+    """(digest, holder) of every user model's code, for the blob GC's mark."""
+    for task in store.list_tasks():
+        for model in UserModels(store).list(task.id):
+            yield model.code, f"task {task.id} user model {model.name!r}"
+
+
+# -- permission ------------------------------------------------------------------------------------
+
+
+def user_setting(store: Store, user: User) -> bool | None:
+    """An admin's setting for ``user``: True, False, or None (the service's default)."""
+    raw = store.tags("user", user.id).get(ALLOW_TAG)
+    return None if raw is None else raw == "true"
+
+
+def set_user_setting(store: Store, user: User, allow: bool) -> None:
+    store.set_tag("user", user.id, ALLOW_TAG, "true" if allow else "false")
+
+
+def check_allowed(store: Store, user: User, default: bool) -> None:
+    """``PermissionError`` (a 403) naming the settings, unless ``user`` may add models."""
+    setting = user_setting(store, user)
+    if setting if setting is not None else default:
+        return
+    how = "an admin turned it off for you" if setting is False else "this service runs without --allow-user-models"
+    raise PermissionError(
+        f"user models: not allowed for user {user.name!r} ({how}); an admin can allow them with "
+        f"`easeml users allow-models {user.name}` or PUT /api/v1/users/{user.name} "
+        '{"allow_user_models": true}, or start the service with --allow-user-models')
+
+
+# -- adding one (the service, from the request; no unpickling) ----------------------------------
+
+
+def decode_code(payload: Any) -> bytes:
+    if not isinstance(payload, str) or not payload:
+        raise DataError("code", type(payload).__name__, "the base64 of the cloudpickled estimator or factory")
+    try:
+        return base64.b64decode(payload, validate=True)
+    except (binascii.Error, ValueError):
+        raise DataError("code", "text that is not base64", "the base64 of the cloudpickled estimator or factory") from None
+
+
+def add_model(store: Store, blobs: BlobStore, task: Task, body: Mapping[str, Any], *, zoo_names: Iterable[str],
+              max_limit: float, check_name: Callable[[str, Any], str]) -> UserModel:
+    """Check a request's user model and store it (blob, then record); every
+    check comes first, so bad input stores nothing."""
+    name = check_name("name", body.get("name"))
+    if name in set(zoo_names):
+        raise DataError("name", repr(name), "a name that is not a zoo model's (easeml models lists them)")
+    kind = body.get("kind")
+    if kind not in KINDS:
+        raise DataError("kind", repr(kind), " or ".join(map(repr, KINDS)))
+    grid = check_user_grid(body.get("grid"), kind)
+    limit = body.get("limit", max_limit)
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not (math.isfinite(limit) and limit > 0):
+        raise DataError("limit", repr(limit), "a positive number of seconds")
+    if limit > max_limit:
+        raise DataError("limit", f"{limit:g} s", f"at most {max_limit:g} s (the service's --user-model-timeout)")
+    described = body.get("described", "")
+    if not isinstance(described, str):
+        raise DataError("described", type(described).__name__, "a string")
+    code = decode_code(body.get("code"))
+    models = UserModels(store)
+    if models.get(task.id, name) is not None:
+        raise AlreadyExistsError(f"task {task.name!r} has a user model {name!r} already: add this one under "
+                                 "another name (name=...)")
+    model = UserModel(name, kind, grid, blobs.put_bytes(code), float(limit), len(code), described[:200], time.time())
+    models.put(task.id, model)
+    return model
+
+
+def arm_specs(store: Store, task: Task, torch_epochs: int | None) -> dict[str, JobSpec]:
+    """The task's user models as arms (a factory only where torch jobs can run)."""
+    return {m.name: m.spec(torch_epochs) for m in UserModels(store).list(task.id)
+            if m.engine is Engine.SKLEARN or torch_epochs is not None}
+
+
+def neutral_seconds(store: Store, task: Task, name: str, others: Iterable[float]) -> float:
+    """A user arm's cost before it ran on this task: the median of the
+    task's other arms (a neutral prior, neither cheap nor dear); once it ran,
+    its last measured seconds."""
+    done = [j for j in store.list_jobs(task.id, status=JobStatus.SUCCEEDED) if j.model == name and j.cost_seconds]
+    if done:
+        return max(float(done[-1].cost_seconds), 1e-3)
+    values = sorted(others)
+    return values[len(values) // 2] if values else 1.0
+
+
+# -- in the worker: user code as a candidate ---------------------------------------------------------
+
+
+def _load(data: bytes) -> Any:
+    import cloudpickle  # noqa: F401 - objects pickled by value need it to load
+
+    import pickle
+
+    return pickle.loads(data)
+
+
+def guarded(fn: Callable[..., Any], *args: Any, deadline: float, what: str, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` on a thread of its own, given up on at
+    ``deadline`` (``time.time()``): ``UserModelTimeout``; an error it raises
+    comes back as ``UserModelError`` with its traceback."""
+    box: dict[str, Any] = {}
+    grad = _grad_mode()
+
+    def run() -> None:
+        try:
+            if grad is None:
+                box["value"] = fn(*args, **kwargs)
+            else:
+                import torch
+
+                with torch.set_grad_enabled(grad):  # grad mode is per thread
+                    box["value"] = fn(*args, **kwargs)
+        except BaseException as error:  # noqa: BLE001 - handed to the caller
+            box["error"] = error
+            box["traceback"] = traceback.format_exc()
+
+    left = deadline - time.time()
+    if left <= 0:
+        raise UserModelTimeout(f"{what}: the job's time limit had passed before it started")
+    thread = threading.Thread(target=run, name="easeml-user-code", daemon=True)
+    thread.start()
+    thread.join(left)
+    if thread.is_alive():
+        raise UserModelTimeout(f"{what}: still running at the job's time limit, expected it to return "
+                               "(the limit is the model's `limit`, at most the service's --user-model-timeout)")
+    if "error" in box:
+        if isinstance(box["error"], (UserModelError, UserModelTimeout)):
+            raise box["error"]
+        raise UserModelError(f"{what} raised:\n{box['traceback'][-MAX_TRACEBACK_CHARS:]}")
+    return box["value"]
+
+
+def _grad_mode() -> bool | None:
+    import sys
+
+    torch = sys.modules.get("torch")
+    return None if torch is None else bool(torch.is_grad_enabled())
+
+
+def _classification(task: Task) -> bool:
+    from ..datasets import program_of
+
+    return program_of(task).num_classes is not None
+
+
+def _shapes(task: Task) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """One example's input and output shapes; a user net takes one tensor in and gives one out."""
+    from ..datasets import program_of
+
+    program = program_of(task)
+    for field, side in (("input", program.input), ("output", program.output)):
+        if len(side.tensors) != 1 or side.is_recursive:
+            raise DataError(field, str(side), "one tensor and no recursive field, for a user's torch model")
+    return tuple(program.input.tensors[0].shape), tuple(program.output.tensors[0].shape)
+
+
+def user_candidate(task: Task, spec: JobSpec, blobs: BlobStore, *, started: float | None = None) -> Candidate:
+    """The candidate of a job that trains a user model (``spec.code``): its
+    code loaded here, where the job runs, and every call into it bounded by
+    the job's deadline (``started`` + ``spec.limit``)."""
+    code = blobs.get_referenced(spec.code, f"task {task.name!r}: the code of user model {spec.model!r}")
+    deadline = (time.time() if started is None else started) + float(spec.limit)
+    classification = _classification(task)
+    if spec.engine is Engine.SKLEARN:
+        build: Callable[[ModelConfig], Any] = EstimatorBuilder(spec.model, code, deadline)
+        workload = Workload.FLAT_CLASSIFICATION if classification else Workload.FLAT_REGRESSION
+    else:
+        inp, out = _shapes(task)
+        build = NetBuilder(spec.model, code, inp, out, classification, deadline)
+        workload = Workload.GENERAL_CLASSIFICATION if classification else Workload.TENSOR_RECOVERY
+    configs = tuple(ModelConfig.of(spec.model, p) for p in spec.points())
+    return Candidate(spec.model, "user", workload, spec.engine, configs, 1.0, (), build)
+
+
+@dataclass(frozen=True)
+class EstimatorBuilder:
+    """A fresh copy of the user's estimator, guarded (``Guarded``)."""
+
+    name: str
+    code: bytes
+    deadline: float
+
+    def __call__(self, config: ModelConfig) -> Any:
+        from sklearn.base import clone
+
+        estimator = guarded(_load, self.code, deadline=self.deadline, what=f"loading user model {self.name!r}")
+        if not (hasattr(estimator, "fit") and hasattr(estimator, "predict")):
+            raise DataError("model", type(estimator).__name__, "a scikit-learn estimator (fit and predict)")
+        return Guarded(clone(estimator), self.deadline, self.name)
+
+
+class Guarded(BaseEstimator):
+    """The user's estimator, each fit and predict bounded by the job's
+    deadline and its output shape checked. Options set on it go to the
+    estimator (the grid's keys are the estimator's own: ``C``, ``svc__C``
+    for a pipeline step). The job's artifact is ``estimator``, unwrapped."""
+
+    def __init__(self, estimator: Any = None, deadline: float = math.inf, name: str = "user model",
+                 params: str = AS_GIVEN[1]):
+        self.estimator = estimator
+        self.deadline = deadline
+        self.name = name
+        self.params = params  # names the one config of an estimator added without a grid
+
+    def set_params(self, **params: Any) -> "Guarded":
+        for key in ("estimator", "deadline", "name", AS_GIVEN[0]):
+            if key in params:
+                setattr(self, key, params.pop(key))
+        if params:
+            self.estimator.set_params(**params)
+        return self
+
+    def fit(self, X: Any, y: Any) -> "Guarded":
+        guarded(self.estimator.fit, X, y, deadline=self.deadline, what=f"{self.name}.fit")
+        return self
+
+    def predict(self, X: Any) -> Any:
+        out = np.asarray(guarded(self.estimator.predict, X, deadline=self.deadline, what=f"{self.name}.predict"))
+        if out.ndim == 0 or out.shape[0] != len(X):
+            raise DataError(f"{self.name}.predict", f"shape {out.shape}", f"({len(X)},): one output per example")
+        return out
+
+
+def artifact(model: Any) -> bytes:
+    """What a user sklearn job stores: its fitted estimator itself (cloudpickled,
+    so a class defined in a notebook loads where cloudpickle is installed)."""
+    import cloudpickle
+
+    return cloudpickle.dumps(unwrap(model))
+
+
+def unwrap(model: Any) -> Any:
+    """``model`` with every ``Guarded`` replaced by the estimator inside it
+    (also as a step of a pipeline that a table task's preprocessing put around it)."""
+    if isinstance(model, Guarded):
+        return model.estimator
+    steps = getattr(model, "steps", None)
+    if isinstance(steps, list):
+        model.steps = [(name, unwrap(step)) for name, step in steps]
+    return model
+
+
+@dataclass(frozen=True)
+class NetBuilder:
+    """The user's net for one config: ``factory(input_shape, output_shape,
+    **options)``, the options being the config's less the training ones
+    (``lr``, ``batch_size``, ...), wrapped as a zoo net (``UserNet``)."""
+
+    name: str
+    code: bytes
+    input_shape: tuple[int, ...]
+    output_shape: tuple[int, ...]
+    classification: bool
+    deadline: float
+
+    def __call__(self, config: ModelConfig) -> Any:
+        factory = guarded(_load, self.code, deadline=self.deadline, what=f"loading user model {self.name!r}")
+        if not callable(factory):
+            raise DataError("factory", type(factory).__name__, "a function that builds a torch nn.Module")
+        options = {k: v for k, v in config.options.items() if k not in TRAIN_OPTIONS}
+        return user_net(self.name, factory, self.input_shape, self.output_shape, self.classification,
+                        options, self.deadline)
+
+
+def user_net(name: str, factory: Callable[..., Any], input_shape: tuple[int, ...], output_shape: tuple[int, ...],
+             classification: bool, options: Mapping[str, Any], deadline: float) -> Any:
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    from ..zoo.nets import ZooModule
+
+    class UserNet(ZooModule):
+        """The user's ``nn.Module`` (``net``) in the zoo's protocol: cross-entropy
+        on logits for classification, mean squared error otherwise."""
+
+        def __init__(self) -> None:
+            super().__init__(input_shape, output_shape)
+            self.task = "classification" if classification else "regression"
+            self._deadline, self._name = deadline, name
+            net = guarded(factory, tuple(input_shape), tuple(output_shape), deadline=deadline,
+                          what=f"{name}(input_shape, output_shape, **{dict(options)})", **options)
+            if not isinstance(net, nn.Module):
+                raise DataError(f"{name}(...)", f"a {type(net).__name__}", "a torch nn.Module")
+            self.net = net
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            out = guarded(self.net, x, deadline=self._deadline, what=f"{self._name}.forward")
+            want = (x.shape[0], *self.output_shape)
+            if not isinstance(out, torch.Tensor) or tuple(out.shape) != want:
+                found = f"shape {tuple(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
+                raise DataError(f"{self._name}.forward", found, f"a tensor of shape {want} (n, *output shape)")
+            return out
+
+        def loss(self, out: torch.Tensor, y: Any) -> torch.Tensor:
+            if self.task == "classification":
+                return super().loss(out, y)
+            y = y if isinstance(y, torch.Tensor) else torch.as_tensor(y)
+            return F.mse_loss(out, y.to(out.dtype).reshape(out.shape))
+
+    return UserNet()
+
+
+def plain_module(net: Any) -> Any:
+    """The user's own ``nn.Module`` inside a loaded user net (what TorchScript
+    and ONNX export), or ``net`` itself for a zoo net."""
+    return getattr(net, "net", net) if type(net).__name__ == "UserNet" else net
+
+
+def torch_module(store: Store, blobs: BlobStore, task: Task, job: Job) -> Any:
+    """A finished user torch job's trained ``nn.Module``: the user's own
+    module with the best config's weights, on the CPU, in eval mode."""
+    from .models import torch_net
+
+    return plain_module(torch_net(store, blobs, task, job)).eval()
+
+
+# -- failures ----------------------------------------------------------------------------------------
+
+
+def fail_user_job(store: Store, job_id: int, error: BaseException) -> Job:
+    """Fail a user model's job with an error its owner can act on: the
+    job's error, then the user code's own (``UserModelError`` carries her
+    traceback, ``guarded``), not the service's frames; a storage failure as
+    any job's."""
+    from .failures import fail_job, storage_code
+
+    if storage_code(error) is not None:
+        return fail_job(store, job_id, error)
+    parts = ["".join(traceback.format_exception_only(type(error), error)).strip()]
+    cause, seen = error.__cause__, 0
+    while cause is not None and seen < 8:  # a MOP workload wraps its unit's error: the user's is inside
+        if isinstance(cause, (UserModelError, UserModelTimeout, DataError)):
+            parts.append(f"{type(cause).__name__}: {cause}")
+        cause, seen = cause.__cause__, seen + 1
+    text = "\n".join(parts)
+    return store.update_job(job_id, JobStatus.FAILED, JobUpdate(error=text[-MAX_TRACEBACK_CHARS:]))
+
+
+def config_points(spec: JobSpec) -> list[dict[str, Any]]:
+    """The configs of a spec (for messages and tests)."""
+    return list(spec.points())
+
+
+# -- the API (``Service`` delegates here) --------------------------------------------------------------
+
+
+def zoo_names(task: Task) -> set[str]:
+    """Names a user model may not take: the zoo's catalogue and the task's own candidates."""
+    from .candidates import task_candidates
+    from .loop.costs import catalogue
+
+    return set(_catalogue_names(catalogue)) | set(task_candidates(task))
+
+
+_CATALOGUE: tuple[str, ...] | None = None
+
+
+def _catalogue_names(catalogue: Callable[[], tuple[list[str], Any]]) -> tuple[str, ...]:
+    global _CATALOGUE
+    if _CATALOGUE is None:
+        _CATALOGUE = tuple(catalogue()[0])
+    return _CATALOGUE
+
+
+def api_add(service: Any, caller: User, name: str, body: Any) -> dict[str, Any]:
+    """``POST /tasks/{name}/models``: 403 unless the caller may add models;
+    then every check, then the blob and the record; the loop takes the arm
+    in at its next turn."""
+    from .auth import check_name
+
+    check_allowed(service.store, caller, service.config.allow_user_models)
+    task = service._task(caller, name)
+    if not isinstance(body, Mapping):
+        raise DataError("body", type(body).__name__, "a JSON object")
+    model = add_model(service.store, service.blobs, task, body, zoo_names=zoo_names(task),
+                      max_limit=service.config.user_model_timeout, check_name=check_name)
+    service.loop.notify(task.id)
+    service.events.publish(caller.id, {"type": "task", "task_id": task.id, "name": task.name,
+                                       "status": "model_added", "model": model.name})
+    return model.to_json()
+
+
+def api_list(service: Any, caller: User, name: str) -> list[dict[str, Any]]:
+    """``GET /tasks/{name}/models``: the task's user models."""
+    return [m.to_json() for m in UserModels(service.store).list(service._task(caller, name).id)]
+
+
+def api_set_user(service: Any, caller: User, name: str, body: Any) -> dict[str, Any]:
+    """``PUT /users/{name}`` (admins): ``{"allow_user_models": true|false|null}``
+    (null: the service's default again is not offered; set true or false)."""
+    from .auth import check_name
+
+    if not caller.is_admin:
+        raise PermissionError("admin rights needed")
+    user = service.store.user_by_name(check_name("name", name))
+    if not isinstance(body, Mapping) or set(body) - {"allow_user_models"}:
+        raise DataError("body", repr(body)[:80], '{"allow_user_models": true or false}')
+    allow = body.get("allow_user_models")
+    if not isinstance(allow, bool):
+        raise DataError("allow_user_models", repr(allow), "true or false")
+    set_user_setting(service.store, user, allow)
+    return {"name": user.name, "allow_user_models": allow}

@@ -1,0 +1,49 @@
+"""How many held-out examples a score was measured on: the validation size
+shown beside each model's accuracy (``best``, the leaderboard).
+
+It is the number of examples of the dataset version that the task's fixed
+split (``execution.holdout.validation_mask`` over ``LoadedData.split_keys``)
+holds out, the same split every job of the version is scored on. A version
+never changes, so each count is computed once per process (it reads the
+version's examples) and kept.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Iterable
+
+from ..datasets import load
+from ..errors import StorageError
+from ..execution.holdout import validation_mask
+from ..store import BlobStore, DatasetVersion, Store
+
+_sizes: "weakref.WeakKeyDictionary[Store, dict[int, int]]" = weakref.WeakKeyDictionary()
+_lock = threading.Lock()
+
+
+def validation_size(store: Store, blobs: BlobStore, version: DatasetVersion) -> int:
+    """The number of held-out examples of ``version``."""
+    with _lock:
+        known = _sizes.setdefault(store, {}).get(version.id)
+    if known is not None:
+        return known
+    data = load(store, blobs, version)
+    size = int(validation_mask(data.split_keys).sum())  # as runner.evaluate_grid splits
+    with _lock:
+        _sizes.setdefault(store, {})[version.id] = size
+    return size
+
+
+def validation_sizes(store: Store, blobs: BlobStore, version_ids: Iterable[int]) -> dict[int, int | None]:
+    """``{version id: validation size}``; None for a version whose examples
+    cannot be read (``easeml fsck`` reports those), so that one lost blob
+    does not hide the rest."""
+    out: dict[int, int | None] = {}
+    for version_id in set(version_ids):
+        try:
+            out[version_id] = validation_size(store, blobs, store.get_dataset_version(version_id))
+        except StorageError:
+            out[version_id] = None
+    return out

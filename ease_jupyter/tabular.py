@@ -1,0 +1,347 @@
+"""Data in as scientists have it: DataFrames, CSV and Parquet files and image
+folders, turned into what goes over the wire (the notebook side of
+``schema.table``; docs/data.md).
+
+* A table (a pandas DataFrame, or a ``.csv``/``.parquet`` path read with
+  pandas) goes as one array per column: numbers and booleans as float64
+  with NaN where missing, everything else as unicode strings with a missing
+  mask. Nothing is pickled.
+* ``infer_schema(df, target)`` gives a table task's typed schema: each
+  column's kind from its dtype, the target's class names (a float target
+  is regression).
+* An image folder (one subfolder per class) is read with Pillow into the
+  task's input shape ``(H, W)``, ``(H, W, 1)`` or ``(H, W, 3)``, as floats
+  in [0, 1]; the subfolders' names are the labels.
+* Labels that are not numbers (strings, categories, other objects) go as
+  class names; the service maps them to class indices.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from .errors import DataError
+from .schema import parse
+from .schema.table import Column, ColumnKind, TableSchema, class_name, sorted_names
+
+__all__ = ["TEXT_MIN_WORDS", "IMAGE_SUFFIXES", "is_table", "read_table", "infer_schema", "column_wire",
+           "table_wire", "split_target", "labels_wire", "read_image_folder", "read_images", "inputs_for",
+           "feed_parts", "named"]
+
+#: A string column is free text (a TF-IDF vector) when its values have at
+#: least this many words on average; fewer: categorical (one-hot).
+TEXT_MIN_WORDS = 3
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".bmp", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
+
+Encode = Callable[[np.ndarray], Any]  # an array -> its wire form (Client._array)
+
+
+def _pandas() -> Any:
+    import pandas
+
+    return pandas
+
+
+def is_table(X: Any) -> bool:
+    """A pandas DataFrame or Series."""
+    return type(X).__module__.startswith("pandas") and hasattr(X, "dtype" if not hasattr(X, "columns") else "columns")
+
+
+def _is_path(X: Any) -> bool:
+    return isinstance(X, (str, os.PathLike))
+
+
+def read_table(path: Any, field: str = "X") -> Any:
+    """A CSV or Parquet file as a DataFrame; DataError naming ``field`` for
+    a path that does not exist or is neither."""
+    pd = _pandas()
+    p = Path(path)
+    if not p.exists():
+        raise DataError(field, f"the path {str(p)!r}, which does not exist", "a CSV or Parquet file, or an image folder")
+    suffix = p.suffix.lower()
+    try:
+        if suffix in (".csv", ".tsv", ".txt") or p.name.lower().endswith((".csv.gz", ".csv.zip")):
+            return pd.read_csv(p, sep="\t" if suffix == ".tsv" else ",")
+        if suffix in (".parquet", ".pq"):
+            return pd.read_parquet(p)
+    except (ValueError, OSError, UnicodeDecodeError) as error:
+        raise DataError(field, f"{str(p)!r}, which could not be read ({type(error).__name__}: {error})",
+                        f"a readable {suffix[1:].upper()} file") from None
+    raise DataError(field, f"the file {str(p)!r}", "a .csv or .parquet file, or a folder of images")
+
+
+# ---------------------------------------------------------------- kinds
+
+
+def _wire_type(series: Any, field: str) -> str:
+    """"number", "bool" or "string": what a column is on the wire."""
+    pd = _pandas()
+    dtype = series.dtype
+    if pd.api.types.is_bool_dtype(dtype):
+        return "bool"
+    if pd.api.types.is_numeric_dtype(dtype) and not isinstance(dtype, pd.CategoricalDtype):
+        if pd.api.types.is_complex_dtype(dtype):
+            raise DataError(field, "a column of complex numbers", "numbers, booleans or strings")
+        return "number"
+    if pd.api.types.is_datetime64_any_dtype(dtype) or pd.api.types.is_timedelta64_dtype(dtype):
+        raise DataError(field, f"a {dtype} column", "numbers, booleans or strings (convert dates to numbers first)")
+    values = series.dropna()
+    if isinstance(dtype, pd.CategoricalDtype):
+        return "string"
+    if len(values) and all(isinstance(v, (bool, np.bool_)) for v in values):
+        return "bool"
+    if len(values) and all(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
+                           for v in values):
+        return "number"
+    if len(values) == 0:
+        return "number"  # all missing: any kind takes it
+    return "string"
+
+
+def _kind(series: Any, field: str) -> ColumnKind:
+    wire = _wire_type(series, field)
+    if wire == "number":
+        return ColumnKind.NUMERIC
+    if wire == "bool":
+        return ColumnKind.BOOLEAN
+    words = series.dropna().astype(str).str.split().str.len()
+    return ColumnKind.TEXT if len(words) and float(words.mean()) >= TEXT_MIN_WORDS else ColumnKind.CATEGORICAL
+
+
+def infer_schema(like: Any, target: str, kinds: Mapping[str, str] | None = None) -> TableSchema:
+    """A table task's schema from example data (a DataFrame or a CSV/Parquet
+    path): every column but ``target`` is a feature, of the kind its dtype
+    says (``kinds`` overrides by name: "numeric", "boolean", "categorical",
+    "text"); the target's distinct values are the class names, except for a
+    float target: regression (an integer target with missing values reads
+    as float in pandas: fill or cast it to classify)."""
+    frame = _frame(like, "like")
+    if not isinstance(target, str) or target not in frame.columns:
+        raise DataError("target", repr(target)[:80], f"one of the columns {[str(c) for c in frame.columns]!r}")
+    kinds = dict(kinds or {})
+    columns = []
+    for name in frame.columns:
+        if name == target:
+            continue
+        field = f"like[{name!r}]"
+        if name in kinds:
+            if kinds[name] not in {k.value for k in ColumnKind}:
+                raise DataError(f"kinds[{name!r}]", repr(kinds.pop(name))[:80], ", ".join(k.value for k in ColumnKind))
+            columns.append(Column(str(name), ColumnKind(kinds.pop(name))))
+        else:
+            columns.append(Column(str(name), _kind(frame[name], field)))
+    if kinds:
+        raise DataError(f"kinds[{next(iter(kinds))!r}]", "a column the data does not have",
+                        f"one of {[str(c) for c in frame.columns if c != target]!r}")
+    y = frame[target]
+    pd = _pandas()
+    if pd.api.types.is_float_dtype(y.dtype):
+        return TableSchema(tuple(columns), target, None)
+    values = [class_name(v, f"like[{target!r}][{i}]") for i, v in enumerate(_label_values(y))]
+    return TableSchema(tuple(columns), target, sorted_names(values))
+
+
+# ---------------------------------------------------------------- the wire
+
+
+def _frame(X: Any, field: str) -> Any:
+    pd = _pandas()
+    if _is_path(X):
+        return read_table(X, field)
+    if isinstance(X, pd.Series):
+        return X.to_frame()
+    if isinstance(X, pd.DataFrame):
+        return X
+    raise DataError(field, type(X).__name__, "a pandas DataFrame or Series, or a CSV or Parquet path")
+
+
+def column_wire(series: Any, encode: Encode, field: str) -> dict[str, Any]:
+    """One column's wire form: name, type, values and (for strings) missing."""
+    wire = _wire_type(series, field)
+    missing = series.isna().to_numpy(dtype=bool)
+    out: dict[str, Any] = {"name": str(series.name), "type": wire}
+    if wire == "string":
+        text = np.array(["" if m else str(v) for v, m in zip(series.tolist(), missing)], dtype=str)
+        out["values"], out["missing"] = encode(text), encode(missing)
+    else:
+        numbers = np.full(len(series), np.nan)
+        present = ~missing
+        numbers[present] = series[present].to_numpy(dtype=float) if present.any() else []
+        out["values"] = encode(numbers)
+    return out
+
+
+def table_wire(X: Any, encode: Encode, field: str = "X") -> dict[str, Any]:
+    """``{"table": [column, ...]}`` for a DataFrame, Series or CSV/Parquet path."""
+    frame = _frame(X, field)
+    names = [str(c) for c in frame.columns]
+    if len(set(names)) != len(names):
+        twice = next(n for n in names if names.count(n) > 1)
+        raise DataError(f"{field}[{twice!r}]", "a column name used twice", "unique column names")
+    return {"table": [column_wire(frame[c], encode, f"{field}[{str(c)!r}]") for c in frame.columns]}
+
+
+def split_target(X: Any, y: Any, target: str | None) -> tuple[Any, Any]:
+    """(features, labels) of a table fed with its target column in it."""
+    frame = _frame(X, "X")
+    if y is None:
+        if target is None or target not in frame.columns:
+            raise DataError("y", "nothing", f"labels, or a {target!r} column in X" if target else "labels")
+        return frame.drop(columns=[target]), frame[target]
+    if target is not None and target in frame.columns:
+        raise DataError("y", "labels as well as a target column in X", f"one of them (X[{target!r}] or y)")
+    return frame, y
+
+
+def _label_values(y: Any) -> list[Any]:
+    if hasattr(y, "tolist"):
+        return y.tolist()
+    return list(y)
+
+
+def labels_wire(y: Any) -> Any:
+    """Labels as they go: numbers and booleans as arrays (class indices, or
+    targets), anything else as a list of class names (None where missing)."""
+    pd = _pandas()
+    if isinstance(y, (pd.Series, pd.Categorical, pd.Index)) or (isinstance(y, pd.DataFrame) and y.shape[1] == 1):
+        series = y.iloc[:, 0] if isinstance(y, pd.DataFrame) else pd.Series(y)
+        wire = _wire_type(series, "y")
+        if wire == "number" and not series.isna().any():
+            return series.to_numpy()
+        if wire == "bool" and not series.isna().any():
+            return series.to_numpy(dtype=bool)
+        return [_scalar(v) for v in series.tolist()]
+    if isinstance(y, np.ndarray) and y.dtype.kind in "biuf":
+        return y
+    array = np.asarray(y, dtype=object) if not isinstance(y, np.ndarray) else y
+    if array.dtype == object and array.ndim == 1 and any(isinstance(v, str) for v in array.tolist()):
+        return [_scalar(v) for v in array.tolist()]
+    if array.dtype.kind == "U":
+        return array
+    return y
+
+
+def _scalar(value: Any) -> Any:
+    """A label as JSON: scalars as they are, missing as None, else its str."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return None
+    try:
+        if _pandas().isna(value):
+            return None
+    except (TypeError, ValueError):
+        pass
+    return value if isinstance(value, (str, int, float, bool)) else str(value)
+
+
+# ---------------------------------------------------------------- images
+
+
+def _image_shape(program: str) -> tuple[int, ...]:
+    shape = parse(program).input.tensors[0].shape
+    if len(shape) == 2 or (len(shape) == 3 and shape[2] in (1, 3)):
+        return shape
+    raise DataError("X", "an image folder", f"arrays for the task's input shape {list(shape)} "
+                    "(images need a task with input [H, W], [H, W, 1] or [H, W, 3])")
+
+
+def read_images(paths: Sequence[Path], shape: tuple[int, ...], field: str = "X") -> np.ndarray:
+    """Images loaded with Pillow, resized to ``shape`` (H, W[, C]), float32 in [0, 1]."""
+    from PIL import Image, UnidentifiedImageError
+
+    height, width = shape[0], shape[1]
+    mode = "RGB" if len(shape) == 3 and shape[2] == 3 else "L"
+    out = np.empty((len(paths), *shape), dtype=np.float32)
+    for i, path in enumerate(paths):
+        try:
+            with Image.open(path) as image:
+                pixels = np.asarray(image.convert(mode).resize((width, height)), dtype=np.float32) / 255.0
+        except (UnidentifiedImageError, OSError) as error:
+            raise DataError(field, f"the file {str(path)!r}, which is not an image ({type(error).__name__})",
+                            "image files only (PNG, JPEG, ...)") from None
+        out[i] = pixels.reshape(shape)
+    return out
+
+
+def _files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.is_file() and not any(part.startswith(".") for part in p.relative_to(folder).parts))
+
+
+def read_image_folder(folder: Any, program: str, field: str = "X") -> tuple[np.ndarray, list[str]]:
+    """(images, labels) of a folder with one subfolder per class."""
+    root = Path(folder)
+    shape = _image_shape(program)
+    classes = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    if not classes:
+        raise DataError(field, f"the folder {str(root)!r} with no subfolders", "one subfolder of images per class")
+    loose = [p for p in root.iterdir() if p.is_file() and not p.name.startswith(".")]
+    if loose:
+        raise DataError(field, f"the file {str(loose[0])!r} outside the class subfolders",
+                        "images only inside one subfolder per class")
+    paths, labels = [], []
+    for folder_ in classes:
+        files = _files(folder_)
+        paths += files
+        labels += [folder_.name] * len(files)
+    if not paths:
+        raise DataError(field, f"the folder {str(root)!r} with no images", "at least one image")
+    return read_images(paths, shape, field), labels
+
+
+def inputs_for(X: Any, info: Mapping[str, Any], encode: Encode, field: str = "X") -> Any:
+    """The wire form of inputs for ``infer``: a table for a table task
+    (without its target column, where the rows have one), the images of a
+    folder (all files, sorted) for an image task, else as given."""
+    table = info.get("table")
+    if table is not None:
+        frame = _frame(X, field)
+        if table.get("target") in frame.columns:  # rows as fed, labels and all: the labels are not inputs
+            frame = frame.drop(columns=[table["target"]])
+        return table_wire(frame, encode, field)
+    if _is_path(X):
+        root = Path(X)
+        if not root.exists():
+            raise DataError(field, f"the path {str(root)!r}, which does not exist", "an image file or folder")
+        paths = _files(root) if root.is_dir() else [root]
+        return read_images(paths, _image_shape(info["program"]), field)
+    if is_table(X):
+        return X.to_numpy()
+    return X
+
+
+def feed_parts(X: Any, y: Any, info: Mapping[str, Any], encode: Encode) -> tuple[Any, Any]:
+    """(X, y) of a feed in their wire forms."""
+    table = info.get("table")
+    if table is not None:
+        features, labels = split_target(X, y, table.get("target"))
+        return table_wire(features, encode), labels_wire(labels)
+    if _is_path(X):
+        root = Path(X)
+        if not root.exists():
+            raise DataError("X", f"the path {str(root)!r}, which does not exist",
+                            "an image folder (one subfolder per class), or a CSV or Parquet file of a table task")
+        if not root.is_dir():
+            raise DataError("X", f"the file {str(root)!r}", "an image folder here: declare a table task "
+                            "(client.task(name, like=path, target=...)) to feed CSV or Parquet files")
+        if y is not None:
+            raise DataError("y", "labels with an image folder", "none: the subfolders name the classes")
+        images, labels = read_image_folder(root, info["program"])
+        return images, labels
+    if is_table(X):
+        X = X.to_numpy()
+    return X, labels_wire(y) if y is not None else None
+
+
+def named(predictions: np.ndarray, names: Sequence[Any] | None) -> np.ndarray:
+    """Class indices as the class names they stand for (as given without names)."""
+    if names is None:
+        return predictions
+    lookup = np.asarray(names)
+    if lookup.dtype.kind not in "Ubif" or len({type(n) for n in names}) > 1:
+        lookup = np.asarray(list(names), dtype=object)
+    return lookup[np.asarray(predictions, dtype=np.int64)]

@@ -1,0 +1,97 @@
+"""Tabular preprocessing as the first step of every candidate's pipeline.
+
+A table task's candidates are scikit-learn estimators behind one
+``ColumnTransformer`` that encodes the columns the way its schema
+(``schema.table``) says:
+
+* numeric and boolean columns: mean imputation, then standard scaling;
+* categorical columns: most-frequent imputation, then one-hot encoding
+  (a category not seen in training encodes as all zeros);
+* free-text columns: missing text is the empty document, then a TF-IDF
+  vector of at most ``TEXT_FEATURES`` words.
+
+The whole ``Pipeline([("preprocess", ...), ("model", estimator)])`` is
+fitted on the training rows only (the grid fits it on the training side of
+the split), so no statistic of a validation row leaks into a model, and the
+stored model takes a pandas DataFrame with the original column names. Only
+scikit-learn (and numpy) classes appear in the preprocessing, so the fitted
+pipeline loads with scikit-learn alone.
+
+scikit-learn and pandas are imported when a pipeline or frame is built.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from ease_jupyter.schema.table import ColumnKind, TableSchema
+
+__all__ = ["TEXT_FEATURES", "preprocessor", "table_pipeline", "to_frame", "TableBuilder"]
+
+TEXT_FEATURES = 1000  # words of a text column's TF-IDF vocabulary
+
+
+def preprocessor(schema: TableSchema) -> Any:
+    """The unfitted ``ColumnTransformer`` of ``schema``'s columns (dense output)."""
+    import numpy as np
+    from sklearn.compose import ColumnTransformer
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.impute import SimpleImputer
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import FunctionTransformer, OneHotEncoder, StandardScaler
+
+    kinds = schema.kinds()
+    numeric = [n for n, k in kinds.items() if k in (ColumnKind.NUMERIC, ColumnKind.BOOLEAN)]
+    categorical = [n for n, k in kinds.items() if k is ColumnKind.CATEGORICAL]
+    steps: list[tuple[str, Any, Any]] = []
+    if numeric:
+        # keep_empty_features: a column missing in every training row still
+        # has its place, so the fitted width does not depend on the data.
+        steps.append(("numeric", Pipeline([("impute", SimpleImputer(strategy="mean", keep_empty_features=True)),
+                                           ("scale", StandardScaler())]), numeric))
+    if categorical:
+        steps.append(("categorical", Pipeline([
+            ("impute", SimpleImputer(strategy="most_frequent", keep_empty_features=True)),
+            ("one_hot", OneHotEncoder(handle_unknown="ignore")),
+        ]), categorical))
+    for name, kind in kinds.items():
+        if kind is ColumnKind.TEXT:
+            # TF-IDF takes one string per row: fill missing text, then flatten the (n, 1) column.
+            steps.append((f"text_{len(steps)}", Pipeline([
+                ("impute", SimpleImputer(strategy="constant", fill_value="", keep_empty_features=True)),
+                ("flatten", FunctionTransformer(np.ravel)),
+                ("tfidf", TfidfVectorizer(max_features=TEXT_FEATURES)),
+            ]), [name]))
+    return ColumnTransformer(steps, remainder="drop", sparse_threshold=0.0)
+
+
+def table_pipeline(schema: TableSchema, estimator: Any) -> Any:
+    """``Pipeline([("preprocess", preprocessor(schema)), ("model", estimator)])``."""
+    from sklearn.pipeline import Pipeline
+
+    return Pipeline([("preprocess", preprocessor(schema)), ("model", estimator)])
+
+
+def to_frame(schema: TableSchema, arrays: Sequence[Any]) -> Any:
+    """A table task's stored column arrays as the DataFrame its pipelines take."""
+    import pandas as pd
+
+    return pd.DataFrame(schema.columns_of(arrays), columns=list(schema.names))
+
+
+@dataclass(frozen=True)
+class TableBuilder:
+    """A candidate's ``build`` for a table task: the candidate's own
+    estimator for ``config``, behind ``schema``'s preprocessing. ``option``
+    is the inner builder's (the grid tunes it)."""
+
+    schema: TableSchema
+    inner: Callable[[Any], Any]
+
+    @property
+    def option(self) -> str | None:
+        return getattr(self.inner, "option", None)
+
+    def __call__(self, config: Any) -> Any:
+        return table_pipeline(self.schema, self.inner(config))

@@ -1,0 +1,176 @@
+"""Deleting a task (``DELETE /tasks/{name}``, ``task.delete()``, ``%easeml
+delete``): its versions, jobs, tags, blobs only it used and its place in the
+selector go; other tasks, their provenance, blobs and models stay; running
+jobs end first; another user's task and an unknown one are 404."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from ease_jupyter.errors import InvalidStateError, NotFoundError
+from ease_jupyter.magics import commands
+from ease_jupyter.schema import format_program, program_from_shapes
+from ease_jupyter.service import ServiceConfig, deletion, gc
+from ease_jupyter.service.core import Service
+from ease_jupyter.service.loop import STATE_TAG, ControlLoop
+from ease_jupyter.store import JobStatus
+from ease_jupyter.zoo import Engine
+
+from .conftest import ManualExecutor, until
+
+FLAT = format_program(program_from_shapes([2], [2]))
+
+
+def _data(seed: int, n: int = 16):
+    rng = np.random.default_rng(seed)
+    y = np.arange(n) % 2
+    return (rng.normal(size=(n, 2)) + y[:, None] * 3).astype("float32"), y
+
+
+def _blobs_of(store, task_id: int) -> set[str]:
+    refs = {v.members_blob for v in store.list_dataset_versions(task_id)}
+    refs |= {d for c in store.list_chunks(task_id) for d in (c.x_blob, c.y_blob)}
+    return refs | {j.artifact_blob for j in store.list_jobs(task_id) if j.artifact_blob}
+
+
+def _view(svc, who: str, name: str) -> dict:
+    return {what: svc.call("GET", f"/tasks/{name}/{what}", who).body
+            for what in ("versions", "jobs", "provenance?direction=all", "tags")}
+
+
+def test_deleting_a_task_leaves_other_tasks_and_users_intact(svc, monkeypatch):
+    monkeypatch.setattr(gc, "DELETE_GRACE_SECONDS", 0.0)  # the test's blobs are seconds old
+    store, blobs = svc.service.store, svc.service.blobs
+    X, y = _data(0)
+    alice, bob = svc.client("alice"), svc.client("bob")
+    gone = alice.task("gone", input=[2], output=[2])
+    kept = alice.task("kept", input=[2], output=[2])
+    theirs = bob.task("gone", input=[2], output=[2])  # the same name, another user
+    gone.feed(X, y)
+    gone.feed(*_data(1))
+    gone.refine(drop=[0])
+    kept.feed(X, y)  # the same arrays: blobs shared with "gone"
+    theirs.feed(*_data(2))
+    svc.call("PUT", "/tasks/gone/tags", "alice", body={"note": "old"})
+    assert all(t.wait(timeout=180) for t in (gone, kept, theirs))
+    before = {("alice", "kept"): _view(svc, "alice", "kept"), ("bob", "gone"): _view(svc, "bob", "gone")}
+    predictions = kept.infer(X), theirs.infer(X)
+    ids = {t: store.task_by_name(store.user_by_name(u).id, n).id
+           for t, (u, n) in {"gone": ("alice", "gone"), "kept": ("alice", "kept")}.items()}
+    own = _blobs_of(store, ids["gone"]) - _blobs_of(store, ids["kept"]) - _blobs_of(store, theirs.info["id"])
+    shared = _blobs_of(store, ids["gone"]) & _blobs_of(store, ids["kept"])
+    assert own and shared
+
+    assert svc.call("DELETE", "/tasks/kept", "bob").status == 404  # alice's task, asked by bob
+    out = gone.delete()
+
+    assert (out["deleted"], out["versions"], out["name"]) == (True, 3, "gone") and out["jobs"] >= 1
+    assert out["blobs_deleted"] >= len(own) and out["bytes_freed"] > 0
+    assert not any(blobs.exists(d) for d in own) and all(blobs.exists(d) for d in shared)
+    for path in ("", "/versions", "/jobs", "/provenance"):
+        assert svc.call("GET", "/tasks/gone" + path, "alice").status == 404
+    assert [t["name"] for t in svc.call("GET", "/tasks", "alice").body] == ["kept"]
+    assert {("alice", "kept"): _view(svc, "alice", "kept"), ("bob", "gone"): _view(svc, "bob", "gone")} == before
+    assert all(np.array_equal(a, b) for a, b in zip((kept.infer(X), theirs.infer(X)), predictions))
+    loop = svc.service.loop
+    assert not [t for t in loop.state.tenants.values() if t.task_id == ids["gone"]]
+    assert not [u for u in loop.selector.users if u.startswith(f"{ids['gone']}/")]
+    holder = max(store.find_by_tag("job", STATE_TAG))  # the saved state moved to a job that is left
+    assert blobs.exists(store.tags("job", holder)[STATE_TAG]) and loop.saved.load() is not None
+    # Gone for good: a second delete and an unknown name are 404; the name is free again.
+    assert svc.call("DELETE", "/tasks/gone", "alice").status == 404
+    assert svc.call("DELETE", "/tasks/never", "alice").status == 404
+    again = alice.task("gone", input=[2], output=[2])
+    assert again.versions() == [] and svc.call("GET", "/tasks/gone/tags", "alice").body == {}
+
+
+def test_a_delete_waits_for_running_jobs_and_the_selector_forgets_the_task(tmp_path):
+    service = Service(ServiceConfig(db_url="memory://", data_dir=tmp_path, torch=False))
+    store, blobs = service.store, service.blobs
+    manual = ManualExecutor(store, workers=2)
+    service.loop = loop = ControlLoop(store, blobs, executors={Engine.SKLEARN: manual}, tick_seconds=0.01)
+    loop.recover()
+    alice = store.create_user("alice", None)
+    for name, seed in (("busy", 0), ("other", 1)):
+        service.feed(alice, service.create_task(alice, {"name": name, "input": [2], "output": [2]})[0]["name"],
+                     {"X": _data(seed)[0].tolist(), "y": _data(seed)[1].tolist()})
+    loop.step()
+    busy = store.task_by_name(alice.id, "busy")
+    assert any(r.task_id == busy.id for r in loop.state.running.values())
+
+    with pytest.raises(InvalidStateError, match="still running after 0.2 s"):
+        deletion.delete_task(store, blobs, loop, store.set_task_cancelled(busy.id, True), wait_seconds=0.2)
+    assert store.get_task(busy.id).cancelled and store.list_dataset_versions(busy.id)  # nothing deleted
+
+    manual.finish_all()
+    loop.step()  # collects the finished jobs; the cancelled task gets no new pick
+    assert not any(r.task_id == busy.id for r in loop.state.running.values())
+    out = service.delete_task(alice, "busy")
+    assert out["deleted"] and out["jobs"] >= 1
+    with pytest.raises(NotFoundError):
+        store.get_task(busy.id)
+    assert [t.task_id for t in loop.state.tenants.values()] == [store.task_by_name(alice.id, "other").id]
+    assert not [u for u in loop.selector.users if u.startswith(f"{busy.id}/")]
+    loop.step()  # the loop goes on with the other task
+    manual.finish_all()
+    loop.step()
+    other = store.task_by_name(alice.id, "other")
+    assert store.list_jobs(other.id, status=JobStatus.SUCCEEDED)
+    with pytest.raises(NotFoundError):
+        service.delete_task(alice, "busy")
+
+    for _ in range(20):  # train "other" out: its tenant stays in the selector, idle
+        manual.finish_all()
+        loop.step()
+    assert not loop.state.running and [t.task_id for t in loop.state.tenants.values()] == [other.id]
+    service.delete_task(alice, "other")  # no turn in between: the deletion itself drops the tenant
+    assert loop.state.tenants == {} and list(loop.selector.users) == []
+    service.store.close()
+
+
+def test_the_magic_asks_before_deleting(svc):
+    session = commands.Session()
+    session.client = svc.client("alice")
+    svc.client("alice").task("t", input=[2], output=[2])
+    args = SimpleNamespace(command="delete", name="t", values=[], yes=False)
+    asked: list[str] = []
+
+    kept = commands.delete(session, args, {}, ask=lambda q: asked.append(q) or "no")
+    assert "not deleted" in kept.title and svc.call("GET", "/tasks/t", "alice").status == 200
+    assert "cannot be undone" in asked[0] and "'t'" in asked[0]
+
+    done = commands.delete(session, args, {}, ask=lambda q: "t")
+    assert done.title.startswith("task t deleted") and svc.call("GET", "/tasks/t", "alice").status == 404
+
+    svc.client("alice").task("u", input=[2], output=[2])
+    args = SimpleNamespace(command="delete", name="u", values=[], yes=True)
+    assert commands.delete(session, args, {}, ask=lambda q: pytest.fail("asked despite --yes")).data["deleted"]
+    with pytest.raises(NotFoundError):  # unknown: an error before any question
+        commands.delete(session, SimpleNamespace(command="delete", name="nope", values=[], yes=False), {},
+                        ask=lambda q: pytest.fail("asked about a task that does not exist"))
+    with pytest.raises(Exception, match="words"):  # "delete my task" never deletes "my"
+        commands.delete(session, SimpleNamespace(command="delete", name="my", values=["task"], yes=True), {})
+
+
+def test_feeding_the_same_rows_over_http_answers_200_and_counts_them(svc):
+    t = svc.client("alice").task("f", input=[2], output=[2])
+    X, y = _data(3)
+    first = svc.call("POST", "/tasks/f/feed", "alice", body={"X": X.tolist(), "y": y.tolist()})
+    assert first.status == 201 and (first.body["new"], first.body["duplicates"], first.body["created"]) == (16, 0, True)
+    again = svc.call("POST", "/tasks/f/feed", "alice", body={"X": X.tolist(), "y": y.tolist()})
+    assert again.status == 200 and (again.body["new"], again.body["duplicates"]) == (0, 16)
+    assert again.body["id"] == first.body["id"] and again.body["n_examples"] == 16
+    appended = t.feed(X, y, mode="append")
+    assert (appended["number"], appended["n_examples"], appended["mode"]) == (2, 32, "append")
+    bad = svc.call("POST", "/tasks/f/feed", "alice", body={"X": X.tolist(), "y": y.tolist(), "mode": "upsert"})
+    assert bad.status == 400 and bad.body["error"]["field"] == "mode"
+    assert len(svc.call("GET", "/tasks/f/versions", "alice").body) == 2
+    session = commands.Session()
+    session.client = svc.client("alice")
+    shown = commands.feed(session, SimpleNamespace(command="feed", name="f", values=["X", "y"], mode=None),
+                          {"X": X, "y": y})
+    assert "fed 0 new row(s), 16 already there, no new version" in shown.title
+    assert until(lambda: t.refresh()["idle"], 120)

@@ -1,0 +1,467 @@
+"""The best model out: every export format loads with its own runtime
+(joblib + scikit-learn, onnxruntime, torch.jit, torch.load) in a fresh
+process where ease_jupyter cannot be imported, and predicts what
+``task.infer`` does on the same rows; the model card says what the store
+says; bad formats, wrong engines, missing models and paths are named errors.
+
+The models are trained here, behind the control loop, on cancelled tasks
+(``train_now``, ``run_torch_job``), so that the best model cannot change
+between an export and the ``infer`` it is compared with.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import site
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+import zipfile
+
+import numpy as np
+import pytest
+
+from ease_jupyter import datasets
+from ease_jupyter.client import NoModelError
+from ease_jupyter.errors import DataError
+from ease_jupyter.service import export
+from ease_jupyter.service.testing import train_now
+
+from .conftest import start
+
+# Runs in the fresh process: loads each exported file with its own runtime
+# and saves what it predicts. Argument: a JSON list of [format, model, X.npy, out.npy].
+LOADER = r"""
+import json, sys
+import numpy as np
+try:
+    import ease_jupyter  # noqa: F401
+    importable = True
+except ImportError:
+    importable = False
+out = {"ease_jupyter_importable": importable, "modules": {}}
+for fmt, model, x_path, out_path in json.loads(sys.argv[1]):
+    if x_path.endswith(".pkl"):  # a table: a DataFrame, as its owner has it
+        import pandas as pd
+        X = pd.read_pickle(x_path)
+    else:
+        X = np.load(x_path)
+    if fmt == "onnx" and not isinstance(X, np.ndarray):  # one input per column: strings ("" if missing), floats
+        import onnxruntime
+        session = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"])
+        feeds = {}
+        for i in session.get_inputs():
+            column = X[i.name]
+            feeds[i.name] = (column.astype(object).where(column.notna(), "").astype(str).to_numpy(dtype=object)
+                             if i.type == "tensor(string)" else column.to_numpy(dtype=np.float32)).reshape(-1, 1)
+        np.save(out_path, session.run(None, feeds)[0])
+    elif fmt == "joblib":
+        import joblib
+        estimator = joblib.load(model)
+        np.save(out_path, estimator.predict(X))
+        out["modules"][model] = type(estimator).__module__
+    elif fmt == "onnx":
+        import onnxruntime
+        session = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"])
+        np.save(out_path, session.run(None, {session.get_inputs()[0].name: X})[0])
+    elif fmt == "torchscript":
+        import torch
+        net = torch.jit.load(model)
+        with torch.no_grad():
+            np.save(out_path, net(torch.from_numpy(X)).numpy())
+    elif fmt == "state_dict":
+        import torch
+        state = torch.load(model, weights_only=True)
+        np.save(out_path, np.concatenate([v.detach().numpy().ravel().astype("float64") for v in state.values()]))
+print(json.dumps(out))
+"""
+
+
+def bare_python() -> list[str]:
+    """A Python that sees site-packages but not ease_jupyter: isolated (-I:
+    no current directory, no PYTHON* variables) and without the site module
+    (-S: no .pth files, so not the editable install's path hook either), the
+    site-packages directories added by hand."""
+    paths = [p for p in [*site.getsitepackages(), site.getusersitepackages()] if os.path.isdir(p)]
+    prelude = f"import sys; sys.path.extend({paths!r}); exec(sys.argv.pop(1))"
+    return [sys.executable, "-I", "-S", "-c", prelude]
+
+
+def load_elsewhere(items: list[tuple[str, str, np.ndarray]], directory) -> tuple[dict, list[np.ndarray]]:
+    """Run LOADER on (format, model path, X) items; its report and outputs."""
+    jobs = []
+    for i, (fmt, model, X) in enumerate(items):
+        out_path = directory / f"out{i}.npy"
+        if isinstance(X, np.ndarray):
+            x_path = directory / f"x{i}.npy"
+            np.save(x_path, X)
+        else:
+            x_path = directory / f"x{i}.pkl"
+            X.to_pickle(x_path)
+        jobs.append([fmt, str(model), str(x_path), str(out_path)])
+    done = subprocess.run([*bare_python(), LOADER, json.dumps(jobs)], check=False, capture_output=True, text=True,
+                          cwd=directory, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    return report, [np.load(out, allow_pickle=False) for _, _, _, out in jobs]
+
+
+def _stored(svc, user: str, name: str):
+    store = svc.service.store
+    return store.task_by_name(store.user_by_name(user).id, name)
+
+
+def _behind_the_loop(svc, client, name: str, X, y, *, input, output):
+    """A task of the client's, cancelled (the loop trains nothing of it), fed here."""
+    task = client.task(name, input=input, output=output)
+    task.cancel()
+    stored = _stored(svc, "alice", name)
+    datasets.feed(svc.service.store, svc.service.blobs, stored, X, y)
+    return task, stored
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A live service with four trained tasks of alice's: iris (a scaled
+    logistic regression, one of our one-thread pipelines), boost (gradient
+    boosting, our one-thread wrapper), reg (a random-forest regressor) and
+    digits (a LeNet, one epoch)."""
+    from sklearn.datasets import load_digits, load_iris
+
+    from ease_jupyter.execution.engine import LocalEngine
+    from ease_jupyter.service.mop import run_torch_job
+
+    running = start(tmp_path_factory.mktemp("service"), torch_epochs=1)
+    running.user("alice")
+    running.user("bob")
+    client = running.client("alice")
+    store, blobs = running.service.store, running.service.blobs
+    X, y = load_iris(return_X_y=True)
+    X = X.astype("float32")
+    tasks = {}
+    for name, model, options in (("iris", "logreg", {"C": 1.0}), ("boost", "hist_gboost", {"learning_rate": 0.1})):
+        tasks[name], stored = _behind_the_loop(running, client, name, X, y, input=[4], output=[3])
+        assert train_now(store, blobs, stored, model, options).status.value == "succeeded"
+    target = (X[:, 0] * 2 - X[:, 2]).astype("float32")
+    tasks["reg"], stored = _behind_the_loop(running, client, "reg", X[:, [1, 3]], target, input=[2], output=[1])
+    assert train_now(store, blobs, stored, "random_forest", {"max_features": 1.0}).status.value == "succeeded"
+    digits = load_digits()
+    images = (digits.images[:240] / 16.0).astype("float32")[..., None]
+    tasks["digits"], stored = _behind_the_loop(running, client, "digits", images, digits.target[:240],
+                                               input=[8, 8, 1], output=[10])
+    version = store.latest_dataset_version(stored.id)
+    job = store.create_job(stored.id, version.id, "lenet", {"lrs": [0.05], "epochs": 1})
+    engine = LocalEngine(1)
+    try:
+        assert run_torch_job(store, blobs, engine, job.id, partitions=1).status.value == "succeeded"
+    finally:
+        engine.close()
+    try:
+        yield running, client, tasks, {"iris": X, "boost": X, "reg": X[:, [1, 3]], "digits": images}
+    finally:
+        running.thread.stop()
+
+
+@pytest.fixture(scope="module")
+def exported(trained, tmp_path_factory):
+    """Every task exported in every format of its engine, loaded in one
+    fresh process: {(task, format): (card, what the loader predicted)}."""
+    _, _, tasks, inputs = trained
+    out_dir = tmp_path_factory.mktemp("exported")
+    formats = {"iris": ("joblib", "onnx"), "boost": ("joblib",), "reg": ("joblib", "onnx"),
+               "digits": ("torchscript", "onnx", "state_dict")}
+    items, cards, keys = [], {}, []
+    for name, fmts in formats.items():
+        for fmt in fmts:
+            path = out_dir / f"{name}-{fmt}{export.SUFFIXES[fmt]}"
+            cards[name, fmt] = tasks[name].export(path, format=fmt)
+            items.append((fmt, path, inputs[name]))
+            keys.append((name, fmt))
+    report, outputs = load_elsewhere(items, tmp_path_factory.mktemp("bare"))
+    return report, {key: (cards[key], output) for key, output in zip(keys, outputs)}
+
+
+def test_the_fresh_process_cannot_import_ease_jupyter(exported):
+    report, _ = exported
+    assert report["ease_jupyter_importable"] is False
+
+
+def test_scikit_learn_exports_predict_what_infer_does(trained, exported):
+    _, _, tasks, inputs = trained
+    report, results = exported
+    for name in ("iris", "boost"):
+        expected = tasks[name].infer(inputs[name])
+        for fmt in ("joblib", "onnx") if name == "iris" else ("joblib",):
+            _, predicted = results[name, fmt]
+            np.testing.assert_array_equal(predicted.ravel(), expected, err_msg=f"{name} {fmt}")
+    # A plain scikit-learn pipeline and estimator: our one-thread wrappers were replaced by their parents.
+    modules = {os.path.basename(path).split("-")[0]: module for path, module in report["modules"].items()}
+    assert modules["iris"] == "sklearn.pipeline" and modules["boost"].startswith("sklearn.ensemble")
+    expected = tasks["reg"].infer(inputs["reg"]).ravel()
+    np.testing.assert_array_equal(results["reg", "joblib"][1].ravel(), expected)
+    np.testing.assert_allclose(results["reg", "onnx"][1].ravel(), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_torch_exports_predict_what_infer_does(trained, exported):
+    running, _, tasks, inputs = trained
+    _, results = exported
+    expected = tasks["digits"].infer(inputs["digits"])
+    scripted = results["digits", "torchscript"][1]
+    assert scripted.shape == (240, 10)
+    np.testing.assert_array_equal(scripted.argmax(axis=1), expected)
+    onnx_logits = results["digits", "onnx"][1]
+    np.testing.assert_allclose(onnx_logits, scripted, rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(onnx_logits.argmax(axis=1), expected)
+    # The state dict holds the best checkpoint's weights: the net the service infers with.
+    from ease_jupyter.service import models
+
+    store, blobs = running.service.store, running.service.blobs
+    stored = _stored(running, "alice", "digits")
+    net = models.torch_net(store, blobs, stored, models.best_job(store, stored))
+    weights = np.concatenate([v.detach().numpy().ravel().astype("float64") for v in net.state_dict().values()])
+    np.testing.assert_array_equal(results["digits", "state_dict"][1], weights)
+
+
+def test_the_model_card_says_what_the_store_says(trained, exported):
+    running, _, tasks, _ = trained
+    _, results = exported
+    store, blobs = running.service.store, running.service.blobs
+    for (name, fmt), (card, _) in results.items():
+        best = tasks[name].best()
+        stored = _stored(running, "alice", name)
+        job = store.get_job(best["job_id"])
+        assert card["format"] == fmt and card["file"] == "model" + export.SUFFIXES[fmt]
+        assert card["task"] == {"name": name, "id": stored.id, "program": stored.program, "table_schema": None}
+        assert card["training"]["model"] == best["model"] and card["training"]["config"] == best["config"]
+        assert card["training"]["best_config"] == best["best_config"]
+        assert card["metrics"]["value"] == best["accuracy"]
+        version = store.get_dataset_version(job.dataset_version_id)
+        assert card["dataset"]["version"] == best["dataset_version"] == version.number
+        assert card["dataset"]["n_examples"] == version.n_examples
+        data = datasets.load(store, blobs, version)
+        from ease_jupyter.execution.holdout import validation_mask
+
+        assert card["metrics"]["validation_size"] == int(validation_mask(data.split_keys).sum()) > 0
+        assert card["metrics"]["validation_size"] == best["validation_size"]
+        edges = {e["id"]: e for e in tasks[name].provenance(direction="all")["edges"]}
+        assert card["provenance"]["job_id"] == job.id and card["provenance"]["dataset_version_id"] == version.id
+        assert sorted(card["provenance"]["edge_ids"]) == sorted(
+            i for i, e in edges.items() if e["job_id"] == job.id or e["kind"] in ("feed", "refine"))
+        assert {edges[i]["kind"] for i in card["provenance"]["edge_ids"]} == {"feed", "train"}
+        classification = name != "reg"
+        assert card["kind"] == ("classification" if classification else "regression")
+        assert card["num_classes"] == {"iris": 3, "boost": 3, "digits": 10, "reg": None}[name]
+        assert card["class_names"] == store_class_names(store, stored)
+        assert card["engine"] == ("torch" if name == "digits" else "sklearn")
+    iris_onnx = results["iris", "onnx"][0]
+    assert iris_onnx["inputs"] == [{"name": "X", "dtype": "float32", "shape": [None, 4]}]
+    assert {o["name"] for o in iris_onnx["outputs"]} == {"label", "probabilities"}
+    assert [step["class"] for step in iris_onnx["preprocessing"]] == ["sklearn.preprocessing.StandardScaler"]
+    assert results["digits", "torchscript"][0]["inputs"][0]["shape"] == [None, 8, 8, 1]
+    assert results["digits", "torchscript"][0]["outputs"][0]["shape"] == [None, 10]
+
+
+def store_class_names(store, task):
+    from ease_jupyter.service.task_schema import class_names
+
+    return class_names(store, task)
+
+
+def _download(running, path: str, who: str) -> tuple[int, bytes, object]:
+    request = urllib.request.Request(running.url + "/api/v1" + path,
+                                     headers={"Authorization": f"token {running.tokens[who]}"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            return answer.status, answer.read(), answer.headers
+    except urllib.error.HTTPError as error:
+        return error.code, error.read(), error.headers
+
+
+def test_the_route_answers_a_zip_with_the_card(trained):
+    running, _, _, _ = trained
+    status, body, headers = _download(running, "/tasks/iris/model?format=onnx", "alice")
+    assert status == 200 and headers["Content-Type"] == "application/zip"
+    assert headers["Content-Disposition"].startswith('attachment; filename="iris-job')
+    with zipfile.ZipFile(io.BytesIO(body)) as archive:
+        assert sorted(archive.namelist()) == ["model.onnx", "model_card.json"]
+        card = json.loads(archive.read("model_card.json"))
+    assert card["format"] == "onnx" and card["task"]["name"] == "iris"
+    # No format: the engine's default (torchscript for a torch model).
+    status, body, headers = _download(running, "/tasks/digits/model", "alice")
+    assert status == 200 and headers["Content-Disposition"].endswith('.pt.zip"')
+    with zipfile.ZipFile(io.BytesIO(body)) as archive:
+        assert json.loads(archive.read("model_card.json"))["format"] == "torchscript"
+    # Another user's task is not found, exactly like a missing one.
+    status, body, _ = _download(running, "/tasks/iris/model", "bob")
+    assert status == 404 and json.loads(body)["error"]["code"] == "not_found"
+
+
+def test_bad_formats_are_named_and_listed(trained, tmp_path):
+    running, _, tasks, _ = trained
+    answer = running.call("GET", "/tasks/iris/model?format=pickle", "alice")
+    assert answer.status == 400 and answer.body["error"]["field"] == "format"
+    assert all(f in answer.body["error"]["expected"] for f in export.ALL_FORMATS)
+    with pytest.raises(DataError) as error:
+        tasks["iris"].export(tmp_path / "iris.pt", format="torchscript")
+    assert error.value.field == "format" and "torchscript" in error.value.found
+    assert "joblib or onnx" in error.value.expected and "scikit-learn" in error.value.expected
+    with pytest.raises(DataError) as error:
+        tasks["digits"].export(tmp_path / "digits.joblib", format="joblib")
+    assert error.value.field == "format" and "torchscript or onnx or state_dict" in error.value.expected
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_no_model_and_bad_paths_are_named(trained, tmp_path):
+    running, client, tasks, _ = trained
+    empty = client.task("empty", input=[4], output=[3])
+    empty.cancel()
+    with pytest.raises(NoModelError, match="no trained model"):
+        empty.export(tmp_path / "empty.joblib")
+    assert running.call("GET", "/tasks/empty/model", "alice").body["error"]["code"] == "no_model"
+    with pytest.raises(DataError) as error:
+        tasks["iris"].export(tmp_path / "missing" / "iris.joblib")
+    assert error.value.field == "path" and "does not exist" in error.value.expected
+    with pytest.raises(DataError) as error:
+        tasks["iris"].export(tmp_path)
+    assert error.value.field == "path"
+    assert not list(tmp_path.iterdir())
+
+
+def test_the_suffix_picks_the_format_and_the_card_lies_beside(trained, tmp_path):
+    _, _, tasks, _ = trained
+    card = tasks["iris"].export(tmp_path / "iris.onnx")
+    assert card["format"] == "onnx"
+    assert json.loads((tmp_path / "iris.onnx.card.json").read_text()) == card
+    assert (tmp_path / "iris.onnx").read_bytes()[:2] != b"PK"  # the model itself, not the zip
+
+
+def test_the_export_magic(trained, tmp_path):
+    from IPython.core.interactiveshell import InteractiveShell
+
+    running, _, _, _ = trained
+    shell = InteractiveShell.instance()
+    try:
+        shell.run_line_magic("load_ext", "ease_jupyter")
+        shell.run_line_magic("easeml", f"connect {running.url} --token {running.tokens['alice']}")
+        result = shell.run_line_magic("easeml", f"export iris {tmp_path / 'iris.model'} --format onnx")
+        assert result.data["format"] == "onnx" and (tmp_path / "iris.model.card.json").exists()
+        assert "exported as onnx" in repr(result)
+        with pytest.raises(DataError):
+            shell.run_line_magic("easeml", f"export iris {tmp_path / 'x.bin'} --format zip")
+    finally:
+        InteractiveShell.clear_instance()
+
+
+def penguins(n: int = 150, seed: int = 0):
+    """A penguins-like table: a numeric and a categorical column with missing
+    values, a boolean one, and class names as the target."""
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    species = rng.choice(["Adelie", "Chinstrap", "Gentoo"], n)
+    bill = np.where(species == "Adelie", 38.0, np.where(species == "Gentoo", 47.0, 49.0)) + rng.normal(0, 1.5, n)
+    island = np.where(species == "Gentoo", "Biscoe", rng.choice(["Dream", "Torgersen"], n)).astype(object)
+    frame = pd.DataFrame({"bill_length": bill, "island": island, "male": rng.integers(0, 2, n).astype(bool),
+                          "species": species})
+    frame.loc[::9, "bill_length"] = np.nan
+    frame.loc[::13, "island"] = np.nan
+    return frame
+
+
+def test_a_table_task_exports_a_dataframe_pipeline_and_per_column_onnx(tmp_path):
+    """A table task's model takes the DataFrame as its owner has it (joblib),
+    or one ONNX input per column (a missing string as ""), and both predict
+    what infer does, as class indices into the card's class names."""
+    from ease_jupyter.zoo import Engine
+
+    from .conftest import ManualExecutor
+
+    running = start(tmp_path / "service")
+    try:
+        store, blobs = running.service.store, running.service.blobs
+        # The loop's picks start and never finish: the one model is the one trained below.
+        executors = running.service.loop.executors
+        executors[Engine.SKLEARN], before = ManualExecutor(store, workers=1), executors[Engine.SKLEARN]
+        before.shutdown()
+        running.user("alice")
+        frame = penguins()
+        task = running.client("alice").task("penguins", like=frame, target="species")
+        task.feed(frame)
+        stored = _stored(running, "alice", "penguins")
+        assert train_now(store, blobs, stored, "logreg", {"C": 1.0}).status.value == "succeeded"
+        features = frame.drop(columns="species")
+        expected = task.infer(features)
+        cards = {fmt: task.export(tmp_path / f"penguins.{fmt}", format=fmt) for fmt in ("joblib", "onnx")}
+        report, (from_joblib, from_onnx) = load_elsewhere(
+            [(fmt, tmp_path / f"penguins.{fmt}", features) for fmt in ("joblib", "onnx")], tmp_path)
+        names = np.asarray(cards["onnx"]["class_names"], dtype=object)
+        assert list(names) == ["Adelie", "Chinstrap", "Gentoo"]
+        np.testing.assert_array_equal(names[from_joblib.astype(int)], expected)
+        np.testing.assert_array_equal(names[from_onnx.ravel().astype(int)], expected)
+        assert report["ease_jupyter_importable"] is False
+        card = cards["onnx"]
+        assert card["task"]["table_schema"]["target"] == "species"
+        assert [(i["name"], i["dtype"]) for i in card["inputs"]] == [
+            ("bill_length", "float32"), ("island", "string"), ("male", "float32")]
+        assert [c["name"] for c in card["preprocessing"][0]["columns"]] == ["numeric", "categorical"]
+    finally:
+        running.thread.stop()
+
+
+# ---------------------------------------------------------------- the conversions alone
+
+
+def test_a_model_that_holds_other_classes_of_ours_is_refused():
+    """Only our wrappers (same constructor, overriding only the parent's
+    methods) are swapped for their parents; anything else of this package
+    in a model would make the joblib file need ease_jupyter."""
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    class Shifter(StandardScaler):
+        def shift(self, X):
+            return X + 1
+
+    Shifter.__module__ = "ease_jupyter.zoo.fake"
+    model = Pipeline([("shift", Shifter()), ("scale", StandardScaler())]).fit(np.eye(3))
+    with pytest.raises(DataError) as error:
+        export.plain_sklearn(model)
+    assert error.value.field == "format" and "ease_jupyter.zoo.fake" in error.value.found
+
+
+def test_a_model_skl2onnx_cannot_convert_is_a_named_error():
+    """The zoo's ridge standardises its target (TransformedTargetRegressor),
+    which skl2onnx has no converter for."""
+    from ease_jupyter.zoo.estimators import make_ridge
+
+    X = np.random.default_rng(0).normal(size=(30, 3)).astype("float32")
+    model = make_ridge(1.0, 1).fit(X, X.sum(axis=1))
+    with pytest.raises(DataError) as error:
+        export.sklearn_artifact(model, "onnx", export.SklearnInputs(n_features=3), classification=False)
+    assert error.value.field == "format" and "TransformedTargetRegressor" in error.value.found
+    assert error.value.expected == "joblib for this model"
+    assert export.sklearn_artifact(model, "joblib", export.SklearnInputs(n_features=3), False).data
+
+
+def test_onnx_of_a_table_with_text_is_a_named_error():
+    """A text column's TF-IDF steps have no faithful ONNX form here: the
+    error names the format and the column, before any conversion."""
+    from sklearn.dummy import DummyClassifier
+
+    model = DummyClassifier().fit(np.zeros((4, 1)), [0, 1, 0, 1])
+    inputs = export.SklearnInputs(columns=(("bill", "numeric"), ("note", "text")))
+    with pytest.raises(DataError) as error:
+        export.sklearn_artifact(model, "onnx", inputs, classification=True)
+    assert error.value.field == "format" and "'note'" in error.value.found and "joblib" in error.value.expected
+
+
+def test_unknown_formats_list_the_valid_ones():
+    for bad in ("pickle", "", None, 3, "ONNX"):
+        with pytest.raises(DataError) as error:
+            export.check_format(bad)
+        assert error.value.field == "format"
+        assert "joblib or onnx for a scikit-learn model" in error.value.expected
+        assert "torchscript or onnx or state_dict for a torch model" in error.value.expected

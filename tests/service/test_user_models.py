@@ -1,0 +1,314 @@
+"""A user's own models (``service/user_models.py``): arms of her task beside
+the zoo's, trained on the same executors, failing only their own jobs, taken
+only from users allowed to, and refused with a named field on bad input."""
+
+from __future__ import annotations
+
+import pickle
+import time
+
+import numpy as np
+import pytest
+from sklearn.linear_model import LogisticRegression
+from sklearn.pipeline import Pipeline, make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+from ease_jupyter.client import AuthError
+from ease_jupyter.errors import AlreadyExistsError, DataError
+from ease_jupyter.selection.gp import ModelPrior
+from ease_jupyter.selection.selector import Selector
+from ease_jupyter.service import user_models
+from ease_jupyter.service.gc import references
+from ease_jupyter.store import JobStatus
+
+from .conftest import start
+
+
+def _my_net(input_shape, output_shape, hidden=8):
+    from torch import nn
+
+    return nn.Sequential(nn.Linear(input_shape[0], hidden), nn.ReLU(), nn.Linear(hidden, output_shape[0]))
+
+
+def _wrong_shape(input_shape, output_shape):
+    from torch import nn
+
+    return nn.Linear(input_shape[0], output_shape[0] + 2)
+
+
+def _hangs(input_shape, output_shape):
+    from torch import nn
+
+    class Hangs(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = nn.Linear(input_shape[0], output_shape[0])
+
+        def forward(self, x):
+            time.sleep(60)
+            return self.linear(x)
+
+    return Hangs()
+
+
+class Raises(LogisticRegression):
+    def fit(self, X, y):  # noqa: ARG002
+        raise ValueError("my fit broke on purpose")
+
+
+def _jobs(task) -> dict[str, dict]:
+    return {j["model"]: j for j in task.jobs()}
+
+
+def _stored_models(running, task_name: str, owner: str) -> dict[str, str]:
+    store = running.service.store
+    task = store.task_by_name(store.user_by_name(owner).id, task_name)
+    return {k: v for k, v in store.tags("task", task.id).items() if k.startswith(user_models.TAG_PREFIX)}
+
+
+@pytest.fixture
+def allowed(tmp_path):
+    running = start(tmp_path, torch=True, torch_epochs=1, allow_user_models=True)
+    running.user("admin", admin=True)
+    running.user("ada")
+    running.user("bob")
+    try:
+        yield running
+    finally:
+        running.thread.stop()
+
+
+def test_a_pipeline_with_a_grid_becomes_an_arm_and_trains_beside_the_zoo(allowed, iris):
+    X, y = iris
+    task = allowed.client("ada").task("iris", input=[4], output=[3])
+    task.feed(X, y)
+    assert task.wait(timeout=240)
+    zoo_jobs = len(task.jobs())
+    # Added once the task's tenant exists: it joins that tenant as a new arm.
+    pipe = make_pipeline(StandardScaler(), LogisticRegression(max_iter=200))
+    record = task.add_model(pipe, grid={"logisticregression__C": [0.01, 10.0]}, name="mypipe")
+    assert record["kind"] == "estimator" and record["described"] == "sklearn.pipeline.Pipeline"
+    assert task.models()[0]["name"] == "mypipe"
+    assert task.wait(timeout=240)
+    job = _jobs(task)["mypipe"]
+    assert len(task.jobs()) == zoo_jobs + 1
+    assert job["status"] == "succeeded" and job["config"]["grid"] == {"logisticregression__C": [0.01, 10.0]}
+    history = {h["model"]: h for h in task.history()}
+    (metrics,) = history["mypipe"]["metrics"]  # a grid job's metrics are one row, epoch 0
+    assert {"val_score[logisticregression__C=0.01]", "val_score[logisticregression__C=10]"} <= set(metrics)
+    # The artifact is the fitted estimator itself, as given: no wrapper of ours.
+    store, blobs = allowed.service.store, allowed.service.blobs
+    stored = store.get_job(job["id"])
+    fitted = pickle.loads(blobs.get_bytes(stored.artifact_blob))
+    assert type(fitted) is Pipeline and hasattr(fitted[-1], "coef_")
+    assert fitted.named_steps["logisticregression"].C in (0.01, 10.0)
+    assert job["accuracy"] == pytest.approx(metrics["val_score"])
+    # Its code blob is kept by the blob GC's mark.
+    assert record["code"] in references(store)
+
+
+def test_a_torch_factory_trains_its_grid_as_one_mop_workload(allowed, iris):
+    X, y = iris
+    task = allowed.client("ada").task("iris", input=[4], output=[3])
+    task.add_model(_my_net, grid={"hidden": [4, 16], "lr": [0.1]}, name="my_net")
+    task.feed(X, y)
+    assert task.wait(timeout=240)
+    job = _jobs(task)["my_net"]
+    assert job["status"] == "succeeded", job.get("error")
+    names = {m.name for m in allowed.service.store.list_metrics(job["id"])}
+    assert {"val_accuracy[hidden=4,lr=0.1]", "val_accuracy[hidden=16,lr=0.1]"} <= names
+    store, blobs = allowed.service.store, allowed.service.blobs
+    stored = store.get_job(job["id"])
+    module = user_models.torch_module(store, blobs, store.get_task(stored.task_id), stored)
+    import torch
+
+    assert type(module) is torch.nn.Sequential  # the user's own module, with the winning config's shape
+    best = json_tag(store, stored.id)
+    assert module[0].out_features == best["params"]["hidden"]
+    with torch.no_grad():
+        assert module(torch.as_tensor(X[:5])).shape == (5, 3)
+
+
+def json_tag(store, job_id):
+    import json
+
+    from ease_jupyter.service.models import BEST_TRIAL_TAG
+
+    return json.loads(store.tags("job", job_id)[BEST_TRIAL_TAG])
+
+
+def test_models_that_raise_hang_or_give_wrong_shapes_fail_only_their_own_jobs(allowed, iris):
+    X, y = iris
+    ada = allowed.client("ada").task("iris", input=[4], output=[3])
+    bob = allowed.client("bob").task("flowers", input=[4], output=[3])
+    ada.add_model(Raises(), name="raises")
+    ada.add_model(_wrong_shape, name="wrong_shape", grid={"lr": [0.1]})
+    ada.add_model(_hangs, name="hangs", grid={"lr": [0.1]}, limit=2)
+    ada.feed(X, y)
+    bob.feed(X, y)
+    started = time.monotonic()
+    assert ada.wait(timeout=240) and bob.wait(timeout=240)
+    assert time.monotonic() - started < 120  # the hanging model held nothing for its 60 s
+    jobs = _jobs(ada)
+    raised, wrong, hung = jobs["raises"], jobs["wrong_shape"], jobs["hangs"]
+    assert raised["status"] == wrong["status"] == hung["status"] == "failed"
+    # Each error is the model's own: her traceback, the shape found, the limit.
+    assert "Traceback" in raised["error"] and "my fit broke on purpose" in raised["error"]
+    assert "in fit" in raised["error"]
+    assert "wrong_shape.forward" in wrong["error"] and "(32, 5)" in wrong["error"]
+    assert "UserModelTimeout" in hung["error"] and "hangs.forward" in hung["error"]
+    # Every zoo model of both users trained.
+    zoo = [j for name, j in jobs.items() if name not in ("raises", "wrong_shape", "hangs")]
+    assert zoo and all(j["status"] == "succeeded" for j in zoo)
+    assert all(j["status"] == "succeeded" for j in bob.jobs())
+    assert {h["model"]: h for h in ada.history()}["raises"]["error"] == raised["error"]
+    assert allowed.service.loop.error is None  # the control loop never failed a turn
+
+
+def test_user_models_need_the_setting_and_an_admin_can_grant_it(tmp_path, iris):
+    running = start(tmp_path, torch=False)  # `easeml serve`'s default: no user models
+    try:
+        running.user("admin", admin=True)
+        running.user("ada")
+        task = running.client("ada").task("iris", input=[4], output=[3])
+        with pytest.raises(AuthError, match="allow-user-models") as refused:
+            task.add_model(LogisticRegression(), name="mine")
+        assert "easeml users allow-models ada" in str(refused.value)
+        assert _stored_models(running, "iris", "ada") == {}
+        # Only an admin may change it.
+        denied = running.call("PUT", "/users/ada", "ada", body={"allow_user_models": True})
+        assert denied.status == 403
+        bad = running.call("PUT", "/users/ada", "admin", body={"allow_user_models": "yes"})
+        assert bad.status == 400 and bad.body["error"]["field"] == "allow_user_models"
+        assert running.client("admin").allow_user_models("ada") == {"name": "ada", "allow_user_models": True}
+        assert task.add_model(LogisticRegression(), name="mine")["name"] == "mine"
+        assert list(_stored_models(running, "iris", "ada")) == [user_models.TAG_PREFIX + "mine"]
+        running.client("admin").allow_user_models("ada", False)
+        with pytest.raises(AuthError, match="turned it off"):
+            task.add_model(LogisticRegression(), name="other")
+    finally:
+        running.thread.stop()
+
+
+def test_the_cli_setting_is_the_one_the_service_reads(tmp_path):
+    from click.testing import CliRunner
+
+    from ease_jupyter.cli import main
+    from ease_jupyter.service.auth import create_user
+    from ease_jupyter.store import open_store
+
+    store, _ = open_store(None, tmp_path)
+    user, _ = create_user(store, "ada")
+    store.close()
+    result = CliRunner().invoke(main, ["users", "allow-models", "ada", "--data-dir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    store, _ = open_store(None, tmp_path)
+    try:
+        assert user_models.user_setting(store, user) is True
+        user_models.check_allowed(store, user, default=False)  # no 403 now
+    finally:
+        store.close()
+    result = CliRunner().invoke(main, ["users", "allow-models", "nobody", "--data-dir", str(tmp_path)])
+    assert result.exit_code != 0 and "nobody" in result.output
+
+
+class _NotAModel:
+    pass
+
+
+@pytest.mark.parametrize("model, grid, name, field", [
+    (LogisticRegression(), [("C", [1])], "a", "grid"),
+    (LogisticRegression(), {"C": 1.0}, "a", "grid['C']"),
+    (LogisticRegression(), {"C": []}, "a", "grid['C']"),
+    (LogisticRegression(), {"C": [LogisticRegression()]}, "a", "grid['C']"),
+    (_my_net, {"lr": [-0.1]}, "a", "grid['lr']"),
+    (_NotAModel(), None, "a", "model"),
+    (42, None, "a", "model"),
+    (LogisticRegression(), None, "my model", "name"),
+])
+def test_bad_input_is_refused_on_the_client_naming_the_field(allowed, model, grid, name, field):
+    task = allowed.client("ada").task("iris", input=[4], output=[3])
+    with pytest.raises(DataError) as error:
+        task.add_model(model, grid=grid, name=name)
+    assert error.value.field == field
+    assert _stored_models(allowed, "iris", "ada") == {}
+
+
+def test_a_torch_module_instance_is_not_a_factory(allowed):
+    task = allowed.client("ada").task("iris", input=[4], output=[3])
+    with pytest.raises(DataError) as error:
+        task.add_model(_my_net((4,), (3,)))
+    assert error.value.field == "model" and "factory" in error.value.expected
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"name": "logreg", "kind": "estimator", "code": "AAAA"}, "name"),  # a zoo model's name
+    ({"name": "a b", "kind": "estimator", "code": "AAAA"}, "name"),
+    ({"name": "m", "kind": "script", "code": "AAAA"}, "kind"),
+    ({"name": "m", "kind": "estimator", "code": "AAAA", "grid": {"C": 3}}, "grid['C']"),
+    ({"name": "m", "kind": "estimator", "code": "AAAA", "grid": ["C"]}, "grid"),
+    ({"name": "m", "kind": "estimator", "code": "not base64!"}, "code"),
+    ({"name": "m", "kind": "estimator"}, "code"),
+    ({"name": "m", "kind": "estimator", "code": "AAAA", "limit": -1}, "limit"),
+    ({"name": "m", "kind": "estimator", "code": "AAAA", "limit": 10**6}, "limit"),  # over the service's
+])
+def test_bad_requests_are_refused_by_the_service_naming_the_field(allowed, body, field):
+    allowed.client("ada").task("iris", input=[4], output=[3])
+    blobs = allowed.service.blobs
+    before = sum(1 for _ in blobs.iter_blobs())
+    reply = allowed.call("POST", "/tasks/iris/models", "ada", body=body)
+    assert reply.status == 400 and reply.body["error"]["field"] == field
+    assert _stored_models(allowed, "iris", "ada") == {}
+    assert sum(1 for _ in blobs.iter_blobs()) == before
+
+
+def test_a_name_is_taken_once_per_task(allowed):
+    task = allowed.client("ada").task("iris", input=[4], output=[3])
+    task.add_model(LogisticRegression(), name="mine")
+    with pytest.raises(AlreadyExistsError, match="another name"):
+        task.add_model(LogisticRegression(C=3.0), name="mine")
+    assert len(_stored_models(allowed, "iris", "ada")) == 1
+
+
+def test_the_selector_takes_own_arms_for_new_and_registered_users():
+    prior = ModelPrior(random_state=0).fit(descriptors=np.array([[0.0, 1.0], [1.0, 0.0], [1.0, 1.0]]))
+    sel = Selector(["a", "b", "c"], prior=prior, arms="untried", random_state=0)
+    sel.add_user("ada", models=["a", "b"], costs={"a": 1.0, "b": 2.0, "mine": 3.0}, own=["mine"])
+    sel.add_user("bob")
+    sel.observe("bob", "a", 0.9)
+    sel.add_models("bob", ["bobs"], {"bobs": 5.0})  # while bob's tenant exists
+    assert set(sel.posterior("ada")) == {"a", "b", "mine"} and set(sel.posterior("bob")) == {"a", "b", "c", "bobs"}
+    with pytest.raises(ValueError, match="own"):
+        sel.add_models("bob", ["a"])  # a catalogue name is no own model
+    # bob's observation was replayed on his grown GP: it says how hard his task is, which his own arm
+    # shares (the kernel's constant part), but nothing of that model itself: it stays the least certain.
+    post = sel.posterior("bob")
+    assert prior.mean_.mean() < post["bobs"][0] < 0.9 and post["bobs"][1] > max(post[k][1] for k in "abc")
+    picked = set()
+    for pick in sel.next_picks(10):
+        picked.add((pick.user, pick.model))
+        sel.observe(pick.user, pick.model, 0.5)
+    assert ("ada", "mine") in picked and ("bob", "bobs") in picked
+    restored = Selector.from_dict(sel.to_dict())
+    assert restored.posterior("bob") == pytest.approx(sel.posterior("bob"))
+    restored.set_prior(prior)  # a prior refit keeps every user's own arms
+    assert set(restored.posterior("ada")) == {"a", "b", "mine"}
+
+
+def test_the_magic_adds_a_notebook_variable_with_its_grid(allowed):
+    from types import SimpleNamespace
+
+    from ease_jupyter.magics.commands import ROUTER, Session
+
+    session = Session()
+    session.client = allowed.client("ada")
+    session.client.task("iris", input=[4], output=[3])
+    user_ns = {"est": LogisticRegression(), "grid": {"C": [0.5, 2.0]}}
+    args = SimpleNamespace(command="model", name="iris", values=["est"], grid="grid", model_name="mine")
+    result = ROUTER["model"](session, args, user_ns)
+    assert result.data["name"] == "mine" and result.data["grid"] == {"C": [0.5, 2.0]}
+    args = SimpleNamespace(command="model", name="iris", values=["est"], grid='{"C": 3}', model_name="other")
+    with pytest.raises(DataError) as error:
+        ROUTER["model"](session, args, user_ns)
+    assert error.value.field == "grid['C']"
+    assert list(_stored_models(allowed, "iris", "ada")) == [user_models.TAG_PREFIX + "mine"]
