@@ -167,7 +167,8 @@ class _FromCandidate:
         own = {k: v for k, v in params.items() if k == self.option}
         rest = {k: v for k, v in params.items() if k != self.option}
         est = self.build(ModelConfig.of(self.name, own))
-        return est.set_params(**rest) if rest else est
+        prefix = getattr(self.build, "params_prefix", "")  # a builder that wraps the estimator names its step
+        return est.set_params(**{prefix + k: v for k, v in rest.items()}) if rest else est
 
 
 def _factory(model: Any) -> tuple[Callable[[Mapping[str, Any]], Any], bool | None, dict[str, list[Any]]]:

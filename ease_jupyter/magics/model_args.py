@@ -14,6 +14,8 @@ def grid_of(text: str | None, user_ns: dict) -> Any:
         return None
     if text in user_ns:
         return user_ns[text]
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        text = text[1:-1]  # IPython's argument split keeps the quotes around '{"C": [1]}'
     try:
         return json.loads(text)
     except json.JSONDecodeError:

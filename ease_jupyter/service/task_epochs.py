@@ -28,6 +28,8 @@ def check_max_epochs(value: Any, field: str = "max_epochs") -> int | None:
     """An integer from 1 to :data:`LARGEST`, or None (the default rule)."""
     if value is None:
         return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # JSON has one number type: 12.0 is the integer 12
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 1 <= value <= LARGEST:
         raise DataError(field, f"{value!r} ({type(value).__name__})",
                         f"an integer from 1 to {LARGEST}, or null for the default by data size")

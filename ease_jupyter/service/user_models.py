@@ -341,6 +341,17 @@ class Guarded(BaseEstimator):
             self.estimator.set_params(**params)
         return self
 
+    def __sklearn_is_fitted__(self) -> bool:
+        """Fitted when her estimator is (a pipeline around this asks before predicting)."""
+        from sklearn.exceptions import NotFittedError
+        from sklearn.utils.validation import check_is_fitted
+
+        try:
+            check_is_fitted(self.estimator)
+        except NotFittedError:
+            return False
+        return True
+
     def fit(self, X: Any, y: Any) -> "Guarded":
         guarded(self.estimator.fit, X, y, deadline=self.deadline, what=f"{self.name}.fit")
         return self

@@ -1019,7 +1019,9 @@ def test_tags_of_unknown_entities(store: Store, fed) -> None:
         store.set_tag("job", 999, "k", "v")
     with pytest.raises(NotFoundError):
         store.tags("dataset", 999)
-    for bad in ("user", "model", ""):
+    with pytest.raises(NotFoundError):
+        store.set_tag("user", 999, "k", "v")
+    for bad in ("users", "model", ""):
         with pytest.raises(DataError):
             store.set_tag(bad, t.id, "k", "v")
         with pytest.raises(DataError):

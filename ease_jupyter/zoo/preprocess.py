@@ -88,6 +88,8 @@ class TableBuilder:
 
     schema: TableSchema
     inner: Callable[[Any], Any]
+    # The grid's other options belong to the estimator, the pipeline's "model" step.
+    params_prefix = "model__"
 
     @property
     def option(self) -> str | None:

@@ -250,6 +250,8 @@ def test_a_task_budget_sets_the_epochs_of_its_picks(svc):
         assert r.status == 400 and r.body["error"]["field"] == "max_epochs", (bad, r.body)
     assert svc.call("PUT", "/tasks/images/budget", "alice", body={"epochs": 3}).status == 400
     assert task.budget()["max_epochs"] == 5  # nothing stored by the bad calls
+    r = svc.call("PUT", "/tasks/images/budget", "alice", body={"max_epochs": 6.0})
+    assert r.status == 200 and task.budget()["max_epochs"] == 6  # JSON's 6.0 is the integer 6
     assert task.set_budget(max_epochs=None)["source"] == "data size"
     tags = svc.service.store.tags("task", task.info["id"])
     assert tags[MAX_EPOCHS_TAG] == ""

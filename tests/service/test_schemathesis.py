@@ -34,8 +34,8 @@ ACCEPTED = ["2xx", "3xx", "401", "403", "404", "409", "429", "5xx"]
 HOOKS = Path(__file__).with_name("schemathesis_hooks.py")
 # Every {name} is the fed task. Two allowances, each for a rule the schema
 # cannot state, and each narrow: the content of a task (the program grammar,
-# the task's shapes and classes, existing example ids) is checked by the
-# service, so a request the schema allows may still be refused there with a
+# the task's shapes and classes, existing example ids; a model's formats; a
+# deadline in the future) is checked by the service, so a request the schema allows may still be refused there with a
 # 400 (which schemathesis_hooks.py checks names the field); and /events is a
 # WebSocket, which schemathesis' HTTP client cannot open, so a valid GET
 # there is answered 426. Task deletion is left out (see below).
@@ -46,6 +46,12 @@ CONFIG = f"""
 [[operations]]
 include-method = "POST"
 include-path-regex = '^/tasks(/[{{]name[}}]/(feed|infer|refine))?$'
+checks.positive_data_acceptance.expected-statuses = {json.dumps(ACCEPTED + ["400"])}
+
+# A model's export formats depend on its engine, and a budget's deadline must
+# lie in the future: both are named 400s the schema cannot state either.
+[[operations]]
+include-path-regex = '^/tasks/[{{]name[}}]/model$|^(/users/[{{]name[}}])?/budget$'
 checks.positive_data_acceptance.expected-statuses = {json.dumps(ACCEPTED + ["400"])}
 
 [[operations]]

@@ -142,7 +142,7 @@ def test_sigkill_mid_training_then_restart(tmp_path, request):
         iris.refine(drop=[0, 1, 2])  # a second version
         digits = client.task("digits", input=[8, 8, 1], output=[10])
         digits.feed(Xd, yd)
-        assert iris.wait(timeout=120)
+        # (No wait for iris first: the digits picks may all finish meanwhile.)
         # Wait for a finished job and a torch job inside an epoch, stop the
         # service (SIGSTOP) and look again: the kill comes only if the job is
         # still well inside the epoch. At most one more unit can have been on

@@ -312,3 +312,42 @@ def test_the_magic_adds_a_notebook_variable_with_its_grid(allowed):
         ROUTER["model"](session, args, user_ns)
     assert error.value.field == "grid['C']"
     assert list(_stored_models(allowed, "iris", "ada")) == [user_models.TAG_PREFIX + "mine"]
+
+
+def test_a_quoted_json_grid_reads_as_typed_in_a_cell():
+    """IPython's argument split keeps the quotes of ``--grid '{"C": [1]}'``."""
+    from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+    from ease_jupyter.magics.model_args import grid_of
+
+    @magic_arguments()
+    @argument("--grid")
+    def line(_: str) -> None: ...
+
+    typed = parse_argstring(line, """--grid '{"max_depth": [3, null]}'""").grid
+    assert grid_of(typed, {}) == {"max_depth": [3, None]}
+    assert grid_of('{"C": [1]}', {}) == {"C": [1]}
+
+
+def test_an_own_estimator_on_a_table_task_gets_its_grid_behind_the_preprocessing(allowed):
+    """On a table task the pipeline's "model" step is hers: her grid's
+    options reach it, and her model infers class names like the zoo's."""
+    import pandas as pd
+    from sklearn.tree import DecisionTreeClassifier
+
+    rng = np.random.default_rng(0)
+    n = 120
+    size = rng.normal(size=n)
+    frame = pd.DataFrame({"size": np.where(rng.random(n) < 0.1, np.nan, size),
+                          "colour": rng.choice(["red", "blue", None], size=n),
+                          "kind": np.where(size > 0, "big", "small")})
+    task = allowed.client("ada").task("shapes", like=frame, target="kind")
+    task.add_model(DecisionTreeClassifier(random_state=0), grid={"max_depth": [1, 3]}, name="tree")
+    task.feed(frame)
+    assert task.wait(timeout=240)
+    store, blobs = allowed.service.store, allowed.service.blobs
+    job = _jobs(task)["tree"]
+    assert job["status"] == "succeeded", job["error"]
+    fitted = pickle.loads(blobs.get_bytes(store.get_job(job["id"]).artifact_blob))
+    assert fitted.named_steps["model"].max_depth in (1, 3)
+    assert set(task.infer(frame.drop(columns="kind"))) <= {"big", "small"}
