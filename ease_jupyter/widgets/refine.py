@@ -9,7 +9,7 @@ version of 50,000 examples costs one page per message.
 from __future__ import annotations
 
 import pathlib
-from typing import Any
+from typing import Any, Sequence
 
 import anywidget
 import numpy as np
@@ -22,13 +22,16 @@ SORTS = ("id", "loss", "disagreement")
 MAX_PAGE_SIZE = 200
 
 
-def _labels(y: np.ndarray) -> np.ndarray:
-    """One printable label per example (class index for one-hot rows)."""
+def _labels(y: np.ndarray, class_names: Sequence[Any] | None = None) -> np.ndarray:
+    """One printable label per example (class index for one-hot rows), by
+    its class name where the task has them."""
     y = np.asarray(y)
     if y.ndim > 1 and y.reshape(len(y), -1).shape[1] > 1:
         y = y.reshape(len(y), -1).argmax(axis=1)
     y = y.reshape(len(y))
     if y.dtype.kind in "iub" or (y.dtype.kind == "f" and np.all(np.mod(y, 1) == 0)):
+        if class_names:
+            return np.array([str(class_names[int(v)]) for v in y], dtype=object)
         return np.array([str(int(v)) for v in y], dtype=object)
     return np.array([f"{float(v):.3g}" for v in y], dtype=object)
 
@@ -86,7 +89,8 @@ class RefinePanel(anywidget.AnyWidget):
     def _load(self, version: int | None) -> None:
         ids, X, y = self._task.data(version)
         numbers = [v["number"] for v in self._task.versions()]
-        self._ids, self._X, self._y = np.asarray(ids, dtype=np.int64), X, _labels(y)
+        names = self._task.refresh().get("class_names")
+        self._ids, self._X, self._y = np.asarray(ids, dtype=np.int64), X, _labels(y, names)
         self._sorted = np.argsort(self._ids, kind="stable")
         self._suspicion, self._order_cache = None, None
         shape = tuple(X.shape[1:]) if X is not None else ()

@@ -149,3 +149,14 @@ def test_a_page_message_stays_small_with_50000_examples(service, recorder):
     panel.label_filter = "3"
     assert panel.n_shown == int((y == 3).sum()) and {r["label"] for r in panel.rows} == {"3"}
     panel.close()
+
+
+def test_string_labels_show_and_filter_by_their_class_names(service, iris):
+    X, y = iris
+    names = np.array(["setosa", "versicolor", "virginica"])
+    task = service.client("alice").task("iris_named", input=[4], output=[3])
+    task.feed(X, names[y])
+    panel = RefinePanel(task, page_size=20)
+    assert panel.labels == ["setosa", "virginica", "versicolor"]  # shortest first, as for indices
+    panel.label_filter = "virginica"
+    assert panel.n_shown == 50 and {r["label"] for r in panel.rows} == {"virginica"}

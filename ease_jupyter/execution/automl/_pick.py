@@ -19,9 +19,8 @@ rungs with ``|S| = p`` (Cerebro §6.3).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 from ._core import check_epoch_range, check_eta, check_int, rung_epochs
 from ._halving import SuccessiveHalving, rung_sizes
