@@ -47,7 +47,7 @@ def finish(store, costs: Costs, task, version, arm: str, seconds: float) -> None
 
 def test_without_speeds_every_arm_is_priced_at_one_gflop_per_second(two_tasks):
     store, (image, image_v), (flat, flat_v) = two_tasks
-    costs = Costs(store, torch_epochs=2)
+    costs = Costs(store, torch_epochs=2, service_epochs=2)
     for task, version in ((image, image_v), (flat, flat_v)):
         for arm, spec in costs.configs(task).items():
             want = max(spec_flops(task, spec, version.n_examples) / FLOPS_PER_SECOND, 1e-3)
@@ -56,7 +56,8 @@ def test_without_speeds_every_arm_is_priced_at_one_gflop_per_second(two_tasks):
 
 def test_a_gpu_pool_makes_torch_arms_cheaper_by_its_speed_before_any_job(two_tasks):
     store, (image, image_v), (flat, flat_v) = two_tasks
-    on_cpu, on_gpu = Costs(store, torch_epochs=2, speeds=CPU_POOL), Costs(store, torch_epochs=2, speeds=GPU_POOL)
+    on_cpu = Costs(store, torch_epochs=2, speeds=CPU_POOL, service_epochs=2)
+    on_gpu = Costs(store, torch_epochs=2, speeds=GPU_POOL, service_epochs=2)
     torch_cpu, torch_gpu = arm_seconds(on_cpu, image, image_v), arm_seconds(on_gpu, image, image_v)
     sk_cpu, sk_gpu = arm_seconds(on_cpu, flat, flat_v), arm_seconds(on_gpu, flat, flat_v)
     assert set(torch_gpu) == {"lenet", "resnet_small", "vgg_small", "mobilenet_small"}
@@ -71,7 +72,7 @@ def test_a_gpu_pool_makes_torch_arms_cheaper_by_its_speed_before_any_job(two_tas
 
 def test_finished_jobs_correct_each_engine_on_its_own(two_tasks):
     store, (image, image_v), (flat, flat_v) = two_tasks
-    costs = Costs(store, torch_epochs=2, speeds=GPU_POOL)
+    costs = Costs(store, torch_epochs=2, speeds=GPU_POOL, service_epochs=2)
     predicted = arm_seconds(costs, image, image_v)
     sk_before = arm_seconds(costs, flat, flat_v)
     # the GPU ran lenet 3x slower than the probe predicted (small nets leave a GPU idle)
@@ -90,7 +91,7 @@ def test_finished_jobs_correct_each_engine_on_its_own(two_tasks):
 
 def test_learning_takes_the_median_per_engine(two_tasks):
     store, (image, image_v), _ = two_tasks
-    costs = Costs(store, torch_epochs=2, speeds=GPU_POOL)
+    costs = Costs(store, torch_epochs=2, speeds=GPU_POOL, service_epochs=2)
     predicted = arm_seconds(costs, image, image_v)
     for arm, factor in (("lenet", 2.0), ("vgg_small", 4.0), ("mobilenet_small", 100.0)):
         finish(store, costs, image, image_v, arm, factor * predicted[arm])
@@ -101,7 +102,7 @@ def test_speeds_measured_after_jobs_were_learned_re_price_nothing_the_jobs_measu
     """Once an engine has finished jobs, its arms cost their measured seconds
     per FLOP whatever speed was assumed when they were learned."""
     store, (image, image_v), _ = two_tasks
-    costs = Costs(store, torch_epochs=2)
+    costs = Costs(store, torch_epochs=2, service_epochs=2)
     finish(store, costs, image, image_v, "lenet", 7.0)
     learned = arm_seconds(costs, image, image_v)
     assert learned["lenet"] == pytest.approx(7.0)
@@ -111,9 +112,31 @@ def test_speeds_measured_after_jobs_were_learned_re_price_nothing_the_jobs_measu
 
 def test_a_job_without_a_measured_cost_teaches_nothing(two_tasks):
     store, (image, image_v), _ = two_tasks
-    costs = Costs(store, torch_epochs=2, speeds=GPU_POOL)
+    costs = Costs(store, torch_epochs=2, speeds=GPU_POOL, service_epochs=2)
     before = arm_seconds(costs, image, image_v)
     spec = costs.configs(image)["lenet"]
     job = store.create_job(image.id, image_v.id, spec.model, spec.config())
     costs.learn(job)
     assert arm_seconds(costs, image, image_v) == before and costs.correction(Engine.TORCH) == 1.0
+
+
+def test_a_torch_arm_is_priced_at_the_config_epochs_its_halving_trains(two_tasks):
+    """With no operator setting a torch pick trains the task's own
+    ``max_epochs``, else the rule by data size, by successive halving: its
+    price counts the config-epochs that schedule trains, not configs x epochs."""
+    from ease_jupyter.execution.automl import pick_schedule
+    from ease_jupyter.service.task_epochs import set_max_epochs
+    from ease_jupyter.zoo.templates import default_max_epochs
+
+    store, (image, image_v), _ = two_tasks
+    costs = Costs(store, torch_epochs=2)
+    n = image_v.n_examples
+    arm, spec = next((k, s) for k, s in costs.configs(image).items() if s.engine.value == "torch")
+    per_config_epoch = spec_flops(image, spec, n, 1) / len(spec.points())
+    for own in (None, 9):
+        set_max_epochs(store, image.id, own)
+        epochs = own or default_max_epochs(n)
+        schedule = pick_schedule(len(spec.points()), epochs)
+        assert schedule.config_epochs < len(spec.points()) * epochs  # some configs stop early
+        want = per_config_epoch * schedule.config_epochs / FLOPS_PER_SECOND
+        assert costs.seconds(image, spec, n) == pytest.approx(max(want, 1e-3)), (arm, own)

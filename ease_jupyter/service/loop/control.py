@@ -54,7 +54,7 @@ class ControlLoop:
         # a pick's own epochs are set when it is launched (PickEpochs), and measured jobs correct the estimates.
         self.torch_epochs = None if torch_epochs is None else int(torch_epochs)
         self.costs = Costs(store, torch_epochs=(self.torch_epochs or DEFAULT_EPOCHS) if Engine.TORCH in executors
-                           else None)
+                           else None, service_epochs=self.torch_epochs)
         self.view = IdleView()
         self.saved = SavedState(self.state, save_every_seconds)
         self.holds = StorageHolds()

@@ -18,11 +18,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ...errors import NotFoundError
+from ...execution.automl import pick_schedule
 from ...jobspec import JobSpec, parse_job
 from ...schema import program_from_shapes
 from ...store import Job, Store, Task
 from ...zoo import Engine, candidates
 from ..candidates import arm_specs, task_candidates
+from ..task_epochs import pick_epochs, task_max_epochs
 
 if TYPE_CHECKING:
     from ...execution.device_speed import PoolSpeeds
@@ -49,16 +51,17 @@ def catalogue() -> tuple[list[str], np.ndarray]:
     return keys, d
 
 
-def spec_flops(task: Task, spec: JobSpec, n: int) -> float:
-    """A pick's estimated work: every config of its grid (and for torch,
-    every epoch)."""
+def spec_flops(task: Task, spec: JobSpec, n: int, epochs: int | None = None) -> float:
+    """A pick's estimated work: every config of its grid; for torch, the
+    config-epochs its successive halving trains (``automl.pick_schedule``)
+    up to ``epochs`` (default: the spec's)."""
     cand = task_candidates(task).get(spec.model)
     if cand is None:
         return 1e6
-    flops = max(cand.cost(n), 1.0) * len(spec.points())
-    if spec.engine is Engine.TORCH:
-        flops *= spec.epochs
-    return flops
+    n_configs = len(spec.points())
+    if spec.engine is not Engine.TORCH:
+        return max(cand.cost(n), 1.0) * n_configs
+    return max(cand.cost(n), 1.0) * pick_schedule(n_configs, epochs or spec.epochs).config_epochs
 
 
 class Costs:
@@ -69,9 +72,11 @@ class Costs:
     :data:`FLOPS_PER_SECOND` for both. :meth:`use_speeds` sets it later.
     """
 
-    def __init__(self, store: Store, *, torch_epochs: int | None, speeds: PoolSpeeds | None = None):
+    def __init__(self, store: Store, *, torch_epochs: int | None, speeds: PoolSpeeds | None = None,
+                 service_epochs: int | None = None):
         self.store = store
         self.torch_epochs = torch_epochs  # None: no torch executor, so no torch arms
+        self.service_epochs = service_epochs  # the operator's --torch-epochs (None: the rule by data size)
         self._task_configs: dict[int, dict[str, JobSpec]] = {}
         # measured seconds per estimated FLOP of finished jobs, per engine
         self._rate: dict[Engine, deque[float]] = {e: deque(maxlen=RATE_WINDOW) for e in Engine}
@@ -103,8 +108,12 @@ class Costs:
         self._task_configs.pop(task_id, None)
 
     def predicted(self, task: Task, spec: JobSpec, n: int) -> float:
-        """The pick's FLOPs over its engine's device speed, in seconds."""
-        return spec_flops(task, spec, n) / self._speed[spec.engine]
+        """The pick's FLOPs over its engine's device speed, in seconds; a
+        torch pick at the epochs it will train (``task_epochs.pick_epochs``)."""
+        epochs = None
+        if spec.engine is Engine.TORCH:
+            epochs = pick_epochs(task_max_epochs(self.store, task.id), self.service_epochs, n)
+        return spec_flops(task, spec, n, epochs) / self._speed[spec.engine]
 
     def correction(self, engine: Engine) -> float:
         """Measured over predicted seconds: the median over ``engine``'s
