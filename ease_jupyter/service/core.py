@@ -99,7 +99,7 @@ def _program_text(body: dict[str, Any]) -> str | None:
     return format_program(program_from_shapes(inp, out))  # checks the size limits
 
 
-TORCH_CALL_SECONDS = 600.0  # the longest a request waits for a torch model's outputs
+MODEL_CALL_SECONDS = 600.0  # the longest a request waits for a model run where the jobs run
 
 
 class Service:
@@ -148,7 +148,14 @@ class Service:
         executor = self.loop.executors.get(Engine.TORCH)
         if executor is None:
             return models.torch_outputs(self.store, self.blobs, task, job, X)
-        return executor.call(models.torch_outputs_of, task.id, job.id, X).result(TORCH_CALL_SECONDS)
+        return executor.call(models.torch_outputs_of, task.id, job.id, X).result(MODEL_CALL_SECONDS)
+
+    def _own_predictions(self, task: Task, job: Job, X: Any) -> np.ndarray:
+        """A user's own scikit-learn model's predictions, computed where the
+        scikit-learn jobs run (a worker process by default): her code is
+        unpickled there, never in the service process that answers requests."""
+        executor = self.loop.executors[Engine.SKLEARN]
+        return executor.call(models.estimator_predictions_of, task.id, job.id, X).result(MODEL_CALL_SECONDS)
 
     def _engine_address(self, config: ServiceConfig) -> Any:
         """``local``, or the address of a Dask scheduler (or a picklable
@@ -405,7 +412,7 @@ class Service:
         its model card (``export.py``); a torch model is converted where the
         torch jobs run."""
         file_name, data = model_export.export_best(self.store, self.blobs, self._task(caller, name), fmt,
-                                                   self.loop.executors.get(Engine.TORCH), TORCH_CALL_SECONDS)
+                                                   self.loop.executors.get(Engine.TORCH), MODEL_CALL_SECONDS)
         return data, model_export.MEDIA_TYPE, file_name + ".zip"
 
     def best(self, caller: User, name: str) -> dict[str, Any]:
@@ -427,7 +434,7 @@ class Service:
     def infer(self, caller: User, name: str, body: dict[str, Any]) -> dict[str, Any]:
         task = self._task(caller, name)
         X = arrays.decode("X", body.get("X"), self.uploads, caller.id)
-        predictions = models.infer(self.store, self.blobs, task, X, self._torch_outputs)
+        predictions = models.infer(self.store, self.blobs, task, X, self._torch_outputs, self._own_predictions)
         # class indices, and the names they stand for (the client answers with the names)
         out: dict[str, Any] = {"predictions": arrays.encode(predictions), **task_schema.names_json(self.store, task)}
         if predictions.size <= 10_000:

@@ -127,20 +127,36 @@ def torch_outputs_of(store: Store, blobs: BlobStore, task_id: int, job_id: int, 
 TorchOutputs = Callable[[Task, Job, np.ndarray], np.ndarray]  # (task, job, X) -> raw outputs
 
 
-def predict(store: Store, blobs: BlobStore, task: Task, job: Job, X: np.ndarray,
-            outputs: TorchOutputs | None = None) -> np.ndarray:
-    """A finished job's predictions on checked inputs: class indices for
-    classification. A torch job's outputs come from ``outputs`` (the service
-    runs them on its torch executor), else from ``torch_outputs`` here."""
-    if parse_job(job.model, job.config).engine is Engine.TORCH:
-        out = (outputs or functools.partial(torch_outputs, store, blobs))(task, job, X)
-        return out.argmax(axis=1) if program_of(task).num_classes is not None else out
+def estimator_predictions(store: Store, blobs: BlobStore, task: Task, job: Job, X: Any) -> np.ndarray:
+    """A scikit-learn job's fitted estimator's predictions on checked inputs."""
     return np.asarray(load_estimator(blobs, task, job).predict(task_schema.estimator_inputs(store, task, X)))
 
 
-def infer(store: Store, blobs: BlobStore, task: Task, X: Any, outputs: TorchOutputs | None = None) -> np.ndarray:
+def estimator_predictions_of(store: Store, blobs: BlobStore, task_id: int, job_id: int, X: Any) -> np.ndarray:
+    """``estimator_predictions`` by ids: what an executor's ``call`` runs where the jobs run."""
+    return estimator_predictions(store, blobs, store.get_task(task_id), store.get_job(job_id), X)
+
+
+def predict(store: Store, blobs: BlobStore, task: Task, job: Job, X: np.ndarray,
+            outputs: TorchOutputs | None = None, own_predictions: TorchOutputs | None = None) -> np.ndarray:
+    """A finished job's predictions on checked inputs: class indices for
+    classification. A torch job's outputs come from ``outputs`` (the service
+    runs them on its torch executor), else from ``torch_outputs`` here. A
+    user's own scikit-learn model predicts through ``own_predictions`` (the
+    service runs her code where the jobs run, not in its own process) when given."""
+    spec = parse_job(job.model, job.config)
+    if spec.engine is Engine.TORCH:
+        out = (outputs or functools.partial(torch_outputs, store, blobs))(task, job, X)
+        return out.argmax(axis=1) if program_of(task).num_classes is not None else out
+    if own_predictions is not None and getattr(spec, "code", None) is not None:
+        return np.asarray(own_predictions(task, job, X))
+    return estimator_predictions(store, blobs, task, job, X)
+
+
+def infer(store: Store, blobs: BlobStore, task: Task, X: Any, outputs: TorchOutputs | None = None,
+          own_predictions: TorchOutputs | None = None) -> np.ndarray:
     """Predict with the best model so far; class indices for classification."""
     job = best_job(store, task)
     if job is None or job.artifact_blob is None:
         raise NotFoundError(f"task {task.name!r} has no trained model yet")
-    return predict(store, blobs, task, job, task_schema.checked_inputs(store, task, X), outputs)
+    return predict(store, blobs, task, job, task_schema.checked_inputs(store, task, X), outputs, own_predictions)

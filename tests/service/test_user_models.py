@@ -4,6 +4,7 @@ only from users allowed to, and refused with a named field on bad input."""
 
 from __future__ import annotations
 
+import os
 import pickle
 import time
 
@@ -351,3 +352,52 @@ def test_an_own_estimator_on_a_table_task_gets_its_grid_behind_the_preprocessing
     fitted = pickle.loads(blobs.get_bytes(store.get_job(job["id"]).artifact_blob))
     assert fitted.named_steps["model"].max_depth in (1, 3)
     assert set(task.infer(frame.drop(columns="kind"))) <= {"big", "small"}
+
+
+class RecordsWhereItLoads(LogisticRegression):
+    """Writes the pid of each process that unpickles it into ``pid_file``."""
+
+    def __init__(self, pid_file="", C=1.0, max_iter=200):
+        super().__init__(C=C, max_iter=max_iter)
+        self.pid_file = pid_file
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        if state.get("pid_file"):
+            with open(state["pid_file"], "a") as out:
+                out.write(f"{os.getpid()}\n")
+
+
+def test_her_model_predicts_where_the_jobs_run_not_in_the_service_process(tmp_path, iris):
+    X, y = iris
+    running = start(tmp_path / "svc", executor="process", torch=False, workers=1, allow_user_models=True)
+    try:
+        running.user("ada")
+        task = running.client("ada").task("iris", input=[4], output=[3])
+        pid_file = tmp_path / "pids"
+        task.add_model(RecordsWhereItLoads(str(pid_file)), name="mine")
+        task.feed(X, y)
+        assert task.wait(timeout=240)
+        store, service = running.service.store, running.service
+        stored_task = store.task_by_name(store.user_by_name("ada").id, "iris")
+        (job,) = [j for j in store.list_jobs(stored_task.id) if j.model == "mine"]
+        pid_file.write_text("")
+        predicted = service._own_predictions(stored_task, job, X[:20])
+        loaded_in = {int(p) for p in pid_file.read_text().split()}
+        assert loaded_in and os.getpid() not in loaded_in  # unpickled in a worker process only
+        assert set(np.asarray(predicted).tolist()) <= {0, 1, 2} and len(predicted) == 20
+        # infer sends a user's model to that call, and the zoo's to none
+        calls = []
+
+        def spy(task_, job_, X_):
+            calls.append(job_.model)
+            return np.zeros(len(X_), dtype=np.int64)
+
+        from ease_jupyter.service import models
+
+        models.predict(store, service.blobs, stored_task, job, X[:5], own_predictions=spy)
+        zoo = next(j for j in store.list_jobs(stored_task.id) if j.model != "mine" and j.artifact_blob)
+        models.predict(store, service.blobs, stored_task, zoo, X[:5], own_predictions=spy)
+        assert calls == ["mine"]
+    finally:
+        running.thread.stop()
