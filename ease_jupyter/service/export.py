@@ -396,10 +396,11 @@ def torch_artifact_of(store: Any, blobs: Any, task_id: int, job_id: int, fmt: st
     """``torch_artifact`` of a torch job's best checkpoint, by ids: what the
     torch executor's ``call`` runs where the torch jobs run."""
     from ..datasets import program_of
-    from . import models
+    from . import models, user_models
 
     task, job = store.get_task(task_id), store.get_job(job_id)
-    net = models.torch_net(store, blobs, task, job)
+    # A user's own net is exported as her module, without the wrapper that trains it.
+    net = user_models.plain_module(models.torch_net(store, blobs, task, job))
     example = torch_example(program_of(task)) if fmt != "state_dict" else _state_dict_example(program_of(task))
     return _with_onnx_outputs(torch_artifact(net, example, fmt))
 

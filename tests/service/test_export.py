@@ -465,3 +465,68 @@ def test_unknown_formats_list_the_valid_ones():
         assert error.value.field == "format"
         assert "joblib or onnx for a scikit-learn model" in error.value.expected
         assert "torchscript or onnx or state_dict for a torch model" in error.value.expected
+
+
+def _small_net(input_shape, output_shape, hidden=8):
+    from torch import nn
+
+    return nn.Sequential(nn.Flatten(), nn.Linear(int(np.prod(input_shape)), hidden), nn.ReLU(),
+                         nn.Linear(hidden, output_shape[0]))
+
+
+def test_her_own_models_export_like_the_zoos(tmp_path):
+    """A user's scikit-learn pipeline and torch factory, trained as her task's
+    only jobs, export as joblib / ONNX / TorchScript that load without
+    ease_jupyter and predict what ``infer`` does."""
+    from sklearn.datasets import load_iris
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    from ease_jupyter.execution.engine import LocalEngine
+    from ease_jupyter.service.candidates import arm_specs
+    from ease_jupyter.service.mop import run_torch_job
+    from ease_jupyter.service.runner import grid_engine, run_sklearn_job
+
+    running = start(tmp_path / "svc", torch_epochs=1, allow_user_models=True)
+    try:
+        running.user("alice")
+        client = running.client("alice")
+        store, blobs = running.service.store, running.service.blobs
+        X, y = load_iris(return_X_y=True)
+        X = X.astype("float32")
+        flat, flat_stored = _behind_the_loop(running, client, "mine_flat", X, y, input=[4], output=[3])
+        flat.add_model(make_pipeline(StandardScaler(), LogisticRegression(max_iter=300)),
+                       grid={"logisticregression__C": [1.0]}, name="mypipe")
+        net, net_stored = _behind_the_loop(running, client, "mine_net", X, y, input=[4], output=[3])
+        net.add_model(_small_net, grid={"hidden": [8], "lr": [0.05]}, name="mynet")
+
+        spec = arm_specs(flat_stored, torch_epochs=1, store=store)["mypipe"]
+        job = store.create_job(flat_stored.id, store.latest_dataset_version(flat_stored.id).id, spec.model, spec.config())
+        engine = grid_engine("local")
+        try:
+            assert run_sklearn_job(store, blobs, job.id, engine).status.value == "succeeded"
+        finally:
+            engine.close()
+        spec = arm_specs(net_stored, torch_epochs=1, store=store)["mynet"]
+        job = store.create_job(net_stored.id, store.latest_dataset_version(net_stored.id).id, spec.model, spec.config())
+        engine = LocalEngine(1)
+        try:
+            assert run_torch_job(store, blobs, engine, job.id, partitions=1).status.value == "succeeded"
+        finally:
+            engine.close()
+
+        items = [(fmt, tmp_path / f"flat{export.SUFFIXES[fmt]}", X) for fmt in ("joblib", "onnx")]
+        items += [(fmt, tmp_path / f"net{export.SUFFIXES[fmt]}", X) for fmt in ("torchscript", "onnx")]
+        for fmt, path, _ in items:
+            card = (flat if str(path.name).startswith("flat") else net).export(path, format=fmt)
+            assert card["training"]["model"] in ("mypipe", "mynet")
+        report, outputs = load_elsewhere(items, tmp_path)
+        assert report["ease_jupyter_importable"] is False
+        flat_wanted, net_wanted = flat.infer(X), net.infer(X)
+        joblib_out, onnx_flat, script_out, onnx_net = outputs
+        assert np.array_equal(joblib_out, flat_wanted) and np.array_equal(onnx_flat, flat_wanted)
+        assert np.array_equal(script_out.argmax(axis=1), net_wanted)
+        assert np.array_equal(onnx_net.argmax(axis=1), net_wanted)
+    finally:
+        running.thread.stop()
