@@ -36,8 +36,10 @@ import numpy as np
 from . import client_budget, tabular
 from .errors import (AlreadyExistsError, DataError, EaseMLError, InvalidStateError, NotFoundError, ProgramSyntaxError,
                      QuotaExceededError, StorageFullError, StoreCorruptError, StoreUnavailableError)
+from .schema import to_jsonable
 
 URL_ENV, TOKEN_ENV = "EASEML_URL", "EASEML_TOKEN"
+KERNEL_ENV_PREFIX = "KERNEL_"  # what jupyter_server's GatewayClient and the gateways always pass to a kernel
 INLINE_BYTES = 512 * 1024  # arrays above this go through a chunked upload
 CHUNK_BYTES = 8 * 1024 * 1024
 WAIT_RECHECK_SECONDS = 10.0  # Task.wait re-checks this often even when no event came
@@ -98,20 +100,15 @@ def _npy(array: Any) -> bytes:
     return buffer.getvalue()
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    return value
-
-
 def _decode(value: dict[str, str]) -> np.ndarray:
     return np.load(io.BytesIO(base64.b64decode(value["npy_b64"])), allow_pickle=False)
+
+
+def _setting(name: str) -> str | None:
+    """``$NAME``, else ``$KERNEL_NAME``: a kernel served by a Jupyter Kernel
+    Gateway gets only the ``KERNEL_*`` variables of the Jupyter server that
+    started it, unless both sides allow more (docs/gateway.md)."""
+    return os.environ.get(name) or os.environ.get(KERNEL_ENV_PREFIX + name) or None
 
 
 def _hub_token_for(url: str) -> str | None:
@@ -236,12 +233,16 @@ class Client:
     The token is ``token``, else ``$EASEML_TOKEN``, else (in a JupyterHub
     single-user server, for a URL under the hub's ``/services/``)
     ``$JUPYTERHUB_API_TOKEN``; with no URL anywhere it is the embedded
-    service's own."""
+    service's own.
+
+    Made in a notebook kernel, it registers the kernel with the service
+    (``notebook``: its session; ``register=False`` or ``EASEML_REGISTER=0``:
+    not), docs/service.md "Notebook sessions"."""
 
     def __init__(self, url: str | None = None, token: str | None = None, *, data_dir: str | os.PathLike[str] | None = None,
-                 timeout: float = 120.0):
-        url = url or os.environ.get(URL_ENV) or None
-        token = token or os.environ.get(TOKEN_ENV) or None
+                 timeout: float = 120.0, register: bool = True):
+        url = url or _setting(URL_ENV)
+        token = token or _setting(TOKEN_ENV)
         self._embedded: tuple[Any, bool] | None = None  # (data dir, token came from it) when embedded
         if url is None:
             from .service.embedded import ensure_embedded
@@ -258,6 +259,13 @@ class Client:
         self.token = token
         self.timeout = timeout
         self._connections: _Transport | None = None  # made at the first request (see _transport)
+        # In a notebook kernel: register it with the service and heartbeat on a daemon thread
+        # (notebook_session.py); not with the embedded service, which is one user's and stops when idle.
+        self.notebook = None
+        if register and self._embedded is None:
+            from .notebook_session import attach
+
+            self.notebook = attach(self.url, self.token)
 
     def __repr__(self) -> str:
         return f"Client(url={self.url!r})"
@@ -328,9 +336,9 @@ class Client:
             try:
                 as_array = np.asarray(array)
             except ValueError:  # ragged: records or chains, sent as JSON
-                return _jsonable(array)
+                return to_jsonable(array)
             if as_array.dtype == object:
-                return _jsonable(array)
+                return to_jsonable(array)
             array = as_array
         data = _npy(array)
         if len(data) <= INLINE_BYTES:
@@ -354,19 +362,29 @@ class Client:
             if program is not None or input is not None or output is not None:
                 raise ValueError("give either like= (a table) or a program or shapes, not both")
             schema = tabular.infer_schema(like, target, kinds)
-            return Task(self, self.request("POST", "/tasks", {"name": name, "table": schema.to_dict()}))
+            return self._touched(Task(self, self.request("POST", "/tasks", {"name": name, "table": schema.to_dict()})))
         if program is not None and (input is not None or output is not None):
             raise ValueError("give either program or input/output shapes, not both")
         if (input is None) != (output is None):
             raise ValueError("input and output shapes go together")
         if program is None and input is None:
-            return Task(self, self.request("GET", f"/tasks/{_quote(name)}"))
+            return self._touched(Task(self, self.request("GET", f"/tasks/{_quote(name)}")))
         body: dict[str, Any] = {"name": name}
         if program is not None:
             body["program"] = str(program)
         else:
             body["input"], body["output"] = [int(d) for d in input], [int(d) for d in output]  # type: ignore[union-attr]
-        return Task(self, self.request("POST", "/tasks", body))
+        return self._touched(Task(self, self.request("POST", "/tasks", body)))
+
+    def _touched(self, task: "Task") -> "Task":
+        """Record the task in this kernel's notebook session (if registered)."""
+        if self.notebook is not None:
+            self.notebook.touch(task.name)
+        return task
+
+    def notebooks(self) -> list[dict[str, Any]]:
+        """Your notebook sessions, alive or gone (admins: everyone's); see docs/service.md."""
+        return self.request("GET", "/notebooks")
 
     def tasks(self) -> list["Task"]:
         return [Task(self, t) for t in self.request("GET", "/tasks")]
@@ -578,10 +596,17 @@ class Task:
     def versions(self) -> list[dict[str, Any]]:
         return self.client.request("GET", self._path("/versions"))
 
-    def data(self, version: int | None = None) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
-        """(example ids, X or None for non-tensor inputs, y) of a version (default latest)."""
+    def data(self, version: int | None = None) -> tuple[np.ndarray, Any, np.ndarray]:
+        """(example ids, X, y) of a version (default latest): X is an array,
+        a DataFrame for a table task, or None for other non-tensor inputs."""
         out = self.client.request("GET", self._path("/examples"), params=None if version is None else {"version": version})
-        return _decode(out["example_ids"]), (_decode(out["X"]) if "X" in out else None), _decode(out["y"])
+        if "table" in out:
+            from .tabular import frame_of_wire
+
+            X = frame_of_wire(out["table"], _decode)
+        else:
+            X = _decode(out["X"]) if "X" in out else None
+        return _decode(out["example_ids"]), X, _decode(out["y"])
 
     def wait(self, timeout: float | None = None, poll: float = 0.25) -> bool:
         """Block until nothing is queued, running or left to try for the latest

@@ -32,7 +32,7 @@ import numpy as np
 from .errors import DataError, StaleParentError
 from .execution.row_keys import DIGEST_DTYPE, input_digests, row_digests, split_keys
 from . import row_identity
-from .schema import CheckedData, Program, check_data, check_inputs, parse
+from .schema import CheckedData, Program, check_data, check_inputs, parse, to_jsonable
 from .store import BlobStore, DatasetVersion, ExampleChunk, NewChunk, Store, Task, VersionKind
 from .store.base import unreadable_blob
 from .store.space import storage_full
@@ -397,7 +397,7 @@ def _input_bytes(X: Any) -> bytes:
         np.savez(buffer, *X)
         return buffer.getvalue()
     # Recursive records (and ragged chains) have no array layout: store JSON.
-    return json.dumps(_to_jsonable(X)).encode()
+    return json.dumps(to_jsonable(X)).encode()
 
 
 def _get_inputs(blobs: BlobStore, digest: str, what: str) -> Any:
@@ -408,13 +408,3 @@ def _get_inputs(blobs: BlobStore, digest: str, what: str) -> Any:
         with np.load(io.BytesIO(data), allow_pickle=False) as archive:
             return tuple(archive[f"arr_{i}"] for i in range(len(archive.files)))
     return json.loads(data)
-
-
-def _to_jsonable(value: Any) -> Any:
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, dict):
-        return {str(k): _to_jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_to_jsonable(v) for v in value]
-    return value

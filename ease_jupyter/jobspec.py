@@ -170,7 +170,7 @@ class TorchWorkload:
 
     def describe(self) -> str:
         other = "".join(f", {k}={'|'.join(_value(v) for v in vs)}" for k, vs in self.options)
-        return f"lr={'|'.join(_value(lr) for lr in self.lrs)}{other}, {self.epochs} epochs"
+        return f"lr={'|'.join(_value(lr) for lr in self.lrs)}{other}, up to {self.epochs} epochs"  # halving stops poor configs sooner
 
 
 JobSpec = Union[SklearnGrid, SingleConfig, TorchWorkload]
@@ -203,7 +203,7 @@ def _grid(config: Mapping[str, Any], grid: Any) -> tuple[tuple[str, tuple[Any, .
 
 def describe_job(model: str, config: Mapping[str, Any]) -> str:
     """How people read a job's config: ``grid C=0.1|1|10``,
-    ``lr=0.1|0.01, 3 epochs`` or ``C=0.1``."""
+    ``lr=0.1|0.01, up to 3 epochs`` or ``C=0.1``."""
     return parse_job(model, config).describe()
 
 

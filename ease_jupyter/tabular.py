@@ -345,3 +345,17 @@ def named(predictions: np.ndarray, names: Sequence[Any] | None) -> np.ndarray:
     if lookup.dtype.kind not in "Ubif" or len({type(n) for n in names}) > 1:
         lookup = np.asarray(list(names), dtype=object)
     return lookup[np.asarray(predictions, dtype=np.int64)]
+
+
+def frame_of_wire(columns: Sequence[Mapping[str, Any]], decode: Callable[[Any], np.ndarray]) -> Any:
+    """The DataFrame of a version's table as ``GET /examples`` sends it
+    (``task_schema.table_json``): numbers with NaN, strings with None where missing."""
+    pandas = _pandas()
+    data = {}
+    for column in columns:
+        values = decode(column["values"])
+        if "missing" in column:
+            values = values.astype(object)
+            values[decode(column["missing"])] = None
+        data[column["name"]] = values
+    return pandas.DataFrame(data)

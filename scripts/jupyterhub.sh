@@ -28,7 +28,7 @@ fi
 
 if ! have_hub; then
     say "installing jupyterhub with pip"
-    "$PYTHON" -m pip install --quiet "jupyterhub>=5" >&2 || die "pip install jupyterhub failed"
+    "$PYTHON" -m pip install --quiet "jupyterhub>=6" >&2 || die "pip install jupyterhub failed"
     have_hub || die "pip installed jupyterhub but '$PYTHON -c \"import jupyterhub\"' fails"
 fi
 if ! have_proxy; then

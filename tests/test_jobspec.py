@@ -35,7 +35,7 @@ def test_a_torch_spec_round_trips_and_takes_the_candidates_rates():
     again = parse_job("lenet", json.loads(json.dumps(spec.config())))
     assert again == spec and again.engine is Engine.TORCH and again.arm == "lenet"
     assert again.points() == [{"lr": lr} for lr in spec.lrs]
-    assert again.describe() == "lr=" + "|".join(f"{lr:g}" for lr in spec.lrs) + ", 2 epochs"
+    assert again.describe() == "lr=" + "|".join(f"{lr:g}" for lr in spec.lrs) + ", up to 2 epochs"
 
 
 def test_a_job_stored_before_picks_trained_grids_is_one_config_and_no_arm():

@@ -70,6 +70,9 @@ import click
                    "allows or forbids one user with `easeml users allow-models NAME [--off]` either way.")
 @click.option("--user-model-timeout", default=600.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               metavar="SECONDS", help="The most seconds a job of a user's own model may run; past it the job fails.")
+@click.option("--notebook-timeout", default=90.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              metavar="SECONDS", help="A registered notebook session unheard of (no heartbeat) for this long is "
+                                      "listed as gone (GET /api/v1/notebooks).")
 @click.option("--jupyterhub", is_flag=True, default=False,
               help="Run as a JupyterHub service: users authenticate with hub API tokens (or the hub's OAuth "
                    "login); the API lives under $JUPYTERHUB_SERVICE_PREFIX, and --host/--port default to "
@@ -77,7 +80,7 @@ import click
 def command(db_url, data_dir, engine, precision, blob_url, policy, cross_user_prior, host, port, workers, executor, max_running, torch_epochs, mop_partitions,
             max_torch_workloads, max_json_mb, max_chunk_mb,
             idle_shutdown, worker_nice, upload_ttl, quota_gb, blob_gc, allow_user_models, user_model_timeout,
-            jupyterhub) -> None:
+            notebook_timeout, jupyterhub) -> None:
     """Run the scheduler service until interrupted."""
     from ease_jupyter.service import ServiceConfig, serve
     from ease_jupyter.store import default_data_dir
@@ -109,6 +112,7 @@ def command(db_url, data_dir, engine, precision, blob_url, policy, cross_user_pr
                                quota_bytes=int(quota_gb * 1024**3) or None,
                                blob_gc_seconds=blob_gc or None,
                                allow_user_models=allow_user_models, user_model_timeout=user_model_timeout,
+                               notebook_timeout_seconds=notebook_timeout,
                                jupyterhub=jupyterhub, base_url=base_url)
     except ValueError as error:
         hint = "'--policy'" if str(error).startswith("policy:") else None

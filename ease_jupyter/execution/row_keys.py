@@ -27,6 +27,8 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from ease_jupyter.schema import to_jsonable
+
 DIGEST_BYTES = 16  # 128 bits: no two different rows of any realistic task collide
 # Raw bytes (numpy's "S" strings would drop trailing zero bytes when read back).
 DIGEST_DTYPE = np.dtype(f"V{DIGEST_BYTES}")
@@ -85,7 +87,7 @@ def _row_bytes(part: np.ndarray, *, canonical_numbers: bool) -> Iterable[bytes]:
         return
     if part.dtype.kind == "O":  # never stored (no pickles), but a caller may hash before storing
         for row in part.reshape(len(part), -1):
-            yield json.dumps([_jsonable(v) for v in row.tolist()], sort_keys=True).encode()
+            yield json.dumps([to_jsonable(v) for v in row.tolist()], sort_keys=True).encode()
         return
     if canonical_numbers and part.dtype.kind in "biuf":
         flat = part.reshape(len(part), -1).astype(np.float64) + 0.0  # + 0.0: -0.0 becomes 0.0
@@ -103,18 +105,6 @@ def _row_bytes(part: np.ndarray, *, canonical_numbers: bool) -> Iterable[bytes]:
 
 
 def _digest_records(records: Any) -> np.ndarray:
-    return np.array([hashlib.blake2b(json.dumps(_jsonable(r), sort_keys=True, allow_nan=True).encode(),
+    return np.array([hashlib.blake2b(json.dumps(to_jsonable(r), sort_keys=True, allow_nan=True).encode(),
                                      digest_size=DIGEST_BYTES).digest() for r in records],
                     dtype=DIGEST_DTYPE)
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    return value

@@ -16,7 +16,8 @@ from jupyter_server.extension.application import ExtensionApp
 from jupyter_server.utils import url_path_join
 from traitlets import Bool, Unicode
 
-from .handlers import ServiceConnection, TaskHandler, TasksHandler, WhoamiHandler
+from .handlers import (NotebooksHandler, NotificationRelay, NotificationsHandler, ServiceConnection, TaskHandler,
+                       TasksHandler, WhoamiHandler)
 
 
 class EaseMLLab(ExtensionApp):
@@ -36,6 +37,8 @@ class EaseMLLab(ExtensionApp):
     def initialize_settings(self) -> None:
         self.service = ServiceConnection(self.url, self.token, self.data_dir)
         self.settings["easeml_service"] = self.service
+        self.notifications = NotificationRelay(self.service)
+        self.settings["easeml_notifications"] = self.notifications
         if self.start_service:
             threading.Thread(target=self._connect, name="easeml-connect", daemon=True).start()
 
@@ -47,10 +50,15 @@ class EaseMLLab(ExtensionApp):
         else:
             self.log.info("ease.ml service at %s", url)
 
+    async def stop_extension(self) -> None:
+        self.notifications.stop()
+
     def initialize_handlers(self) -> None:
         base = "/easeml"  # ExtensionApp puts the server's base_url in front
         self.handlers.extend([
             (url_path_join(base, "tasks"), TasksHandler),
             (url_path_join(base, "tasks", "(.+)"), TaskHandler),
             (url_path_join(base, "whoami"), WhoamiHandler),
+            (url_path_join(base, "notebooks"), NotebooksHandler),
+            (url_path_join(base, "notifications"), NotificationsHandler),
         ])

@@ -9,14 +9,21 @@ a status the sidebar can show:
   (``service_auth`` when it refused our token);
 - 503 ``service_unavailable``: no service could be reached or started;
 - 404 ``not_found``: the service does not know the task.
+
+``GET /easeml/notifications?after=N`` relays the user's notifications
+(``service/notify.py``) for the extension's toasts: a ``NotificationRelay``
+reads them from the service's event stream on a background thread, so the
+front end only polls its own server.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import os
 import threading
+import time
 import urllib.error
 from typing import Any, Callable
 
@@ -182,3 +189,88 @@ class WhoamiHandler(EaseMLHandler):
     @tornado.web.authenticated
     async def get(self) -> None:
         await self.answer(lambda client: {"url": client.url, "user": client.whoami()})
+
+
+class NotebooksHandler(EaseMLHandler):
+    """``GET /easeml/notebooks``: the user's notebook sessions as the service
+    lists them (``GET /api/v1/notebooks``): path, server, alive or gone."""
+
+    @tornado.web.authenticated
+    async def get(self) -> None:
+        await self.answer(lambda client: client.request("GET", "/notebooks"))
+
+
+class NotificationRelay:
+    """The user's notifications, read from the service's event stream on a
+    daemon thread (opened on the first poll, opened again when it ends) and
+    kept, numbered, for the front end to poll (``since``)."""
+
+    KEEP = 200  # the latest notifications kept for polls
+    RETRY_SECONDS = 5.0  # wait before reopening a stream that ended or could not open
+
+    def __init__(self, service: ServiceConnection):
+        self.service = service
+        self._kept: collections.deque[dict[str, Any]] = collections.deque(maxlen=self.KEEP)
+        self._next = 1
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._stopped = threading.Event()
+        self.connected = threading.Event()  # a stream is open now
+
+    def start(self) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="easeml-lab-notifications", daemon=True)
+                self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def _run(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                stream = self.service.call(lambda client: client.events())
+            except Exception:  # noqa: BLE001 - no service yet: the sidebar says why; try again
+                self._stopped.wait(self.RETRY_SECONDS)
+                continue
+            self.connected.set()
+            try:
+                while not self._stopped.is_set() and stream.alive:
+                    event = stream.get(timeout=1.0)
+                    if event is not None and event.get("type") == "notification":
+                        self._keep(event)
+            finally:
+                self.connected.clear()
+                stream.close()
+            self._stopped.wait(1.0)
+
+    def _keep(self, event: dict[str, Any]) -> None:
+        with self._lock:
+            self._kept.append({**event, "id": self._next, "received": time.time()})
+            self._next += 1
+
+    def since(self, after: int | None) -> dict[str, Any]:
+        """``{"notifications": [...], "last": id}``: those numbered above
+        ``after``; none when ``after`` is None (a page just opened starts
+        from now, not with old toasts)."""
+        self.start()
+        with self._lock:
+            last = self._next - 1
+            out = [] if after is None else [n for n in self._kept if n["id"] > after]
+        return {"notifications": out, "last": last, "connected": self.connected.is_set()}
+
+
+class NotificationsHandler(EaseMLHandler):
+    """``GET /easeml/notifications?after=N`` (see ``NotificationRelay.since``)."""
+
+    @tornado.web.authenticated
+    async def get(self) -> None:
+        raw = self.get_query_argument("after", None)
+        try:
+            after = None if raw in (None, "") else int(raw)
+        except ValueError:
+            self.set_status(400)
+            self.finish(json.dumps({"error": {"code": "bad_data",
+                                              "message": f"after: found {raw!r}, expected an integer"}}))
+            return
+        self.finish(json.dumps(self.settings["easeml_notifications"].since(after)))

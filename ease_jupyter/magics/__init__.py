@@ -96,3 +96,6 @@ class EaseMLMagics(Magics):
 
 def load_ipython_extension(ipython: Any) -> None:
     ipython.register_magics(EaseMLMagics)
+    from .notifications import register  # notifications as a line under the next cell's output
+
+    register(ipython, ipython.magics_manager.registry["EaseMLMagics"].session)

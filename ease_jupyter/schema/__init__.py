@@ -5,6 +5,7 @@ This layer is pure: it imports nothing from the rest of ease_jupyter except
 ``ease_jupyter.errors``.
 """
 
+from ._json import to_jsonable
 from .check import CheckedData, check_data, check_inputs
 from .limits import program_from_shapes
 from .parser import parse
@@ -12,6 +13,7 @@ from .printer import format_program
 from .types import DataType, Program, TensorField
 
 __all__ = [
+    "to_jsonable",
     "TensorField",
     "DataType",
     "Program",

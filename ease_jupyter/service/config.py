@@ -51,6 +51,8 @@ class ServiceConfig:
             the embedded single-user service.
         user_model_timeout: the most seconds a job of a user's own model may
             run (a user may ask for less); past it the job fails.
+        notebook_timeout_seconds: a notebook session unheard of (no heartbeat,
+            no registration) for this long is gone (``notebooks.py``).
         torch_epochs: the most epochs a torch pick's configs train (its
             successive halving's last rung) where a task sets no
             ``max_epochs``; None: by data size (``zoo.default_max_epochs``).
@@ -141,8 +143,11 @@ class ServiceConfig:
     blob_url: str | None = None
     allow_user_models: bool = False
     user_model_timeout: float = 600.0
+    notebook_timeout_seconds: float = 90.0
 
     def __post_init__(self) -> None:
+        if not self.notebook_timeout_seconds > 0:
+            raise ValueError(f"notebook_timeout_seconds: found {self.notebook_timeout_seconds}, expected > 0 seconds")
         if not self.user_model_timeout > 0:
             raise ValueError(f"user_model_timeout: found {self.user_model_timeout}, expected > 0 seconds")
         if self.max_running_per_user < 1:

@@ -26,6 +26,7 @@ from . import arrays, deletion, task_schema
 from .auth import TokenCache, check_name, create_user, revoke_token
 from .config import ServiceConfig, engine_form
 from .events import EventBus
+from .notebooks import NotebookRegistry
 from .failures import error_code
 from .quota import Quota
 from .loop import ControlLoop
@@ -33,6 +34,7 @@ from . import models
 from . import export as model_export
 from . import budget_api
 from . import user_models
+from . import notify
 from .executors import JobExecutor, JobRunner, ProcessExecutor, ThreadExecutor
 from .mop import TorchJobs, measure_torch_pool
 from .runner import SklearnJobs
@@ -118,6 +120,7 @@ class Service:
         self._task_cache: dict[tuple[int, str], Task] = {}  # see _task
         self.last_request = time.monotonic()  # for the idle shutdown (see app.housekeeping)
         self.events = EventBus()
+        self.notebooks = NotebookRegistry(config.notebook_timeout_seconds)  # notebooks.py: in memory
         self.suspicion_scorer = SuspicionScorer(self.store, self.blobs, torch_outputs=self._torch_outputs)
         self.started_at = time.time()
         processes = config.executor == "process" and config.db_url != "memory://"
@@ -137,7 +140,8 @@ class Service:
                                                config.max_torch_workloads)
         self.loop = ControlLoop(self.store, self.blobs, executors=executors, torch_epochs=config.torch_epochs,
                                 max_running_per_user=config.max_running_per_user,
-                                publish=self.events.publish, tick_seconds=config.tick_seconds, seed=config.seed,
+                                publish=notify.Notifier(self.store, self.events.publish),
+                                tick_seconds=config.tick_seconds, seed=config.seed,
                                 save_every_seconds=config.state_save_seconds, on_decision=self._publish_decision,
                                 policy=config.policy, cross_user_prior=config.cross_user_prior)
 
@@ -307,6 +311,7 @@ class Service:
         # configs plus torch candidates, one arm each) follow from the program,
         # so a read never waits for the control loop to take in a feed.
         out["arms"] = out["candidates"] if latest is not None and not task.cancelled else 0
+        out["muted"] = notify.is_muted(self.store, task.id)
         return out
 
     def cancel(self, caller: User, name: str) -> dict[str, Any]:
@@ -314,6 +319,13 @@ class Service:
         self.loop.notify(task.id)
         self.events.publish(caller.id, {"type": "task", "task_id": task.id, "name": name, "status": "cancelled"})
         return task_json(task)
+
+    def set_muted(self, caller: User, name: str, body: Any) -> dict[str, Any]:
+        """Mute (or unmute) the task's notifications (``notify.py``)."""
+        task = self._task(caller, name)
+        muted = notify.muted_from_body(body)
+        notify.set_muted(self.store, task.id, muted)
+        return {"name": task.name, "muted": notify.is_muted(self.store, task.id)}
 
     def resume(self, caller: User, name: str) -> dict[str, Any]:
         task = self._cached(self.store.set_task_cancelled(self._task(caller, name).id, False))
@@ -387,6 +399,9 @@ class Service:
         out = {"version": version_json(match), "example_ids": arrays.encode(data.example_ids), "y": arrays.encode(data.y)}
         if isinstance(data.X, np.ndarray):
             out["X"] = arrays.encode(data.X)
+        schema = task_schema.table_schema(self.store, task)
+        if schema is not None:
+            out["table"] = task_schema.table_json(schema, data.X, arrays.encode)
         return out
 
     # ------------------------------------------------------------ results

@@ -24,6 +24,7 @@ from ..zoo import NoCandidatesError
 from .auth import parse_authorization
 from .core import Service
 from .suspicion import NoModelError
+from . import notebooks
 
 log = logging.getLogger(__name__)
 API = "/api/v1"
@@ -315,6 +316,7 @@ ROUTES: list[tuple[str, dict[str, Callable[..., Any]], dict[str, Any]]] = [
                         "delete": lambda s, u, h, n: s.delete_task(u, n)}, {}),
     ("/tasks/" + NAME + "/cancel", {"post": lambda s, u, h, n: s.cancel(u, n)}, {}),
     ("/tasks/" + NAME + "/resume", {"post": lambda s, u, h, n: s.resume(u, n)}, {}),
+    ("/tasks/" + NAME + "/mute", {"put": lambda s, u, h, n: s.set_muted(u, n, h.json_body())}, {}),
     ("/tasks/" + NAME + "/feed", {"post": lambda s, u, h, n: _fed(s.feed(u, n, h.json_body()))}, {}),
     ("/tasks/" + NAME + "/refine", {"post": lambda s, u, h, n: _created(s.refine(u, n, h.json_body()))}, {}),
     ("/tasks/" + NAME + "/versions", {"get": lambda s, u, h, n: s.versions(u, n)}, {}),
@@ -342,6 +344,12 @@ ROUTES: list[tuple[str, dict[str, Callable[..., Any]], dict[str, Any]]] = [
                           "put": lambda s, u, h, i: s.upload_chunk(u, i, _int_arg(h, "offset", 0), h.request.body)},
      {"limit_attr": "max_chunk_bytes"}),
     ("/scheduler", {"get": lambda s, u, h: s.scheduler(u)}, {}),
+    ("/notebooks", {"get": lambda s, u, h: notebooks.api_list(s, u),
+                    "post": lambda s, u, h: _created(notebooks.api_register(s, u, h.json_body()))}, {}),
+    ("/notebooks/" + NAME, {"get": lambda s, u, h, i: notebooks.api_get(s, u, i),
+                            "delete": lambda s, u, h, i: notebooks.api_end(s, u, i)}, {}),
+    ("/notebooks/" + NAME + "/heartbeat",
+     {"post": lambda s, u, h, i: notebooks.api_heartbeat(s, u, i, h.json_body())}, {}),
     ("/admin/progress", {"get": lambda s, u, h: s.progress(u)}, {}),
 ]
 

@@ -32,8 +32,13 @@ How a request becomes an ease.ml user (``HubTokens.authenticate``):
    sight. Hub users and local accounts are separate namespaces: the hub's
    "carol" never logs in to a local account "carol" (made by ``easeml users
    add`` or an admin's ``POST /users``), nor does that account's token reach
-   the hub user's tasks. Admin rights follow the hub's answer: a hub admin is
-   an ease.ml admin, and nobody else is (whatever the stored flag says). A hub
+   the hub user's tasks. Admin rights follow the hub's answer (``hub_admin``):
+   a hub user is an ease.ml admin when the hub says it is a hub admin, or when
+   the token holds the custom scope ``custom:easeml:admin`` (``ADMIN_SCOPE``;
+   a hub role gives it, e.g. to the hub group ``easeml-admins`` as
+   deploy/jupyterhub_config.py does); nobody else is (whatever the stored flag
+   says). Being in a group gives nothing by itself: rights follow the token,
+   so an admin's token made without that scope is an ordinary user's. A hub
    name that is not a valid ease.ml name (``auth.NAME_RE``, e.g. an e-mail
    address) gets 403 with the rule; map such names in the hub
    (``Authenticator.username_map`` or ``normalize_username``).
@@ -152,6 +157,22 @@ def ease_name(hub_name: str) -> str:
     return hub_name
 
 
+# An ease.ml admin who need not be a hub admin: a hub role grants this custom scope
+# (``c.JupyterHub.custom_scopes`` defines it), e.g. to the hub group easeml-admins.
+ADMIN_SCOPE = "custom:easeml:admin"
+
+
+def hub_admin(model: dict[str, Any], hub_auth: Any) -> bool:
+    """Whether the hub's answer for a token (``GET /hub/api/user``) makes its
+    user an ease.ml admin: a hub admin, or a token holding the unfiltered
+    scope ``ADMIN_SCOPE``. Group membership alone does not count: the hub
+    shows a user's groups to every token of hers, and a token made without
+    the scope (least privilege) must not act as an admin."""
+    if model.get("admin"):
+        return True
+    return bool(hub_auth.check_scopes({ADMIN_SCOPE}, model))  # a filtered grant (``!user=...``) does not count
+
+
 class HubTokens:
     """Who a request is, in JupyterHub mode; replaces ``Service.tokens``.
 
@@ -223,7 +244,7 @@ class HubTokens:
         if not self.hub_auth.check_scopes(self.hub_auth.access_scopes, model):
             raise PermissionError(f"hub user {hub_name!r} may not use this service: the token needs one of the "
                                   f"scopes {sorted(self.hub_auth.access_scopes)}")
-        return ease_name(hub_name), bool(model.get("admin"))
+        return ease_name(hub_name), hub_admin(model, self.hub_auth)
 
     def _from_model(self, model: dict[str, Any]) -> User:
         name, admin = self._check(model)
@@ -296,5 +317,5 @@ def hub_routes(prefix: str, hub_auth: Any) -> list[tuple[str, type, dict[str, An
             (pattern + "oauth_callback", CallbackHandler, args)]
 
 
-__all__ = ["HUB_CACHE_SECONDS", "HubConfigError", "HubTokens", "check_environment", "ease_name", "hub_routes",
-           "make_hub_auth", "positive_cache", "service_bind", "service_prefix"]
+__all__ = ["ADMIN_SCOPE", "HUB_CACHE_SECONDS", "HubConfigError", "HubTokens", "check_environment",
+           "ease_name", "hub_admin", "hub_routes", "make_hub_auth", "positive_cache", "service_bind", "service_prefix"]

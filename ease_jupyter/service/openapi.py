@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import notebooks
+
 ERR = {"$ref": "#/components/responses/Error"}
 # auth.check_name: 1-64 of A-Z a-z 0-9 _ . -, never "..", never just ".". Dots
 # only between or around runs of other characters says so without a lookahead.
@@ -130,6 +132,12 @@ def spec() -> dict[str, Any]:
                                          bytes_freed={"type": "integer"}))},
         "/tasks/{name}/cancel": {"post": _op("Cancel the task: queued jobs are cancelled, running ones ignored", params=[NAME])},
         "/tasks/{name}/resume": {"post": _op("Undo a cancel", params=[NAME])},
+        "/tasks/{name}/mute": {"put": _op(
+            "Mute (true) or unmute (false) the task's notifications (improved, idle, failed, budget); read back "
+            "as the task's 'muted'", params=[NAME],
+            body={"type": "object", "properties": {"muted": {"type": "boolean"}}, "required": ["muted"],
+                  "additionalProperties": False},
+            response=_obj("name", "muted", name={"type": "string"}, muted={"type": "boolean"}))},
         "/tasks/{name}/feed": {"post": _op(
             "Add examples: a new dataset version (201), or the latest one (200) when the feed adds no row. mode "
             "'dedupe' (default) skips rows (input and label) the latest version holds, 'append' adds them again, "
@@ -267,6 +275,7 @@ def spec() -> dict[str, Any]:
                               compute_seconds={"type": "number"}, compute_share={"type": ["number", "null"]})},
                           running={"type": "integer"}, compute_seconds={"type": "number"}))},
         "/admin/progress": {"get": _op("Aggregate progress of all users and the control loop (admin)")},
+        **notebooks.openapi_paths(),
         "/events": {"get": {
             "summary": "WebSocket of job/version/task/metrics events, and decision events for everyone (anonymised "
                        "like /scheduler); token in header or ?token=. A GET without a WebSocket upgrade is 426.",
@@ -300,6 +309,7 @@ def spec() -> dict[str, Any]:
                     latest_version={"oneOf": [{"$ref": "#/components/schemas/Version"}, {"type": "null"}]},
                     jobs={"type": "object", "additionalProperties": {"type": "integer"}},
                     idle={"type": "boolean"}, arms={"type": "integer"}, candidates={"type": "integer"},
+                    muted={"type": "boolean"},
                     blocked={"enum": ["store_unavailable", "storage_full", None]},
                     status={"enum": ["cancelled", "no_candidates", "no_data", "blocked", "training", "idle",
                                      "over_budget"]},

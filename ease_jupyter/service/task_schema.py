@@ -203,3 +203,21 @@ def table_job(store: Store, task: Task, candidate: Candidate, data: Any) -> tupl
         return candidate, data
     return (dataclasses.replace(candidate, build=TableBuilder(schema, candidate.build)),
             dataclasses.replace(data, X=to_frame(schema, data.X)))
+
+
+def table_json(schema: TableSchema, arrays: Any, encode: Callable[[np.ndarray], Any]) -> list[dict[str, Any]]:
+    """A version's table as ``GET /examples`` answers it: per column its name,
+    kind and values (float64 with NaN, or strings), and for string columns
+    which rows are missing."""
+    out, columns = [], schema.columns_of(arrays)
+    for column in schema.columns:
+        values = columns[column.name]
+        entry: dict[str, Any] = {"name": column.name, "kind": column.kind.value}
+        if values.dtype == object:
+            missing = np.array([not isinstance(v, str) for v in values], dtype=bool)
+            entry["values"] = encode(np.array(["" if m else v for v, m in zip(values, missing)], dtype=str))
+            entry["missing"] = encode(missing)
+        else:
+            entry["values"] = encode(values)
+        out.append(entry)
+    return out

@@ -5,7 +5,9 @@ set headers on a WebSocket). Each message is one JSON event: ``hello`` on
 connect, then ``task``, ``version``, ``job`` and ``metrics`` events of the
 caller's tasks (``job`` carries the status, accuracy, cost and, when
 finished, the metrics), and every scheduler ``decision``, anonymised for
-non-admins (``scheduler_view.py``). A GET without a WebSocket upgrade is
+non-admins (``scheduler_view.py``). A notebook kernel sends
+``{"type": "heartbeat", "session": id}`` on its stream to keep its
+registered session alive (``notebooks.py``). A GET without a WebSocket upgrade is
 answered 426 and other methods 405 (with ``Allow``), in the API's JSON error
 shape.
 """
@@ -19,6 +21,7 @@ import tornado.web
 import tornado.websocket
 from tornado.ioloop import IOLoop
 
+from ..errors import DataError, NotFoundError
 from .auth import parse_authorization
 from .core import Service
 
@@ -28,6 +31,7 @@ class EventsHandler(tornado.websocket.WebSocketHandler):
         self.service = service
         self.user = None
         self._sid: int | None = None
+        self.sessions: set[str] = set()  # the notebook sessions that heartbeat on this stream
 
     def check_origin(self, origin: str) -> bool:
         return True  # the token, not the origin, authorises; cookies are never used
@@ -85,8 +89,36 @@ class EventsHandler(tornado.websocket.WebSocketHandler):
     def on_message(self, message: str | bytes) -> None:
         if message == "ping":
             self.write_message(json.dumps({"type": "pong"}))
+            return
+        try:
+            request = json.loads(message)
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            return  # not ours to answer: the stream carries events, a stray message changes nothing
+        if isinstance(request, dict) and request.get("type") == "heartbeat":
+            self._heartbeat(request)
+
+    def _heartbeat(self, request: dict[str, Any]) -> None:
+        """``{"type": "heartbeat", "session": id, "tasks": [...]}``: refresh the
+        caller's notebook session (``notebooks.py``) and tie it to this
+        stream; answered ``{"type": "heartbeat", "session": id, "ok": true,
+        "timeout": s}`` or, for a session that is not hers (or that a
+        restarted service does not know), ``"ok": false`` with ``status``
+        404 and the error: the kernel then registers again."""
+        session_id = request.get("session")
+        try:
+            self.service.notebooks.heartbeat(self.user.id, session_id, request.get("tasks"), stream=self._sid)
+            self.sessions.add(session_id)
+            reply = {"type": "heartbeat", "session": session_id, "ok": True,
+                     "timeout": self.service.notebooks.timeout}
+        except (NotFoundError, DataError) as error:
+            status, code = (404, "not_found") if isinstance(error, NotFoundError) else (400, "bad_data")
+            reply = {"type": "heartbeat", "session": str(session_id)[:40], "ok": False, "status": status,
+                     "error": {"code": code, "message": str(error)}}
+        self._send(reply)
 
     def on_close(self) -> None:
         if self._sid is not None:
             self.service.events.unsubscribe(self._sid)
+            # Its sessions stay until their timeout: a closed stream may be a network blip.
+            self.service.notebooks.detach(self._sid)
             self._sid = None

@@ -90,11 +90,15 @@ class RefinePanel(anywidget.AnyWidget):
         ids, X, y = self._task.data(version)
         numbers = [v["number"] for v in self._task.versions()]
         names = self._task.refresh().get("class_names")
+        column_names = None
+        if hasattr(X, "columns"):  # a table task's DataFrame: one row of cells per example
+            column_names = [str(c) for c in X.columns]
+            X = X.astype(object).to_numpy()
         self._ids, self._X, self._y = np.asarray(ids, dtype=np.int64), X, _labels(y, names)
         self._sorted = np.argsort(self._ids, kind="stable")
         self._suspicion, self._order_cache = None, None
         shape = tuple(X.shape[1:]) if X is not None else ()
-        kind = self._kind or (example_kind(shape) if X is not None else "table")
+        kind = self._kind or (example_kind(shape) if X is not None and column_names is None else "table")
         if kind not in KINDS:
             raise ValueError(f"kind: found {kind!r}, expected one of {KINDS}")
         distinct = sorted(set(self._y.tolist()), key=lambda s: (len(s), s))
@@ -102,7 +106,9 @@ class RefinePanel(anywidget.AnyWidget):
             self.version = version if version is not None else numbers[-1]
             self.kind = kind
             n_values = int(np.prod(shape)) if shape else 0
-            self.columns = [f"x{i}" for i in range(min(n_values, 12))] + (["..."] if n_values > 12 else [])
+            if column_names is None:
+                column_names = [f"x{i}" for i in range(n_values)]
+            self.columns = column_names[:12] + (["..."] if len(column_names) > 12 else [])
             self.n_total = len(self._ids)
             self.labels = distinct if len(distinct) <= 100 else []
             self._rendering = True

@@ -10,7 +10,9 @@ function render({ model, el }) {
   const why = document.createElement("div");
   const table = document.createElement("table");
   const cands = document.createElement("table");
-  el.append(head, store, why, table, cands);
+  const notebooks = document.createElement("table");
+  notebooks.className = "easeml-notebooks";
+  el.append(head, store, why, table, cands, notebooks);
 
   function draw() {
     head.innerHTML = `<b>scheduler</b>: policy ${esc(model.get("policy"))}, mode ${esc(model.get("mode"))}` +
@@ -33,8 +35,15 @@ function render({ model, el }) {
       c.map((r) => `<tr class="${r.user === serving ? "easeml-serving" : ""}"><td>${esc(r.user)}</td>` +
         `<td>${esc(r.task)}</td>` +
         `<td>${num(r.gap, 4)}</td></tr>`).join("") + "</tbody>";
+    const nb = model.get("notebooks");  // GET /api/v1/notebooks: yours (admins: everyone's)
+    notebooks.innerHTML = nb.length === 0 ? "" : "<thead><tr><th>notebook</th><th>user</th><th>server</th>" +
+      "<th>kernel</th><th>last seen</th><th>state</th><th>tasks</th></tr></thead><tbody>" +
+      nb.map((n) => `<tr class="${n.alive ? "" : "easeml-gone"}"><td>${esc(n.notebook_path)}</td>` +
+        `<td>${esc(n.user)}</td><td>${esc(n.server_name)}</td><td><code>${esc(n.kernel)}</code></td>` +
+        `<td title="${esc(n.last_seen)}">${num(n.seconds_since_seen, 0)} s ago</td>` +
+        `<td>${n.alive ? "alive" : "gone"}</td><td>${esc(n.tasks.join(", "))}</td></tr>`).join("") + "</tbody>";
   }
-  for (const name of ["users", "serving", "reason", "candidates", "policy", "mode", "decisions", "store"]) {
+  for (const name of ["users", "serving", "reason", "candidates", "policy", "mode", "decisions", "store", "notebooks"]) {
     model.on(`change:${name}`, draw);
   }
   draw();

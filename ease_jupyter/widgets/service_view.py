@@ -17,6 +17,8 @@ from .leaderboard import _text_table
 
 HERE = pathlib.Path(__file__).parent
 USER_KEYS = ("name", "you", "tasks", "running", "best_accuracy", "loss_estimate", "compute_share")
+NOTEBOOK_KEYS = ("id", "user", "notebook_path", "server_name", "kernel", "last_seen", "seconds_since_seen", "alive",
+                 "tasks")
 
 
 def _candidates(raw: Any) -> list[dict[str, Any]]:
@@ -37,6 +39,15 @@ def _user_row(raw: dict[str, Any]) -> dict[str, Any]:
             "best_accuracy": raw.get("best_accuracy"),
             "loss_estimate": raw.get("accuracy_loss", raw.get("loss_estimate")),
             "compute_share": raw.get("compute_share")}
+
+
+def _notebook_row(raw: dict[str, Any]) -> dict[str, Any]:
+    """A notebook session as the view shows it (``Client.notebooks()``'s entry): the kernel id cut to 8."""
+    kernel = raw.get("kernel_id")
+    return {"id": raw.get("id"), "user": raw.get("user"), "notebook_path": raw.get("notebook_path"),
+            "server_name": raw.get("server_name"), "kernel": None if kernel is None else str(kernel)[:8],
+            "last_seen": raw.get("last_seen"), "seconds_since_seen": raw.get("seconds_since_seen"),
+            "alive": bool(raw.get("alive")), "tasks": list(raw.get("tasks") or [])}
 
 
 def explain(decision: dict[str, Any] | None) -> str:
@@ -83,6 +94,8 @@ class ServiceView(Live, anywidget.AnyWidget):
     reason = t.Unicode("", help="why the served user was chosen").tag(sync=True)
     decisions = t.Int(0, help="decision events received").tag(sync=True)
     last_decision = t.Dict(None, allow_none=True, help="the raw last decision").tag(sync=True)
+    notebooks = t.List(t.Dict(), help="your notebook sessions (admins: everyone's), one dict each: "
+                                      + ", ".join(NOTEBOOK_KEYS)).tag(sync=True)
     store = t.Dict(None, allow_none=True,
                    help="admins only: the store as the control loop last met it, {writable, blocked, since, "
                         "message}; blocked is store_unavailable or storage_full while training is paused").tag(sync=True)
@@ -155,6 +168,14 @@ class ServiceView(Live, anywidget.AnyWidget):
             self._decide(state.get("last_decision"))
         if (state.get("viewer") or {}).get("admin"):
             self.store = self._store_state()
+        self.notebooks = self._notebooks()
+
+    def _notebooks(self) -> list[dict[str, Any]]:
+        """``Client.notebooks()`` as rows; none from a service without them."""
+        try:
+            return [_notebook_row(s) for s in self.client.notebooks()]
+        except Exception:  # noqa: BLE001 - the view shows what it can; the next refresh asks again
+            return []
 
     def _store_state(self) -> dict[str, Any] | None:
         """``/health``'s ``store`` field, which the service gives admins only."""
@@ -176,4 +197,11 @@ class ServiceView(Live, anywidget.AnyWidget):
         head = f"Service view: policy {self.policy}, mode {self.mode}; {self.reason}"
         if self.store and self.store.get("blocked"):
             head += f"\ntraining paused ({self.store['blocked']}): {self.store.get('message')}"
-        return "\n".join([head] + _text_table(["user", "tasks", "running", "best acc", "loss est", "share"], rows))
+        lines = [head] + _text_table(["user", "tasks", "running", "best acc", "loss est", "share"], rows)
+        if self.notebooks:
+            lines += ["notebooks:"] + _text_table(
+                ["user", "notebook", "server", "kernel", "last seen", "state", "tasks"],
+                [[str(n["user"]), str(n["notebook_path"] or ""), str(n["server_name"] or ""), str(n["kernel"] or ""),
+                  f"{n['seconds_since_seen']:.0f} s ago" if n["seconds_since_seen"] is not None else "",
+                  "alive" if n["alive"] else "gone", ", ".join(n["tasks"])] for n in self.notebooks])
+        return "\n".join(lines)

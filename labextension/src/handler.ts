@@ -30,6 +30,35 @@ export interface ITaskRow {
   jobs: Record<string, number>;
 }
 
+/** One notebook session of the caller, as `GET /easeml/notebooks` lists it (the service's `GET /api/v1/notebooks`). */
+export interface INotebookSession {
+  id: string;
+  user: string;
+  kernel_id: string | null;
+  hub_user: string | null;
+  server_name: string | null;
+  notebook_path: string | null;
+  tasks: string[];
+  alive: boolean;
+  connected?: boolean;
+  seconds_since_seen?: number;
+}
+
+/** A notification of the service (service/notify.py), relayed by `GET /easeml/notifications`. */
+export interface INotification {
+  id: number;
+  task: string;
+  kind: 'improved' | 'idle' | 'failed' | 'budget' | string;
+  message: string;
+}
+
+/** `GET /easeml/notifications?after=N`. */
+export interface INotificationBatch {
+  notifications: INotification[];
+  last: number;
+  connected: boolean;
+}
+
 /** `GET /easeml/whoami`. */
 export interface IWhoami {
   url: string;

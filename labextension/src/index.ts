@@ -6,13 +6,17 @@
  * - `easeml:service-view`   "ease.ml: open service view" inserts and runs `%easeml status --all`
  * - `easeml:task-status`    (args: {name})               inserts and runs `%easeml status NAME` (a sidebar click)
  * - `easeml:refresh`        "ease.ml: refresh tasks"
+ *
+ * The service's notifications (a better model, a task done, a failed job, a
+ * spent budget) show as toasts in the notification centre (notifications.ts).
  */
 import { ILayoutRestorer, JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
 import { ICommandPalette, InputDialog, Notification } from '@jupyterlab/apputils';
 import { INotebookTracker } from '@jupyterlab/notebook';
 
 import { SERVICE_VIEW_SOURCE, insertCell, newTaskSource, statusSource, targetNotebook } from './cells';
-import { ITaskRow, requestAPI } from './handler';
+import { INotebookSession, INotificationBatch, ITaskRow, requestAPI } from './handler';
+import { NotificationPoller } from './notifications';
 import { TaskSidebar } from './sidebar';
 
 export namespace CommandIDs {
@@ -46,6 +50,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
 
     const sidebar = new TaskSidebar({
       fetchTasks: () => requestAPI<ITaskRow[]>('tasks'),
+      fetchNotebooks: () => requestAPI<INotebookSession[]>('notebooks'),
       onOpenTask: name => void app.commands.execute(CommandIDs.taskStatus, { name })
     });
 
@@ -87,6 +92,10 @@ const plugin: JupyterFrontEndPlugin<void> = {
         palette.addItem({ command, category: 'ease.ml' });
       }
     }
+
+    new NotificationPoller(after =>
+      requestAPI<INotificationBatch>(after === null ? 'notifications' : `notifications?after=${after}`)
+    ).start();
 
     app.shell.add(sidebar, 'left', { rank: 650 });
     if (restorer) {

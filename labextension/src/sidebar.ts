@@ -5,12 +5,15 @@
  * each task is an `li.easeml-task` with `data-task` (its name) and
  * `data-state`; errors appear in `.easeml-error` (role "alert"); the refresh
  * button is `button.easeml-refresh`; the last update is in `.easeml-status`.
+ * The user's notebook sessions follow in `ul.easeml-notebooks`: each an
+ * `li.easeml-notebook` with `data-session` and `data-alive` ("true"/"false"),
+ * showing its path, its server and "alive" or "gone".
  */
 import { LabIcon } from '@jupyterlab/ui-components';
 import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
-import { EaseMLRequestError, ITaskRow } from './handler';
+import { EaseMLRequestError, INotebookSession, ITaskRow } from './handler';
 
 export const SIDEBAR_ID = 'easeml-sidebar';
 
@@ -26,6 +29,8 @@ export const easemlIcon = new LabIcon({
 export interface ITaskSidebarOptions {
   /** Fetches the rows (GET /easeml/tasks). */
   fetchTasks: () => Promise<ITaskRow[]>;
+  /** Fetches the notebook sessions (GET /easeml/notebooks); none shown when absent. */
+  fetchNotebooks?: () => Promise<INotebookSession[]>;
   /** Called when a task row is clicked or activated with Enter/Space. */
   onOpenTask: (name: string) => void;
   /** Milliseconds between refreshes while the panel is visible. */
@@ -82,7 +87,17 @@ export class TaskSidebar extends Widget {
     const hint = document.createElement('div');
     hint.className = 'easeml-hint';
     hint.textContent = 'Click a task to add a %easeml status cell to the notebook.';
+    const sessionsTitle = document.createElement('h3');
+    sessionsTitle.className = 'easeml-notebooks-title';
+    sessionsTitle.textContent = 'Notebook sessions';
+    this.notebooksNode = document.createElement('ul');
+    this.notebooksNode.className = 'easeml-notebooks';
+    this.notebooksNoteNode = document.createElement('div');
+    this.notebooksNoteNode.className = 'easeml-notebooks-note';
     this.node.append(header, this.statusNode, this.errorNode, this.listNode, this.emptyNode, hint);
+    if (options.fetchNotebooks) {
+      this.node.append(sessionsTitle, this.notebooksNode, this.notebooksNoteNode);
+    }
   }
 
   /** The rows last shown. */
@@ -121,6 +136,7 @@ export class TaskSidebar extends Widget {
 
   private async load(): Promise<void> {
     this.node.classList.add('easeml-loading');
+    const notebooks = this.loadNotebooks();
     try {
       this.render(await this.options.fetchTasks());
       this.errorNode.hidden = true;
@@ -134,7 +150,21 @@ export class TaskSidebar extends Widget {
       this.listNode.classList.add('easeml-stale');
       this.statusNode.textContent = `update failed at ${new Date().toLocaleTimeString()}`;
     } finally {
+      await notebooks;
       this.node.classList.remove('easeml-loading');
+    }
+  }
+
+  private async loadNotebooks(): Promise<void> {
+    if (!this.options.fetchNotebooks) {
+      return;
+    }
+    try {
+      const sessions = await this.options.fetchNotebooks();
+      this.notebooksNode.replaceChildren(...sessions.map(session => renderSession(session)));
+      this.notebooksNoteNode.textContent = sessions.length ? '' : 'No notebook attached.';
+    } catch (error) {
+      this.notebooksNoteNode.textContent = `Sessions unavailable: ${describeError(error)}`;
     }
   }
 
@@ -190,7 +220,34 @@ export class TaskSidebar extends Widget {
   private readonly errorNode: HTMLDivElement;
   private readonly listNode: HTMLUListElement;
   private readonly emptyNode: HTMLDivElement;
+  private readonly notebooksNode: HTMLUListElement;
+  private readonly notebooksNoteNode: HTMLDivElement;
   private _rows: ITaskRow[] = [];
   private pending: Promise<void> | null = null;
   private timer = 0;
+}
+
+/** One notebook session: its path (or kernel id), its server, alive or gone. */
+export function renderSession(session: INotebookSession): HTMLLIElement {
+  const item = document.createElement('li');
+  item.className = 'easeml-notebook';
+  item.dataset.session = session.id;
+  item.dataset.alive = String(session.alive);
+  const path = document.createElement('span');
+  path.className = 'easeml-notebook-path';
+  path.textContent = session.notebook_path || (session.kernel_id ? `kernel ${session.kernel_id}` : session.id);
+  const server = document.createElement('span');
+  server.className = 'easeml-notebook-server';
+  server.textContent = session.server_name || (session.hub_user ? `${session.hub_user}'s server` : 'default server');
+  const alive = document.createElement('span');
+  alive.className = `easeml-notebook-state easeml-notebook-${session.alive ? 'alive' : 'gone'}`;
+  alive.textContent = session.alive ? 'alive' : 'gone';
+  item.title = [
+    session.kernel_id ? `kernel ${session.kernel_id}` : '',
+    session.tasks && session.tasks.length ? `tasks: ${session.tasks.join(', ')}` : ''
+  ]
+    .filter(Boolean)
+    .join('\n');
+  item.append(path, server, alive);
+  return item;
 }

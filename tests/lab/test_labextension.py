@@ -41,7 +41,7 @@ def test_prebuilt_output_matches_the_source_package():
     bundle = "".join(p.read_text() for p in (PREBUILT / "static").glob("*.js"))
     # The DOM contract and the commands of src/ are in the committed build.
     for marker in ("easeml-sidebar", "easeml-task", "ease.ml: new task", "ease.ml: open service view",
-                   "%easeml status --all", "%%easeml task"):
+                   "%easeml status --all", "%%easeml task", "easeml-notebook", "notifications?after=", "ease.ml: "):
         assert marker in bundle, f"{marker!r} missing: rebuild with `cd labextension && npm run build:prod`"
 
 

@@ -27,7 +27,7 @@ def test_server_extension_is_enabled():
 
 
 def test_routes_need_the_jupyter_token(setup):
-    for path in ("/easeml/tasks", "/easeml/tasks/iris", "/easeml/whoami"):
+    for path in ("/easeml/tasks", "/easeml/tasks/iris", "/easeml/whoami", "/easeml/notebooks", "/easeml/notifications"):
         for token in (None, "wrong-token"):
             answer = setup.lab.get(path, token, redirect=False)
             assert answer.status == 403, (path, token, answer.status, answer.body)

@@ -50,7 +50,7 @@ def test_importing_schema_loads_no_heavy_dependencies():
 def test_public_api():
     assert sorted(schema.__all__) == sorted(
         ["TensorField", "DataType", "Program", "parse", "format_program", "check_data", "check_inputs", "CheckedData",
-         "program_from_shapes"]
+         "program_from_shapes", "to_jsonable"]
     )
     for name in schema.__all__:
         assert getattr(schema, name) is not None

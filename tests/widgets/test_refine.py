@@ -160,3 +160,21 @@ def test_string_labels_show_and_filter_by_their_class_names(service, iris):
     assert panel.labels == ["setosa", "virginica", "versicolor"]  # shortest first, as for indices
     panel.label_filter = "virginica"
     assert panel.n_shown == 50 and {r["label"] for r in panel.rows} == {"virginica"}
+
+
+def test_a_table_task_shows_its_columns_and_data_gives_back_the_frame(service):
+    import pandas as pd
+
+    frame = pd.DataFrame({"mass": [3.5, np.nan, 4.1, 3.9], "island": ["Biscoe", None, "Dream", "Dream"],
+                          "species": ["Adelie", "Gentoo", "Adelie", "Gentoo"]})
+    task = service.client("alice").task("penguins_refine", like=frame, target="species")
+    task.feed(frame)
+    ids, X, y = task.data()
+    assert list(X.columns) == ["mass", "island"]
+    assert X["island"].isna().tolist() == [False, True, False, False]
+    assert X["island"][[0, 2, 3]].tolist() == ["Biscoe", "Dream", "Dream"]
+    assert np.isnan(X["mass"][1]) and X["mass"][[0, 2, 3]].tolist() == [3.5, 4.1, 3.9]
+    panel = RefinePanel(task, page_size=10)
+    assert (panel.kind, panel.columns) == ("table", ["mass", "island"])
+    assert [r["values"] for r in panel.rows][0] == ["3.5", "Biscoe"]
+    assert {r["label"] for r in panel.rows} == {"Adelie", "Gentoo"}

@@ -1,0 +1,118 @@
+"""Notifications in a plain kernel: one line under the next cell's output.
+
+The service publishes a ``{"type": "notification", ...}`` event to a task's
+owner when its best model improves, it goes idle, a job fails or her budget
+runs out (``service/notify.py``). ``NotificationFeed`` reads them on a
+background thread from the client's event stream. ``%load_ext ease_jupyter``
+registers ``CellNotices`` on IPython's ``post_run_cell`` event: after each
+cell it prints the notifications received since the last one, one line each,
+for the client of ``%easeml connect``. Outside IPython, ``log_notifications``
+writes them as log lines (INFO, logger ``ease_jupyter.notifications``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from typing import Any, Callable
+
+log = logging.getLogger("ease_jupyter.notifications")
+
+PREFIX = "ease.ml"
+
+
+def one_line(event: dict[str, Any]) -> str:
+    """``ease.ml [idle] iris: done, ...``: the message, on one line."""
+    message = " ".join(str(event.get("message") or event.get("task") or "").split())
+    return f"{PREFIX} [{event.get('kind', 'notification')}] {message}"
+
+
+class NotificationFeed:
+    """The notifications of ``client``'s user, from her event stream, read on
+    a daemon thread: kept for ``take`` or handed to ``on_notification``."""
+
+    def __init__(self, client: Any, on_notification: Callable[[dict[str, Any]], None] | None = None):
+        self.client = client
+        self._on = on_notification
+        self._kept: deque[dict[str, Any]] = deque(maxlen=100)  # a long cell keeps the latest 100
+        self._lock = threading.Lock()
+        self._stream = client.events()  # raises here when the service cannot be reached
+        self._thread = threading.Thread(target=self._read, name="easeml-notifications", daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        for event in self._stream.iter():
+            if event.get("type") != "notification":
+                continue
+            if self._on is not None:
+                self._on(event)
+            else:
+                with self._lock:
+                    self._kept.append(event)
+
+    @property
+    def alive(self) -> bool:
+        return self._stream.alive
+
+    def take(self) -> list[dict[str, Any]]:
+        """The notifications received since the last ``take``."""
+        with self._lock:
+            out = list(self._kept)
+            self._kept.clear()
+        return out
+
+    def close(self) -> None:
+        self._stream.close()
+
+
+class CellNotices:
+    """IPython ``post_run_cell`` callback: print the notifications that came
+    since the last cell, under this cell's output. Follows the client of
+    ``session`` (``%easeml connect``), and opens a new stream when the old one
+    ended (the service restarted)."""
+
+    def __init__(self, session: Any):
+        self.session = session
+        self.feed: NotificationFeed | None = None
+
+    def __call__(self, result: Any = None) -> None:  # noqa: ARG002 - IPython passes the ExecutionResult
+        client = getattr(self.session, "client", None)
+        if client is None:
+            return
+        feed = self.feed
+        if feed is not None and feed.client is client:
+            for event in feed.take():
+                print(one_line(event))
+            if feed.alive:
+                return
+        if feed is not None:
+            feed.close()
+        try:
+            self.feed = NotificationFeed(client)
+        except Exception as error:  # noqa: BLE001 - a cell must never fail for want of notifications
+            self.feed = None
+            log.debug("no notification stream: %s", error)
+
+    def close(self) -> None:
+        if self.feed is not None:
+            self.feed.close()
+            self.feed = None
+
+
+def register(ipython: Any, session: Any) -> CellNotices:
+    """Print notifications under cell output in ``ipython`` (once per shell)."""
+    notices = CellNotices(session)
+    previous = getattr(ipython, "_easeml_notices", None)
+    if previous is not None:
+        ipython.events.unregister("post_run_cell", previous)
+        previous.close()
+    ipython.events.register("post_run_cell", notices)
+    ipython._easeml_notices = notices
+    return notices
+
+
+def log_notifications(client: Any) -> NotificationFeed:
+    """Outside IPython: log each of the user's notifications as it comes
+    (INFO, logger ``ease_jupyter.notifications``); ``close()`` to stop."""
+    return NotificationFeed(client, on_notification=lambda event: log.info("%s", one_line(event)))
