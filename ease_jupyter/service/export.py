@@ -251,6 +251,9 @@ def _sklearn_onnx(plain: Any, inputs: SklearnInputs, classification: bool) -> by
         raise DataError("format", f"'onnx' for a table with the text column {text[0]!r}",
                         "joblib for this task (skl2onnx cannot convert a text column's steps before its TF-IDF "
                         "vectorizer, and onnxruntime's tokenizer depends on the machine's locales)")
+    from .onnx_converters import register
+
+    register()
     options = {"zipmap": False} if classification else None  # probabilities as a plain (n, k) array
     if inputs.columns:
         plain = _strings_missing_as_empty(copy.deepcopy(plain))

@@ -433,17 +433,37 @@ def test_a_model_that_holds_other_classes_of_ours_is_refused():
 
 
 def test_a_model_skl2onnx_cannot_convert_is_a_named_error():
-    """The zoo's ridge standardises its target (TransformedTargetRegressor),
-    which skl2onnx has no converter for."""
-    from ease_jupyter.zoo.estimators import make_ridge
+    """A target transformer other than the zoo's StandardScaler has no
+    converter: the error names the format and the model, joblib still works."""
+    from sklearn.compose import TransformedTargetRegressor
+    from sklearn.linear_model import Ridge
+    from sklearn.preprocessing import MinMaxScaler
 
     X = np.random.default_rng(0).normal(size=(30, 3)).astype("float32")
-    model = make_ridge(1.0, 1).fit(X, X.sum(axis=1))
+    model = TransformedTargetRegressor(Ridge(), transformer=MinMaxScaler()).fit(X, X.sum(axis=1))
     with pytest.raises(DataError) as error:
         export.sklearn_artifact(model, "onnx", export.SklearnInputs(n_features=3), classification=False)
     assert error.value.field == "format" and "TransformedTargetRegressor" in error.value.found
     assert error.value.expected == "joblib for this model"
     assert export.sklearn_artifact(model, "joblib", export.SklearnInputs(n_features=3), False).data
+
+
+@pytest.mark.parametrize("maker,option", [("make_ridge", 1.0), ("make_svr", 1.0), ("make_knn_regressor", 3),
+                                          ("make_mlp_regressor", 1e-3)])
+def test_the_zoos_standardised_target_regressors_export_to_onnx(maker, option):
+    """Their ONNX graph scales the inner regressor's output back (y * scale + mean)."""
+    import onnxruntime
+
+    from ease_jupyter.zoo import estimators
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 3)).astype("float32")
+    model = getattr(estimators, maker)(option, 1).fit(X, X.sum(axis=1) * 3 + 10)
+    artifact = export.sklearn_artifact(model, "onnx", export.SklearnInputs(n_features=3), classification=False)
+    session = onnxruntime.InferenceSession(artifact.data, providers=["CPUExecutionProvider"])
+    out = session.run(None, {session.get_inputs()[0].name: X})[0]
+    assert out.shape == (60, 1)
+    np.testing.assert_allclose(out.ravel(), model.predict(X), rtol=1e-4, atol=1e-4)
 
 
 def test_onnx_of_a_table_with_text_is_a_named_error():
