@@ -61,7 +61,8 @@ c.Spawner.environment = {
 
 # -- services ------------------------------------------------------------------------------
 easeml_command = [python, "-m", "ease_jupyter", "serve", "--jupyterhub",
-                  "--db", setting("DB_URL"),  # PostgreSQL: the store
+                  # The store (PostgreSQL) comes in $EASEML_DB below: its URL holds a password,
+                  # and a command line is readable by every user of the machine (/proc/PID/cmdline).
                   "--data-dir", f"{state}/easeml",  # blobs (partitions, checkpoints, models)
                   "--engine", "gateway",  # a cluster from dask-gateway, shut down when the service stops
                   "--workers", os.environ.get("EASEML_DEPLOY_WORKERS", "1")]
@@ -72,6 +73,7 @@ c.JupyterHub.services = [
         "url": f"http://127.0.0.1:{setting('SERVICE_PORT')}",  # where it listens (the proxy's target)
         "command": easeml_command,
         "environment": {
+            "EASEML_DB": setting("DB_URL"),  # easeml serve --db, read from the environment
             # The service's own clusters: the gateway's proxy directly, authenticated with the
             # $JUPYTERHUB_API_TOKEN the hub gives this service (role easeml-uses-dask-gateway).
             "DASK_GATEWAY__ADDRESS": f"http://{gateway_proxy}",
@@ -90,7 +92,8 @@ c.JupyterHub.services = [
         "display": False,
     },
     {
-        # The operator's token (deploy/start.sh writes it to $EASEML_DEPLOY_DIR/admin_token):
+        # The operator's token (deploy/start.sh keeps it in $EASEML_DEPLOY_DIR/settings.env as
+        # EASEML_DEPLOY_ADMIN_TOKEN and prints it as an export line):
         # users, their servers and their tokens through the hub's REST API.
         "name": "deploy-admin",
         "api_token": setting("ADMIN_TOKEN"),

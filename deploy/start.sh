@@ -24,7 +24,8 @@
 # secrets of the first.
 #
 # Settings (environment; read by the first `start` of a directory, then kept in its settings file):
-#   EASEML_DEPLOY_DIR           state: databases, homes, logs, secrets (default /tmp/easeml-deploy)
+#   EASEML_DEPLOY_DIR           state: databases, homes, logs, secrets (default
+#                               ${XDG_RUNTIME_DIR:-$HOME}/.easeml-deploy; yours alone, mode 700)
 #   EASEML_DEPLOY_PORT          the hub's public port (default 8000)
 #   EASEML_DEPLOY_PASSWORD      the users' shared password (default: random, printed)
 #   EASEML_DEPLOY_HUB_ADMINS    hub admins, space-separated (they are ease.ml admins too)
@@ -32,11 +33,13 @@
 #   EASEML_DEPLOY_WORKERS       dask workers of the service's cluster (default 1)
 #   PYTHON                      the Python with ease_jupyter, jupyterhub, dask-gateway (default: python)
 set -euo pipefail
+# Everything this script writes (settings.env with the secrets, configs, logs) is the caller's alone.
+umask 077
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(dirname "$HERE")"
 PYTHON="${PYTHON:-python}"
-DIR="${EASEML_DEPLOY_DIR:-/tmp/easeml-deploy}"
+DIR="${EASEML_DEPLOY_DIR:-${XDG_RUNTIME_DIR:-$HOME}/.easeml-deploy}"
 SETTINGS="$DIR/settings.env"
 # Run this checkout's ease_jupyter (the hub passes PYTHONPATH on to its service and to the
 # single-user servers), whatever another editable install may point at.
@@ -70,16 +73,28 @@ check_tools() {
     command -v dask-gateway-server >/dev/null || die "no dask-gateway-server on PATH: pip install 'dask-gateway-server[local]'"
 }
 
+private() {  # private PATH: refuse PATH unless it is ours and closed to group and others
+    local owner mode
+    owner=$(stat -c %u "$1") mode=$(stat -c %a "$1")
+    [[ "$owner" == "$(id -u)" ]] \
+        || die "$1 belongs to uid $owner, not to you (uid $(id -u)): it holds the deployment's secrets; choose another EASEML_DEPLOY_DIR"
+    (( (8#$mode & 8#066) == 0 )) \
+        || die "$1 has mode $mode: group or others may read or write it, and it holds the deployment's secrets; run: chmod go-rw $1"
+}
+
 write_settings() {  # ports and secrets, chosen once per directory
-    mkdir -p "$DIR"
-    [[ -f "$SETTINGS" ]] && return
+    mkdir -p -m 700 "$DIR"
+    private "$DIR"
+    if [[ -f "$SETTINGS" ]]; then
+        private "$SETTINGS"
+        return
+    fi
     say "new deployment in $DIR"
     local ports=() port
     while [[ ${#ports[@]} -lt 5 ]]; do  # five distinct free ports
         port=$(free_port)
         [[ " ${ports[*]} " == *" $port "* ]] || ports+=("$port")
     done
-    umask 077
     cat >"$SETTINGS" <<ENV
 EASEML_DEPLOY_DIR=$DIR
 EASEML_DEPLOY_PORT=${EASEML_DEPLOY_PORT:-8000}
@@ -98,7 +113,9 @@ ENV
 }
 
 load_settings() {
-    [[ -f "$SETTINGS" ]] || die "no deployment in $DIR; run: $0 start"
+    [[ -d "$DIR" && -f "$SETTINGS" ]] || die "no deployment in $DIR; run: $0 start"
+    private "$DIR"  # before sourcing: settings.env is run as shell code
+    private "$SETTINGS"
     set -a
     # shellcheck disable=SC1090
     . "$SETTINGS"

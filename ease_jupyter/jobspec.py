@@ -69,6 +69,11 @@ class SklearnGrid:
 
     engine: ClassVar[Engine] = Engine.SKLEARN
 
+    @property
+    def is_user_model(self) -> bool:
+        """A user's own model (its code in a blob), not one of the zoo's."""
+        return self.code is not None
+
     @classmethod
     def of(cls, candidate: Candidate) -> "SklearnGrid":
         """The candidate's configs as option lists (their Cartesian product is
@@ -115,6 +120,7 @@ class SingleConfig:
     params: tuple[tuple[str, Any], ...]
 
     engine: ClassVar[Engine] = Engine.SKLEARN
+    is_user_model: ClassVar[bool] = False  # stored before user models existed
 
     @property
     def arm(self) -> str:
@@ -147,6 +153,11 @@ class TorchWorkload:
     limit: float | None = None  # a user's own model: seconds its job may run
 
     engine: ClassVar[Engine] = Engine.TORCH
+
+    @property
+    def is_user_model(self) -> bool:
+        """A user's own model (its code in a blob), not one of the zoo's."""
+        return self.code is not None
 
     @classmethod
     def of(cls, candidate: Candidate, epochs: int = DEFAULT_EPOCHS) -> "TorchWorkload":

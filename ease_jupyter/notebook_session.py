@@ -68,15 +68,13 @@ class NotebookSession:
     """One kernel's registration with one service, kept alive by a daemon thread.
 
     ``id`` is the service's session id (None until registered; a new one
-    after the service restarted). ``on_event`` callbacks get every event of
-    the heartbeat stream (the user's events)."""
+    after the service restarted)."""
 
     def __init__(self, url: str, token: str, info: kernel_facts.KernelInfo, *, every: float | None = None):
         self.url, self.token, self.info = url.rstrip("/"), token, info
         self.every = every if every is not None else heartbeat_seconds()
         self.id: str | None = None
         self.registrations = 0  # how often it registered (again: after each reconnect)
-        self.on_event: list[Callable[[dict[str, Any]], None]] = []
         self._tasks: list[str] = []
         self._pending: list[str] = []
         self._lock = threading.Lock()
@@ -155,24 +153,21 @@ class NotebookSession:
                     continue
                 if event.get("type") == "heartbeat" and event.get("ok") is False:
                     break  # the service does not know the session (restarted): register again
-                for callback in list(self.on_event):
-                    try:
-                        callback(event)
-                    except Exception:  # noqa: BLE001 - a listener's failure stays its own
-                        log.debug("notebook session listener failed", exc_info=True)
             lost.set()
             wake.set()
 
         reader = asyncio.ensure_future(read())
         try:
             while not (self._stop.is_set() or lost.is_set()):
+                # Clear before taking the pending tasks: a touch() from now on is either in
+                # this beat or sets wake again for the next one, never lost until the timeout.
+                wake.clear()
                 with self._lock:
                     added, self._pending = self._pending, []
                 beat: dict[str, Any] = {"type": "heartbeat", "session": self.id}
                 if added:
                     beat["tasks"] = added
                 await ws.write_message(json.dumps(beat))
-                wake.clear()
                 try:
                     await asyncio.wait_for(wake.wait(), self.every)
                 except asyncio.TimeoutError:

@@ -7,8 +7,9 @@ blobs are content-addressed, so its digests are a pure function of
 ``(x_blob, y_blob)`` and are cached under that pair in this process, and
 nothing stored (no column, no migration, no backfill of old tasks) can
 disagree with the data. The cost is one hashing pass over a chunk per
-process: about 0.4 s for 60,000 rows of 784 float32 values, about what
-reading those rows from the blob store costs; 32 bytes a row stay cached.
+process (about what reading its rows from the blob store costs; the
+measured figure is in docs/service.md, "Where the keys come from"), and
+32 bytes a row stay cached.
 """
 
 from __future__ import annotations

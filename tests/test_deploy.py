@@ -24,6 +24,7 @@ import glob
 import importlib.util
 import json
 import os
+import runpy
 import shutil
 import subprocess
 import sys
@@ -377,3 +378,72 @@ def test_ease_ml_admins_come_from_the_hub_admin_flag_or_the_custom_scope():
     assert hub_admin({**user, "scopes": [*user["scopes"], ADMIN_SCOPE]}, auth) is True
     assert hub_admin({**user, "scopes": [f"{ADMIN_SCOPE}!user=carol"]}, auth) is False  # a filtered grant
     assert hub_admin({**user, "admin": True}, auth) is True  # hub admins stay ease.ml admins
+
+
+def _settings_dir(tmp_path: Path, dir_mode: int, settings_mode: int) -> Path:
+    directory = tmp_path / "deploy"
+    directory.mkdir()
+    (directory / "settings.env").write_text("EASEML_DEPLOY_PORT=8123\nEASEML_DEPLOY_ADMIN_TOKEN=tok\nEASEML_DEPLOY_PASSWORD=pw\n")
+    (directory / "settings.env").chmod(settings_mode)
+    directory.chmod(dir_mode)
+    return directory
+
+
+def _script_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("EASEML_", "XDG_RUNTIME_DIR"))}
+    return {**env, "PYTHON": sys.executable, **extra}
+
+
+@pytest.mark.parametrize(("dir_mode", "settings_mode", "bad"), [(0o700, 0o640, "settings.env"), (0o700, 0o604, "settings.env"),
+                                                                 (0o750, 0o600, "deploy")])
+def test_start_sh_refuses_a_settings_file_others_can_read(tmp_path, dir_mode, settings_mode, bad):
+    directory = _settings_dir(tmp_path, dir_mode, settings_mode)
+    out = subprocess.run(["bash", str(SCRIPT), "env"], check=False, capture_output=True, text=True, timeout=30,
+                         env=_script_env(EASEML_DEPLOY_DIR=str(directory)))
+    assert out.returncode != 0
+    assert not out.stdout  # no secret was printed: settings.env was not read
+    assert f"{bad} has mode {dir_mode if bad == 'deploy' else settings_mode:o}" in out.stderr
+    assert "group or others" in out.stderr
+
+
+def test_start_sh_reads_a_private_settings_file(tmp_path):
+    directory = _settings_dir(tmp_path, 0o700, 0o600)
+    out = subprocess.run(["bash", str(SCRIPT), "env"], check=False, capture_output=True, text=True, timeout=30,
+                         env=_script_env(EASEML_DEPLOY_DIR=str(directory)))
+    assert out.returncode == 0, out.stderr
+    assert "export EASEML_DEPLOY_URL=http://127.0.0.1:8123" in out.stdout.splitlines()
+    assert "export EASEML_DEPLOY_ADMIN_TOKEN=tok" in out.stdout.splitlines()
+
+
+def test_start_sh_default_directory_is_private_to_the_user(tmp_path):
+    out = subprocess.run(["bash", str(SCRIPT), "env"], check=False, capture_output=True, text=True, timeout=30,
+                         env=_script_env(XDG_RUNTIME_DIR=str(tmp_path)))
+    assert out.returncode != 0
+    assert f"no deployment in {tmp_path}/.easeml-deploy" in out.stderr
+
+
+def test_the_service_gets_its_database_url_in_its_environment_not_its_command_line(tmp_path):
+    traitlets = pytest.importorskip("traitlets.config")
+    url = "postgresql+psycopg2://easeml:s3cret@127.0.0.1:5432/easeml"
+    settings = {"DIR": str(tmp_path), "PORT": "8000", "HUB_PORT": "8001", "PROXY_API_PORT": "8002",
+                "SERVICE_PORT": "8003", "GATEWAY_PROXY": "127.0.0.1:8004", "PASSWORD": "pw", "DB_URL": url,
+                "GATEWAY_TOKEN": "gt", "ADMIN_TOKEN": "at"}
+    config = traitlets.Config()
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in settings.items():
+            mp.setenv("EASEML_DEPLOY_" + name, value)
+        runpy.run_path(str(ROOT / "deploy" / "jupyterhub_config.py"), init_globals={"get_config": lambda: config})
+    service = next(s for s in config.JupyterHub.services if s["name"] == "easeml")
+    assert not any("s3cret" in part for part in service["command"])
+    assert service["environment"]["EASEML_DB"] == url
+
+
+def test_serve_reads_its_database_url_from_easeml_db(monkeypatch):
+    from click.testing import CliRunner
+
+    from ease_jupyter.cli.serve import command
+
+    assert "EASEML_DB" in CliRunner().invoke(command, ["--help"]).output
+    monkeypatch.setenv("EASEML_DB", "memory://")
+    assert command.make_context("serve", []).params["db_url"] == "memory://"  # parsed, not run
+    assert command.make_context("serve", ["--db", "sqlite://"]).params["db_url"] == "sqlite://"  # the flag wins

@@ -14,7 +14,9 @@ import click
 
 
 @click.command("serve")
-@click.option("--db", "db_url", default=None, help="SQLAlchemy URL (default: SQLite in the data dir; memory:// for a throwaway).")
+@click.option("--db", "db_url", default=None, envvar="EASEML_DB", show_envvar=True,
+              help="SQLAlchemy URL (default: SQLite in the data dir; memory:// for a throwaway). Also read from "
+                   "$EASEML_DB, which keeps a password off the command line, where every local user can read it.")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Blobs, uploads and the SQLite file (default: $EASEML_DATA_DIR or ~/.easeml).")
 @click.option("--engine", default="local", show_default=True, metavar="ENGINE",

@@ -15,7 +15,10 @@ may be exceeded by what her running jobs spend after the last pick.
 
 Spent is the sum over her jobs of their measured ``cost_seconds``, and for
 a running job the seconds since it started, per device kind: ``gpu`` for
-torch jobs while the pool has GPU workers, ``cpu`` otherwise.
+torch jobs while the pool has GPU workers, ``cpu`` otherwise. Jobs of her
+deleted tasks still count: a deletion adds what they took to her
+``easeml.budget.spent_deleted.<kind>`` tags (:func:`record_deleted`), so
+deleting a task does not give back what it spent.
 
 Storage: tags on the user (``easeml.budget.<field>`` for her own limits,
 ``easeml.budget.cap.<field>`` for the admin's), an empty value meaning
@@ -40,6 +43,7 @@ SECONDS, GPU_SECONDS, DEADLINE = "seconds", "gpu_seconds", "deadline"
 FIELDS = (SECONDS, GPU_SECONDS, DEADLINE)
 OWN_PREFIX = "easeml.budget."
 CAP_PREFIX = "easeml.budget.cap."
+DELETED_PREFIX = "easeml.budget.spent_deleted."  # + "cpu" / "gpu": what her deleted tasks' jobs took
 
 
 @dataclass(frozen=True)
@@ -192,17 +196,51 @@ def user_jobs(store: Store, user_id: int) -> list[Job]:
     return [job for task in store.list_tasks(user_id) for job in store.list_jobs(task.id)]
 
 
-def blocked_reason(limits: Limits, used: Spent, *, gpu_pool: bool, now: datetime) -> str | None:
-    """Why the user gets no new picks (a sentence), or None while she may."""
+def deleted_spent(store: Store, user_id: int) -> Spent:
+    """What the jobs of her deleted tasks took (:func:`record_deleted`)."""
+    tags = store.tags("user", user_id)
+    return Spent(*(float(tags.get(DELETED_PREFIX + kind) or 0.0) for kind in ("cpu", "gpu")))
+
+
+def record_deleted(store: Store, user_id: int, jobs: Iterable[Job], *, gpu_pool: bool, now: datetime) -> Spent:
+    """Add what ``jobs`` (of a task about to be deleted) took to her deleted
+    spent; returns what it was before, for :func:`restore_deleted`."""
+    before, used = deleted_spent(store, user_id), spent(jobs, gpu_pool=gpu_pool, now=now)
+    if used.seconds:
+        restore_deleted(store, user_id, Spent(before.cpu + used.cpu, before.gpu + used.gpu))
+    return before
+
+
+def restore_deleted(store: Store, user_id: int, value: Spent) -> None:
+    store.set_tag("user", user_id, DELETED_PREFIX + "cpu", repr(value.cpu))
+    store.set_tag("user", user_id, DELETED_PREFIX + "gpu", repr(value.gpu))
+
+
+def user_spent(store: Store, user_id: int, *, gpu_pool: bool, now: datetime) -> Spent:
+    """What all her jobs took: those of her tasks and those of tasks she deleted."""
+    live, gone = spent(user_jobs(store, user_id), gpu_pool=gpu_pool, now=now), deleted_spent(store, user_id)
+    return Spent(live.cpu + gone.cpu, live.gpu + gone.gpu)
+
+
+def blocked_reason(limits: Limits, used: Spent, *, cap: Limits, gpu_pool: bool, now: datetime) -> str | None:
+    """Why the user gets no new picks (a sentence), or None while she may.
+    ``limits`` are those that apply (her own within ``cap``); where the
+    admin's cap is the binding one, she cannot raise it, so she is told to
+    ask an admin."""
+    def remedy(field: str, what: str) -> str:
+        if getattr(cap, field) is not None and getattr(limits, field) == getattr(cap, field):
+            return f"the limit is an admin's cap: ask an admin to {what} it"
+        return f"{what} it with client.set_budget({field}=...)"
+
     if limits.deadline is not None and now >= limits.deadline:
         return (f"no new picks: your deadline {limits.deadline.isoformat(timespec='seconds')} has passed; "
-                "set a later one with client.set_budget(deadline=...)")
+                + remedy(DEADLINE, "extend"))
     if limits.seconds is not None and used.seconds >= limits.seconds:
         return (f"no new picks: your compute budget is spent ({used.seconds:.0f} of {limits.seconds:g} "
-                "worker-seconds); raise it with client.set_budget(seconds=...)")
+                "worker-seconds); " + remedy(SECONDS, "raise"))
     if gpu_pool and limits.gpu_seconds is not None and used.gpu >= limits.gpu_seconds:
         return (f"no new torch picks on GPUs: your GPU budget is spent ({used.gpu:.0f} of {limits.gpu_seconds:g} "
-                "GPU-seconds); raise it with client.set_budget(gpu_seconds=...)")
+                "GPU-seconds); " + remedy(GPU_SECONDS, "raise"))
     return None
 
 
@@ -232,5 +270,6 @@ def status(store: Store, user_id: int, *, gpu_pool: bool, now: datetime | None =
     """The user's limits, what she spent and whether she may get new picks."""
     now = now or datetime.now(timezone.utc)
     own, cap = read_limits(store, user_id, OWN_PREFIX), read_limits(store, user_id, CAP_PREFIX)
-    used = spent(user_jobs(store, user_id), gpu_pool=gpu_pool, now=now)
-    return BudgetStatus(own, cap, used, blocked_reason(own.within(cap), used, gpu_pool=gpu_pool, now=now), gpu_pool)
+    used = user_spent(store, user_id, gpu_pool=gpu_pool, now=now)
+    reason = blocked_reason(own.within(cap), used, cap=cap, gpu_pool=gpu_pool, now=now)
+    return BudgetStatus(own, cap, used, reason, gpu_pool)

@@ -43,7 +43,7 @@ def candidate_of(task: Task, spec: JobSpec, blobs: BlobStore | None = None, *,
                  started: float | None = None) -> Candidate:
     """The candidate a job trains; an error naming the model when the task has none of that name and engine.
     A user model's (``spec.code``) needs ``blobs``; its calls are bounded by ``started`` + its limit."""
-    if getattr(spec, "code", None) is not None:
+    if spec.is_user_model:
         if blobs is None:
             raise EaseMLError(f"model: found user model {spec.model!r}, expected the blob store to load it from")
         return user_models.user_candidate(task, spec, blobs, started=started)

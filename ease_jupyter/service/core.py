@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
+import threading
 import time
 from concurrent.futures import Future
 from pathlib import Path
@@ -39,7 +40,7 @@ from .executors import JobExecutor, JobRunner, ProcessExecutor, ThreadExecutor
 from .mop import TorchJobs, measure_torch_pool
 from .runner import SklearnJobs
 from .scheduler_view import decision_event, scheduler_view
-from .suspicion import DEFAULT_TOP_K, MAX_TOP_K, NoModelError, SuspicionScorer
+from .suspicion import DEFAULT_TOP_K, MAX_TOP_K, NoModelError, SuspicionScorer, estimator_outputs_of
 from .validation import validation_sizes
 from ..zoo import Engine
 
@@ -118,10 +119,12 @@ class Service:
         self.quota = Quota(config.quota_bytes, self.uploads.directory)
         self.tokens = TokenCache(self.store)
         self._task_cache: dict[tuple[int, str], Task] = {}  # see _task
+        self._feed_locks: dict[int, threading.Lock] = {}  # per task id, see feed
         self.last_request = time.monotonic()  # for the idle shutdown (see app.housekeeping)
         self.events = EventBus()
         self.notebooks = NotebookRegistry(config.notebook_timeout_seconds)  # notebooks.py: in memory
-        self.suspicion_scorer = SuspicionScorer(self.store, self.blobs, torch_outputs=self._torch_outputs)
+        self.suspicion_scorer = SuspicionScorer(self.store, self.blobs, torch_outputs=self._torch_outputs,
+                                                own_outputs=self._own_outputs)
         self.started_at = time.time()
         processes = config.executor == "process" and config.db_url != "memory://"
         engine = self._engine_address(config)
@@ -160,6 +163,11 @@ class Service:
         unpickled there, never in the service process that answers requests."""
         executor = self.loop.executors[Engine.SKLEARN]
         return executor.call(models.estimator_predictions_of, task.id, job.id, X).result(MODEL_CALL_SECONDS)
+
+    def _own_outputs(self, task: Task, job: Job, X: Any, *args: Any) -> Any:
+        """A user's own scikit-learn model's suspicion outputs, computed where the jobs run."""
+        executor = self.loop.executors[Engine.SKLEARN]
+        return executor.call(estimator_outputs_of, task.id, job.id, X, *args).result(MODEL_CALL_SECONDS)
 
     def _engine_address(self, config: ServiceConfig) -> Any:
         """``local``, or the address of a Dask scheduler (or a picklable
@@ -351,11 +359,14 @@ class Service:
         reserve = self.quota.reserve(self.store, self.blobs, caller.id, what=f"feed of task {name!r}",
                                      releasing=sum(self.uploads.size(caller.id, u) for u in consumed))
         mode = body.get("mode")  # datasets.FEED_MODES; rows already there are skipped by default
-        prepared = task_schema.prepare_feed(self.store, task, X, y)  # table columns checked, class names mapped
-        result = datasets.feed_rows(self.store, self.blobs, task, prepared.X, prepared.y, reserve=reserve,
-                                    mode=datasets.DEDUPE if mode is None else mode)
-        if result.created:
-            prepared.commit()
+        # One feed of a task at a time maps its labels to class indices and stores
+        # the names it added: two feeds adding "cat" and "dog" must not both take index k.
+        with self._feed_locks.setdefault(task.id, threading.Lock()):
+            prepared = task_schema.prepare_feed(self.store, task, X, y)  # table columns checked, names mapped
+            result = datasets.feed_rows(self.store, self.blobs, task, prepared.X, prepared.y, reserve=reserve,
+                                        mode=datasets.DEDUPE if mode is None else mode)
+            if result.created:
+                prepared.commit()
         for upload in consumed:
             self.uploads.delete(caller.id, upload)
         out = self._new_version(caller, task, result.version) if result.created else version_json(result.version)
@@ -427,7 +438,8 @@ class Service:
         its model card (``export.py``); a torch model is converted where the
         torch jobs run."""
         file_name, data = model_export.export_best(self.store, self.blobs, self._task(caller, name), fmt,
-                                                   self.loop.executors.get(Engine.TORCH), MODEL_CALL_SECONDS)
+                                                   self.loop.executors.get(Engine.TORCH), MODEL_CALL_SECONDS,
+                                                   self.loop.executors.get(Engine.SKLEARN))
         return data, model_export.MEDIA_TYPE, file_name + ".zip"
 
     def best(self, caller: User, name: str) -> dict[str, Any]:

@@ -7,7 +7,9 @@ In order:
 2. the control loop waits for its running jobs to end
    (``loop.forget.forget_task``; ``InvalidStateError`` if they outlast
    ``wait_seconds``, and the task stays cancelled), then, under its lock,
-   the store removes the task with its versions, jobs, metrics, edges and
+   what its jobs took is added to the owner's spent budget
+   (``budget.record_deleted``: deleting a task gives none of it back), the
+   store removes the task with its versions, jobs, metrics, edges and
    tags (``Store.delete_task``), the selector forgets its tenants, and the
    selector state is saved again on a job that remains;
 3. the blobs its rows and its jobs' tags referenced are deleted where
@@ -19,10 +21,12 @@ Other tasks' rows, provenance and blobs are untouched.
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Any
 
 from ..store import BlobStore, Store, Task
-from . import gc
+from . import budget, gc
+from .user_models import UserModels
 
 DELETE_WAIT_SECONDS = 60.0  # how long a delete waits for the task's running jobs to end
 
@@ -37,7 +41,14 @@ def delete_task(store: Store, blobs: BlobStore, loop: Any, task: Task, *,
         jobs = store.list_jobs(task.id)
         counts.update(versions=len(store.list_dataset_versions(task.id)), jobs=len(jobs))
         in_tags = gc.job_tag_digests(store, (j.id for j in jobs))  # before the tags go with the jobs
-        return set(store.delete_task(task.id)) | in_tags
+        in_tags |= {m.code for m in UserModels(store).list(task.id)}  # her models' code, in the task's tags
+        before = budget.record_deleted(store, task.owner_id, jobs, gpu_pool=loop.gpu_pool,
+                                       now=datetime.now(timezone.utc))
+        try:
+            return set(store.delete_task(task.id)) | in_tags
+        except BaseException:
+            budget.restore_deleted(store, task.owner_id, before)  # the task stays: its jobs count as they are
+            raise
 
     used = loop.forget_task(task.id, task.name, remove, wait_seconds=wait_seconds)
     deleted, freed = gc.delete_unreferenced(store, blobs, used, grace_seconds=gc.DELETE_GRACE_SECONDS)

@@ -427,14 +427,27 @@ def sklearn_inputs(store: Any, task: Any) -> SklearnInputs:
     return SklearnInputs(n_features=int(np.prod(program_of(task).input.tensors[0].shape)))
 
 
+def sklearn_artifact_of(store: Any, blobs: Any, task_id: int, job_id: int, fmt: str) -> Artifact:
+    """``sklearn_artifact`` of a scikit-learn job's fitted model, by ids: what
+    an executor's ``call`` runs where the jobs run."""
+    from ..datasets import program_of
+    from . import models
+
+    task, job = store.get_task(task_id), store.get_job(job_id)
+    estimator = models.load_estimator(blobs, task, job)
+    classification = program_of(task).num_classes is not None
+    return _with_onnx_outputs(sklearn_artifact(estimator, fmt, sklearn_inputs(store, task), classification))
+
+
 def export_best(store: Any, blobs: Any, task: Any, fmt: str | None, torch_executor: Any = None,
-                timeout: float | None = None) -> tuple[str, bytes]:
+                timeout: float | None = None, sklearn_executor: Any = None) -> tuple[str, bytes]:
     """(file name, zip bundle) of the task's best model in ``fmt`` (default:
     its engine's first format), with its model card. A torch model is
-    converted on ``torch_executor`` (its ``call``) when there is one.
+    converted on ``torch_executor`` (its ``call``) when there is one, and a
+    user's own scikit-learn model on ``sklearn_executor``: her code is
+    unpickled where the jobs run, not here.
 
     Raises DataError (``format``), NoModelError (no finished model)."""
-    from ..datasets import program_of
     from ..jobspec import parse_job
     from . import models
     from .model_card import model_card
@@ -446,17 +459,18 @@ def export_best(store: Any, blobs: Any, task: Any, fmt: str | None, torch_execut
     if job is None or job.artifact_blob is None:
         raise NoModelError(f"task {task.name!r} has no trained model to export yet; wait for a job to finish "
                            f"(task.wait()) and export again")
-    engine = parse_job(job.model, job.config).engine
+    spec = parse_job(job.model, job.config)
+    engine = spec.engine
     fmt = check_format(FORMATS[engine][0] if fmt is None else fmt, engine, f"{ENGINE_WORDS[engine]} ({job.model})")
     if engine is Engine.TORCH:
         if torch_executor is None:
             artifact = torch_artifact_of(store, blobs, task.id, job.id, fmt)
         else:
             artifact = torch_executor.call(torch_artifact_of, task.id, job.id, fmt).result(timeout)
+    elif spec.is_user_model and sklearn_executor is not None:
+        artifact = sklearn_executor.call(sklearn_artifact_of, task.id, job.id, fmt).result(timeout)
     else:
-        estimator = models.load_estimator(blobs, task, job)
-        classification = program_of(task).num_classes is not None
-        artifact = _with_onnx_outputs(sklearn_artifact(estimator, fmt, sklearn_inputs(store, task), classification))
+        artifact = sklearn_artifact_of(store, blobs, task.id, job.id, fmt)
     card = model_card(store, blobs, task, job, artifact)
     name = f"{task.name}-job{job.id}{SUFFIXES[fmt]}"
     return name, pack(artifact.file_name, artifact.data, card)

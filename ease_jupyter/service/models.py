@@ -148,7 +148,7 @@ def predict(store: Store, blobs: BlobStore, task: Task, job: Job, X: np.ndarray,
     if spec.engine is Engine.TORCH:
         out = (outputs or functools.partial(torch_outputs, store, blobs))(task, job, X)
         return out.argmax(axis=1) if program_of(task).num_classes is not None else out
-    if own_predictions is not None and getattr(spec, "code", None) is not None:
+    if own_predictions is not None and spec.is_user_model:
         return np.asarray(own_predictions(task, job, X))
     return estimator_predictions(store, blobs, task, job, X)
 

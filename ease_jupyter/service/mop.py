@@ -78,7 +78,6 @@ from ..jobspec import TorchWorkload, metric_name, parse_job, point_label
 from ..store import BlobStore, Job, JobStatus, JobUpdate, Store
 from .candidates import candidate_of
 from . import user_models
-from .failures import fail_job
 from .models import BEST_TRIAL_TAG
 from .mop_progress import JobProgress
 
@@ -218,7 +217,7 @@ def run_torch_job(store: Store, blobs: BlobStore, engine: Any, job_id: int, *,
                                 JobUpdate(accuracy=float(score), cost_seconds=seconds, artifact_blob=digest))
     except Exception as error:  # noqa: BLE001 - recorded on the job
         log.exception("torch job %d failed", job_id)
-        return (user_models.fail_user_job if "code" in job.config else fail_job)(store, job_id, error)
+        return user_models.fail_any_job(store, job, error)
 
 
 @dataclass(frozen=True)

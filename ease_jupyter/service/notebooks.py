@@ -18,7 +18,9 @@ within a heartbeat of the restart.
 
 A session id is the service's (random, never reused) and bound to its owner:
 another user's session id is unknown to the caller (404), and a kernel id a
-session of another user holds is refused (403); neither changes anything.
+live session of another user holds is refused (403); neither changes anything.
+A gone session (timed out or ended) holds its kernel id no longer: a new
+registration of that id takes it, and the gone session stays listed without it.
 """
 
 from __future__ import annotations
@@ -146,16 +148,21 @@ class NotebookRegistry:
     def register(self, user_id: int, user: str, body: Any) -> tuple[Session, bool]:
         """(session, created). The same user's kernel id again (the kernel
         reconnected) updates its session and keeps its id; a kernel id held by
-        another user's session is refused with PermissionError (403)."""
+        another user's live session is refused with PermissionError (403). A
+        gone session gives its kernel id up (kernel ids are the kernels'
+        own, and a gone kernel's may be reused) instead of blocking it until
+        it is forgotten."""
         facts = registration(body)
         now = self._clock()
         with self._lock:
             self._forget_old(now)
-            kernel_id = facts["kernel_id"]
+            kernel_id, released = facts["kernel_id"], None
             if kernel_id is not None:
                 held = next((s for s in self._sessions.values() if s.kernel_id == kernel_id), None)
                 if held is not None and held.user_id != user_id:
-                    raise PermissionError(f"kernel {kernel_id} is registered by another user")
+                    if held.alive(now, self.timeout):
+                        raise PermissionError(f"kernel {kernel_id} is registered by another user")
+                    released, held = held, None  # gone: it keeps its listing, not the kernel id
                 if held is not None:
                     tasks = _merged(held.tasks, facts.pop("tasks"))
                     for name, value in facts.items():
@@ -163,6 +170,8 @@ class NotebookRegistry:
                     held.tasks, held.last_seen, held.ended = tasks, now, False
                     return held, False
             self._make_room(user_id, now)
+            if released is not None:
+                released.kernel_id = None
             session = Session(id=secrets.token_hex(8), user_id=user_id, user=user, registered_at=now, last_seen=now,
                               **facts)
             self._sessions[session.id] = session
@@ -213,10 +222,6 @@ class NotebookRegistry:
         if alive_only:
             out = [s for s in out if s.alive(now, self.timeout)]
         return sorted(out, key=lambda s: (s.registered_at, s.id))
-
-    def streams_of(self, user_id: int) -> set[int]:
-        """The event streams (subscriber ids) of a user's live sessions."""
-        return {sid for s in self.sessions_of(user_id, alive_only=True) for sid in s.streams}
 
     def to_json(self, session: Session) -> dict[str, Any]:
         return session.to_json(self._clock(), self.timeout)

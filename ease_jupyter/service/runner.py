@@ -29,7 +29,6 @@ from ..store import BlobStore, Job, JobStatus, JobUpdate, Store
 from ..zoo import Candidate, Engine
 from .candidates import candidate_of
 from . import user_models
-from .failures import fail_job
 from .task_schema import table_job
 
 GRID_BEST_TAG = "easeml.grid.best"
@@ -98,13 +97,13 @@ def run_sklearn_job(store: Store, blobs: BlobStore, job_id: int, engine: Any, qu
         data = load(store, blobs, store.get_dataset_version(job.dataset_version_id))
         candidate, data = table_job(store, task, candidate, data)  # a table task's preprocessing pipeline
         result = evaluate_grid(candidate, grid, data, program_of(task).num_classes is not None, engine)
-        model = (user_models.artifact(result.best_model) if getattr(spec, "code", None) is not None
+        model = (user_models.artifact(result.best_model) if spec.is_user_model
                  else pickle.dumps(result.best_model, protocol=pickle.HIGHEST_PROTOCOL))
         if quota is not None:
             quota.check_model(store, blobs, task, job, len(model))
         artifact = blobs.put_bytes(model)
     except Exception as error:  # noqa: BLE001 - recorded on the job; one bad pick must not stop the rest
-        return (user_models.fail_user_job if "code" in job.config else fail_job)(store, job_id, error)
+        return user_models.fail_any_job(store, job, error)
     for point in result.points:
         label = point_label(point.params)
         for name, value in (("val_score", point.score), ("train_score", point.train_score),

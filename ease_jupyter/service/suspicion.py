@@ -35,7 +35,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections import OrderedDict
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -88,12 +88,43 @@ def _softmax(logits: np.ndarray) -> np.ndarray:
     return z
 
 
+def estimator_outputs(blobs: BlobStore, task: Task, job: Job, X: Any, classification: bool, n_classes: int | None,
+                      want_proba: bool) -> _Outputs:
+    """What a scikit-learn job's fitted model says about X."""
+    model = load_estimator(blobs, task, job)
+    flat = X.reshape(len(X), -1) if isinstance(X, np.ndarray) else X  # a table task's DataFrame as it is
+    raw = None
+    if classification and want_proba:
+        try:  # the zoo's one-thread wrappers define predict_proba even where the estimator has none (SVC)
+            raw = np.asarray(model.predict_proba(flat), dtype=np.float64)
+        except AttributeError:
+            raw = None
+    if raw is not None:
+        classes = np.asarray(getattr(model, "classes_", np.arange(raw.shape[1]))).astype(np.int64)
+        proba = np.zeros((len(X), n_classes), dtype=np.float64)
+        proba[:, classes] = raw  # a class missing from the training side keeps probability 0
+        return _Outputs(classes[raw.argmax(axis=1)], proba)
+    predictions = np.asarray(model.predict(flat))
+    if not classification:
+        predictions = predictions.reshape(len(X), -1)
+    return _Outputs(predictions, None)
+
+
+def estimator_outputs_of(store: Store, blobs: BlobStore, task_id: int, job_id: int, X: Any, classification: bool,
+                         n_classes: int | None, want_proba: bool) -> _Outputs:
+    """``estimator_outputs`` by ids: what an executor's ``call`` runs where the jobs run."""
+    return estimator_outputs(blobs, store.get_task(task_id), store.get_job(job_id), X, classification, n_classes,
+                             want_proba)
+
+
 class SuspicionScorer:
     """Computes (and caches) suspicion scores; one per service."""
 
     def __init__(self, store: Store, blobs: BlobStore, *, cache_size: int = 8,
-                 torch_outputs: TorchOutputs | None = None):
+                 torch_outputs: TorchOutputs | None = None, own_outputs: Callable[..., _Outputs] | None = None):
         self.store, self.blobs = store, blobs
+        # where a user's own scikit-learn model runs (the service: on its scikit-learn executor)
+        self._own_outputs = own_outputs
         # where a torch model's outputs are computed (the service: on its torch executor)
         self._torch_outputs = torch_outputs or functools.partial(models.torch_outputs, store, blobs)
         self._cache: OrderedDict[tuple, dict[str, Any]] = OrderedDict()
@@ -129,28 +160,15 @@ class SuspicionScorer:
     # ------------------------------------------------------------ internals
     def _outputs(self, task: Task, job: Job, X: np.ndarray, classification: bool, n_classes: int | None,
                  want_proba: bool) -> _Outputs:
-        if parse_job(job.model, job.config).engine is Engine.TORCH:
+        spec = parse_job(job.model, job.config)
+        if spec.engine is Engine.TORCH:
             out = self._torch_outputs(task, job, X)
             if classification:
                 return _Outputs(out.argmax(axis=1), _softmax(out.astype(np.float64)) if want_proba else None)
             return _Outputs(out.reshape(len(X), -1), None)
-        model = load_estimator(self.blobs, task, job)
-        flat = X.reshape(len(X), -1) if isinstance(X, np.ndarray) else X  # a table task's DataFrame as it is
-        raw = None
-        if classification and want_proba:
-            try:  # the zoo's one-thread wrappers define predict_proba even where the estimator has none (SVC)
-                raw = np.asarray(model.predict_proba(flat), dtype=np.float64)
-            except AttributeError:
-                raw = None
-        if raw is not None:
-            classes = np.asarray(getattr(model, "classes_", np.arange(raw.shape[1]))).astype(np.int64)
-            proba = np.zeros((len(X), n_classes), dtype=np.float64)
-            proba[:, classes] = raw  # a class missing from the training side keeps probability 0
-            return _Outputs(classes[raw.argmax(axis=1)], proba)
-        predictions = np.asarray(model.predict(flat))
-        if not classification:
-            predictions = predictions.reshape(len(X), -1)
-        return _Outputs(predictions, None)
+        if spec.is_user_model and self._own_outputs is not None:  # her code runs where the jobs run
+            return self._own_outputs(task, job, X, classification, n_classes, want_proba)
+        return estimator_outputs(self.blobs, task, job, X, classification, n_classes, want_proba)
 
     def _compute(self, task: Task, version: DatasetVersion, top: list[Job]) -> dict[str, Any]:
         program = program_of(task)

@@ -18,10 +18,10 @@ from typing import Any
 from ..errors import DataError
 from ..jobspec import JobSpec, TorchWorkload
 from ..store import Store
+from ..zoo.templates import LARGEST_EPOCHS as LARGEST
 from ..zoo.templates import default_max_epochs
 
 MAX_EPOCHS_TAG = "easeml.max_epochs"
-LARGEST = 1000  # the MOP runner's own bound on a workload's epochs
 
 
 def check_max_epochs(value: Any, field: str = "max_epochs") -> int | None:

@@ -52,6 +52,7 @@ from sklearn.base import BaseEstimator
 from ..errors import AlreadyExistsError, DataError
 from ..jobspec import DEFAULT_LRS, JobSpec, SklearnGrid, TorchWorkload, check_user_grid
 from ..store import BlobStore, Job, JobStatus, JobUpdate, Store, Task, User
+from ..store.base import HUB
 from ..zoo import Candidate, Engine, ModelConfig, Workload
 
 TAG_PREFIX = "easeml.user_model."
@@ -152,7 +153,8 @@ def check_allowed(store: Store, user: User, default: bool) -> None:
     how = "an admin turned it off for you" if setting is False else "this service runs without --allow-user-models"
     raise PermissionError(
         f"user models: not allowed for user {user.name!r} ({how}); an admin can allow them with "
-        f"`easeml users allow-models {user.name}` or PUT /api/v1/users/{user.name} "
+        f"`easeml users allow-models {user.name}{' --hub' if user.origin == HUB else ''}` or "
+        f"PUT /api/v1/users/{user.name} "
         '{"allow_user_models": true}, or start the service with --allow-user-models')
 
 
@@ -460,6 +462,20 @@ def torch_module(store: Store, blobs: BlobStore, task: Task, job: Job) -> Any:
 # -- failures ----------------------------------------------------------------------------------------
 
 
+def fail_any_job(store: Store, job: Job, error: BaseException) -> Job:
+    """Record a failed job: a user model's with her own traceback
+    (:func:`fail_user_job`), any other's as usual (a config that does not
+    even parse is not a user model's)."""
+    from ..jobspec import parse_job
+    from .failures import fail_job
+
+    try:
+        own = parse_job(job.model, job.config).is_user_model
+    except Exception:  # noqa: BLE001 - the job fails for that reason below
+        own = False
+    return (fail_user_job if own else fail_job)(store, job.id, error)
+
+
 def fail_user_job(store: Store, job_id: int, error: BaseException) -> Job:
     """Fail a user model's job with an error its owner can act on: the
     job's error, then the user code's own (``UserModelError`` carries her
@@ -532,10 +548,11 @@ def api_set_user(service: Any, caller: User, name: str, body: Any) -> dict[str, 
     """``PUT /users/{name}`` (admins): ``{"allow_user_models": true|false|null}``
     (null: the service's default again is not offered; set true or false)."""
     from .auth import check_name
+    from .budget_api import user_named
 
     if not caller.is_admin:
         raise PermissionError("admin rights needed")
-    user = service.store.user_by_name(check_name("name", name))
+    user = user_named(service, check_name("name", name))  # the hub's account in JupyterHub mode
     if not isinstance(body, Mapping) or set(body) - {"allow_user_models"}:
         raise DataError("body", repr(body)[:80], '{"allow_user_models": true or false}')
     allow = body.get("allow_user_models")

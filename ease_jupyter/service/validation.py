@@ -19,20 +19,22 @@ from ..errors import StorageError
 from ..execution.holdout import validation_mask
 from ..store import BlobStore, DatasetVersion, Store
 
-_sizes: "weakref.WeakKeyDictionary[Store, dict[int, int]]" = weakref.WeakKeyDictionary()
+# Keyed by the version's id and its members blob: ids may be reused once a task is deleted (SQLite).
+_sizes: "weakref.WeakKeyDictionary[Store, dict[tuple[int, str], int]]" = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
 
 def validation_size(store: Store, blobs: BlobStore, version: DatasetVersion) -> int:
     """The number of held-out examples of ``version``."""
+    key = (version.id, version.members_blob)
     with _lock:
-        known = _sizes.setdefault(store, {}).get(version.id)
+        known = _sizes.setdefault(store, {}).get(key)
     if known is not None:
         return known
     data = load(store, blobs, version)
     size = int(validation_mask(data.split_keys).sum())  # as runner.evaluate_grid splits
     with _lock:
-        _sizes.setdefault(store, {})[version.id] = size
+        _sizes.setdefault(store, {})[key] = size
     return size
 
 

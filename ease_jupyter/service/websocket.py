@@ -31,7 +31,6 @@ class EventsHandler(tornado.websocket.WebSocketHandler):
         self.service = service
         self.user = None
         self._sid: int | None = None
-        self.sessions: set[str] = set()  # the notebook sessions that heartbeat on this stream
 
     def check_origin(self, origin: str) -> bool:
         return True  # the token, not the origin, authorises; cookies are never used
@@ -107,7 +106,6 @@ class EventsHandler(tornado.websocket.WebSocketHandler):
         session_id = request.get("session")
         try:
             self.service.notebooks.heartbeat(self.user.id, session_id, request.get("tasks"), stream=self._sid)
-            self.sessions.add(session_id)
             reply = {"type": "heartbeat", "session": session_id, "ok": True,
                      "timeout": self.service.notebooks.timeout}
         except (NotFoundError, DataError) as error:

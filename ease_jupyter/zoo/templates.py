@@ -53,6 +53,7 @@ __all__ = [
     "LEARNING_RATES",
     "TORCH_EPOCHS",
     "MIN_TORCH_EPOCHS",
+    "LARGEST_EPOCHS",
     "MAX_TORCH_EPOCHS",
     "EXAMPLES_PER_CONFIG",
     "default_max_epochs",
@@ -72,6 +73,9 @@ TORCH_EPOCHS = 10
 MIN_TORCH_EPOCHS = 3  # ease.ml's fixed budget: large data never trains less than before
 MAX_TORCH_EPOCHS = 12  # tiny data: more passes mostly memorise it, and the pick's cost stays bounded
 EXAMPLES_PER_CONFIG = 50_000  # training examples the best config of a pick sees, about
+#: The most epochs a torch workload may train: the MOP runner's default
+#: bound (``MOPRunner(max_epochs=...)``) and the largest ``max_epochs`` a task may set.
+LARGEST_EPOCHS = 1000
 
 
 def default_max_epochs(n_examples: int) -> int:

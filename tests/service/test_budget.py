@@ -14,12 +14,15 @@ import pytest
 from ease_jupyter import datasets
 from ease_jupyter.errors import DataError
 from ease_jupyter.schema import format_program, program_from_shapes
+from ease_jupyter.service import ServiceConfig
 from ease_jupyter.service import budget as budgets
+from ease_jupyter.service.core import Service
 from ease_jupyter.service.loop import ControlLoop
 from ease_jupyter.service.task_epochs import MAX_EPOCHS_TAG, set_max_epochs
 from ease_jupyter.store import InMemoryStore, JobStatus, JobUpdate, MemoryBlobStore
 from ease_jupyter.zoo import Engine
 from ease_jupyter.zoo.templates import (
+    LARGEST_EPOCHS,
     MAX_TORCH_EPOCHS,
     MIN_TORCH_EPOCHS,
     default_max_epochs,
@@ -80,6 +83,20 @@ def test_default_epochs_follow_the_data_size_within_bounds():
     for bad in (0, -3, 2.5, True, "100"):
         with pytest.raises(Exception, match="n_examples"):
             default_max_epochs(bad)
+
+
+def test_a_task_may_set_the_epochs_the_mop_runner_allows():
+    """One bound: the largest max_epochs a task may set is the MOP runner's default."""
+    import inspect
+
+    from ease_jupyter.execution.mop.runner import MOPRunner
+    from ease_jupyter.service.task_epochs import check_max_epochs
+
+    runner_bound = inspect.signature(MOPRunner).parameters["max_epochs"].default
+    assert runner_bound == LARGEST_EPOCHS and check_max_epochs(runner_bound) == runner_bound
+    with pytest.raises(DataError) as e:
+        check_max_epochs(runner_bound + 1)
+    assert e.value.field == "max_epochs" and str(runner_bound) in str(e.value)
 
 
 def test_a_torch_pick_trains_the_epochs_of_its_task():
@@ -169,6 +186,76 @@ def test_a_deadline_in_the_past_blocks_new_picks():
     loop.stop()
 
 
+def test_deleting_a_task_gives_back_none_of_what_it_spent(tmp_path):
+    """An over-budget user deletes the task that spent her budget: she stays over it."""
+    service = Service(ServiceConfig(db_url="memory://", data_dir=tmp_path, torch=False))
+    store, blobs = service.store, service.blobs
+    executor = CostlyExecutor(store, workers=2)
+    service.loop = loop = ControlLoop(store, blobs, executors={Engine.SKLEARN: executor}, max_running_per_user=1)
+    loop.recover()
+    alice = store.create_user("alice", None)
+    rng = np.random.default_rng(0)
+
+    def new_task(name):
+        service.create_task(alice, {"name": name, "input": [4], "output": [3]})
+        service.feed(alice, name, {"X": rng.normal(size=(30, 4)).tolist(), "y": rng.integers(0, 3, 30).tolist()})
+        return store.task_by_name(alice.id, name)
+
+    spent_task = new_task("spent")
+    budgets.write_limits(store, alice.id, budgets.OWN_PREFIX, {"seconds": 1.5})
+    for _ in range(4):
+        loop.step()
+        executor.finish_all()
+    assert len(jobs_of(store, spent_task)) == 2  # 2 s spent of 1.5: no third pick
+    before = service.budget(alice)
+    assert before["blocked"] and before["spent"]["seconds"] == 2 * JOB_SECONDS
+
+    kept = new_task("kept")
+    service.delete_task(alice, "spent")
+    after = service.budget(alice)
+    assert after["spent"] == before["spent"] and after["blocked"]
+    for _ in range(3):
+        loop.step()
+        executor.finish_all()
+    assert jobs_of(store, kept) == ()  # no new picks for her other task
+    assert loop.task_status(kept, has_data=True)["status"] == "over_budget"
+    loop.stop()
+    store.close()
+
+
+def test_the_reason_says_who_can_lift_the_limit():
+    """Her own limit: raise it with set_budget; an admin's cap that binds: ask an admin."""
+    now = datetime.now(timezone.utc)
+    used = budgets.Spent(cpu=5.0, gpu=5.0)
+    passed = now - timedelta(seconds=1)
+    for own, cap, field in [(budgets.Limits(seconds=4), budgets.Limits(seconds=100), "seconds"),
+                            (budgets.Limits(gpu_seconds=4), budgets.Limits(), "gpu_seconds"),
+                            (budgets.Limits(deadline=passed), budgets.Limits(deadline=now), "deadline")]:
+        reason = budgets.blocked_reason(own.within(cap), used, cap=cap, gpu_pool=True, now=now)
+        assert f"client.set_budget({field}=...)" in reason and "admin" not in reason, reason
+    for own, cap in [(budgets.Limits(seconds=10), budgets.Limits(seconds=4)),
+                     (budgets.Limits(), budgets.Limits(gpu_seconds=4)),
+                     (budgets.Limits(deadline=now), budgets.Limits(deadline=passed))]:
+        reason = budgets.blocked_reason(own.within(cap), used, cap=cap, gpu_pool=True, now=now)
+        assert "ask an admin" in reason and "client.set_budget" not in reason, reason
+
+
+def test_the_loop_tells_a_user_blocked_by_the_cap_to_ask_an_admin():
+    store, blobs, tasks = two_users()
+    ada = store.get_user(tasks["ada"].owner_id)
+    budgets.write_limits(store, ada.id, budgets.CAP_PREFIX, {"seconds": 0.5})
+    executor = CostlyExecutor(store, workers=2)
+    loop = ControlLoop(store, blobs, executors={Engine.SKLEARN: executor}, max_running_per_user=1)
+    loop.recover()
+    for _ in range(2):
+        loop.step()
+        executor.finish_all()
+    status = loop.task_status(tasks["ada"], has_data=True)
+    assert status["status"] == "over_budget" and "ask an admin" in status["reason"]
+    assert budgets.status(store, ada.id, gpu_pool=False).blocked == status["reason"]
+    loop.stop()
+
+
 def test_spent_counts_finished_and_running_jobs_per_device_kind():
     store, _blobs, tasks = two_users()
     task = tasks["ada"]
@@ -188,9 +275,9 @@ def test_spent_counts_finished_and_running_jobs_per_device_kind():
     assert on_cpu.seconds == pytest.approx(10.0) and on_cpu.gpu == 0
     on_gpu = budgets.spent(jobs, gpu_pool=True, now=later)
     assert on_gpu.gpu == pytest.approx(5.0) and on_gpu.cpu == pytest.approx(5.0)
-    limits = budgets.Limits(gpu_seconds=4.0)
-    assert budgets.blocked_reason(limits, on_gpu, gpu_pool=True, now=now) is not None
-    assert budgets.blocked_reason(limits, on_gpu, gpu_pool=False, now=now) is None  # no GPUs: no GPU limit
+    limits, no_cap = budgets.Limits(gpu_seconds=4.0), budgets.Limits()
+    assert budgets.blocked_reason(limits, on_gpu, cap=no_cap, gpu_pool=True, now=now) is not None
+    assert budgets.blocked_reason(limits, on_gpu, cap=no_cap, gpu_pool=False, now=now) is None  # no GPUs: no GPU limit
 
 
 # -- the API -------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import pytest
 
 from ease_jupyter import kernel_info, notebook_session
 from ease_jupyter.client import AuthError, Client
-from ease_jupyter.errors import DataError, NotFoundError
+from ease_jupyter.errors import DataError, InvalidStateError, NotFoundError
 from ease_jupyter.kernel_info import KernelInfo
 from ease_jupyter.service import ServiceConfig, ServiceThread
 
@@ -159,6 +159,74 @@ def test_a_kernel_id_of_another_users_session_is_refused_and_changes_nothing(sho
     # The same user's kernel id again: the kernel reconnected; same session, updated.
     again = short.call("POST", "/notebooks", "alice", body={"kernel_id": "k1", "notebook_path": "b.ipynb"})
     assert again.status == 200 and again.body["id"] == created.body["id"] and again.body["notebook_path"] == "b.ipynb"
+
+
+def test_a_kernel_id_of_another_users_gone_session_is_taken_over(short):
+    created = short.call("POST", "/notebooks", "alice", body={"kernel_id": "k1", "notebook_path": "a.ipynb"})
+    assert short.call("POST", "/notebooks", "bob", body={"kernel_id": "k1"}).status == 403  # alive: hers
+    assert short.call("DELETE", f"/notebooks/{created.body['id']}", "alice").status == 200  # gone now
+    taken = short.call("POST", "/notebooks", "bob", body={"kernel_id": "k1", "notebook_path": "b.ipynb"})
+    assert taken.status == 201 and taken.body["kernel_id"] == "k1" and taken.body["user"] == "bob"
+    hers = _sessions(short, "alice")  # still listed as gone, without the kernel id
+    assert [(s["id"], s["alive"], s["kernel_id"]) for s in hers] == [(created.body["id"], False, None)]
+    # Bob's live session holds it now: alice's kernel registering again is refused.
+    assert short.call("POST", "/notebooks", "alice", body={"kernel_id": "k1"}).status == 403
+
+
+def test_a_timed_out_session_gives_its_kernel_id_up_and_a_refusal_changes_nothing():
+    from ease_jupyter.service.notebooks import MAX_SESSIONS_PER_USER, NotebookRegistry
+
+    now = [1000.0]
+    registry = NotebookRegistry(timeout=10.0, clock=lambda: now[0])
+    alices, _ = registry.register(1, "alice", {"kernel_id": "k1"})
+    now[0] += 10.0  # at the timeout: still alive
+    with pytest.raises(PermissionError):
+        registry.register(2, "bob", {"kernel_id": "k1"})
+    # Bob at his limit of live sessions: the takeover is refused (409) and alice keeps the id.
+    for i in range(MAX_SESSIONS_PER_USER):
+        registry.register(2, "bob", {"kernel_id": f"b{i}"})
+    now[0] += 0.5  # alice's is gone now; bob's are not
+    with pytest.raises(InvalidStateError):
+        registry.register(2, "bob", {"kernel_id": "k1"})
+    assert alices.kernel_id == "k1"
+    registry.end(2, registry.sessions_of(2)[0].id)  # room for one more
+    bobs, created = registry.register(2, "bob", {"kernel_id": "k1"})
+    assert created and bobs.kernel_id == "k1" and alices.kernel_id is None
+
+
+def test_a_task_touched_while_a_heartbeat_is_written_goes_out_at_once(monkeypatch):
+    """touch() between taking the pending tasks and the wait must wake the
+    next beat, not wait for the heartbeat interval (30 s here)."""
+    import tornado.websocket
+
+    session = notebook_session.NotebookSession("http://127.0.0.1:9", "tok", KernelInfo(kernel_id="k1"), every=30.0)
+    session.id = "s1"
+    beats: list[dict] = []
+
+    class Stream:
+        def __init__(self):
+            self.closed = asyncio.Event()
+
+        async def write_message(self, text):
+            beats.append(json.loads(text))
+            if len(beats) == 1:
+                session.touch("iris")  # lands while the first beat is on its way
+                await asyncio.sleep(0)  # the wake-up runs before the loop goes on
+            else:
+                session.stop()
+
+        async def read_message(self):
+            await self.closed.wait()
+
+        def close(self):
+            self.closed.set()
+
+    async def connect(*args, **kwargs):
+        return Stream()
+
+    monkeypatch.setattr(tornado.websocket, "websocket_connect", connect)
+    asyncio.run(asyncio.wait_for(session._stream(), 5))
+    assert [b.get("tasks") for b in beats] == [None, ["iris"]]
 
 
 def test_a_heartbeat_for_another_users_session_is_404_and_changes_nothing(short):

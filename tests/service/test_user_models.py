@@ -20,6 +20,7 @@ from ease_jupyter.selection.gp import ModelPrior
 from ease_jupyter.selection.selector import Selector
 from ease_jupyter.service import user_models
 from ease_jupyter.service.gc import references
+from ease_jupyter.service.models import UNUSABLE_TAG
 from ease_jupyter.store import JobStatus
 
 from .conftest import start
@@ -381,8 +382,14 @@ def test_her_model_predicts_where_the_jobs_run_not_in_the_service_process(tmp_pa
         store, service = running.service.store, running.service
         stored_task = store.task_by_name(store.user_by_name("ada").id, "iris")
         (job,) = [j for j in store.list_jobs(stored_task.id) if j.model == "mine"]
+        for other in store.list_jobs(stored_task.id):  # only her model serves from here on
+            if other.model != "mine":
+                store.set_tag("job", other.id, UNUSABLE_TAG, "the test serves her model alone")
         pid_file.write_text("")
-        predicted = service._own_predictions(stored_task, job, X[:20])
+        predicted = task.infer(X[:20])  # each route that runs a model: infer, suspicion, export
+        task.suspicion(k=1)
+        with pytest.raises(DataError, match="cannot be pickled"):  # a class of hers (by value) has no joblib form
+            task.export(tmp_path / "mine.joblib")
         loaded_in = {int(p) for p in pid_file.read_text().split()}
         assert loaded_in and os.getpid() not in loaded_in  # unpickled in a worker process only
         assert set(np.asarray(predicted).tolist()) <= {0, 1, 2} and len(predicted) == 20
@@ -401,3 +408,35 @@ def test_her_model_predicts_where_the_jobs_run_not_in_the_service_process(tmp_pa
         assert calls == ["mine"]
     finally:
         running.thread.stop()
+
+
+def test_in_hub_mode_the_admin_setting_reaches_the_hub_user_not_a_local_namesake():
+    from types import SimpleNamespace
+
+    from ease_jupyter.store import open_store
+
+    store, blobs = open_store("memory://")
+    try:
+        admin = store.create_user("root", "a" * 64, is_admin=True)
+        local = store.create_user("ada", "b" * 64)
+        hub = store.create_user("ada", None, origin="hub")
+        service = SimpleNamespace(store=store, blobs=blobs, config=SimpleNamespace(jupyterhub=True))
+        assert user_models.api_set_user(service, admin, "ada", {"allow_user_models": True})["allow_user_models"]
+        assert user_models.user_setting(store, hub) is True and user_models.user_setting(store, local) is None
+        with pytest.raises(PermissionError, match="allow-models ada --hub"):
+            user_models.api_set_user(service, admin, "ada", {"allow_user_models": False})
+            user_models.check_allowed(store, hub, default=False)
+    finally:
+        store.close()
+
+
+def test_deleting_a_task_deletes_her_models_code(allowed, iris, monkeypatch):
+    from ease_jupyter.service import gc
+
+    monkeypatch.setattr(gc, "DELETE_GRACE_SECONDS", 0.0)  # the test's blobs are seconds old
+    task = allowed.client("ada").task("gone", input=[4], output=[3])
+    record = task.add_model(LogisticRegression(max_iter=50), name="mine")
+    blobs = allowed.service.blobs
+    assert blobs.exists(record["code"])
+    task.delete()
+    assert not blobs.exists(record["code"])

@@ -122,6 +122,7 @@ from ease_jupyter.execution.units import (
     initial_checkpoint,
     train_unit,
 )
+from ease_jupyter.zoo.templates import LARGEST_EPOCHS
 
 __all__ = [
     "MOPRunner", "RunResult", "EpochMetrics", "UnitRecord", "TrialProgress", "ResumeState", "RunnerError", "run_mop",
@@ -225,7 +226,7 @@ class MOPRunner:
         on_metrics: Callable[[EpochMetrics], None] | None = None,
         on_unit: Callable[[UnitRecord], None] | None = None,
         resume: ResumeState | None = None,
-        max_epochs: int = 1000,
+        max_epochs: int = LARGEST_EPOCHS,
         repair_grace: float = 5.0,
         worker_wait: float = 120.0,
         sizing_fn: Callable[..., BatchSizing | None] | None = sizing_unit,

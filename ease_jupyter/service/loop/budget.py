@@ -33,21 +33,21 @@ class BudgetGate:
         self.gpu_pool = gpu_pool
         self.blocked: dict[int, str] = {}
         self.gpu_only: frozenset[int] = frozenset()  # owners blocked only for torch picks (a GPU budget spent)
-        self._limits: dict[int, budgets.Limits] = {}
+        self._limits: dict[int, tuple[budgets.Limits, budgets.Limits]] = {}  # owner -> (applied, admin's cap)
         self._stale: set[int] = set()
 
     def changed(self, owner_id: int) -> None:
         self._stale.add(owner_id)
 
-    def _limits_of(self, owner_id: int) -> budgets.Limits:
+    def _limits_of(self, owner_id: int) -> tuple[budgets.Limits, budgets.Limits]:
         if owner_id in self._stale:
             self._stale.discard(owner_id)
             self._limits.pop(owner_id, None)
         found = self._limits.get(owner_id)
         if found is None:
             store = self.state.store
-            found = budgets.read_limits(store, owner_id, budgets.OWN_PREFIX).within(
-                budgets.read_limits(store, owner_id, budgets.CAP_PREFIX))
+            cap = budgets.read_limits(store, owner_id, budgets.CAP_PREFIX)
+            found = budgets.read_limits(store, owner_id, budgets.OWN_PREFIX).within(cap), cap
             self._limits[owner_id] = found
         return found
 
@@ -61,18 +61,18 @@ class BudgetGate:
         gpu_only: set[int] = set()
         for owner in sorted({t.owner_id for t in state.tenants.values()}):
             try:
-                limits = self._limits_of(owner)
+                limits, cap = self._limits_of(owner)
             except NotFoundError:
                 continue
             if limits.empty:
                 continue
             used = budgets.Spent()
             if limits.seconds is not None or limits.gpu_seconds is not None:
-                used = budgets.spent(budgets.user_jobs(state.store, owner), gpu_pool=gpu_pool, now=now)
-            reason = budgets.blocked_reason(limits, used, gpu_pool=gpu_pool, now=now)
+                used = budgets.user_spent(state.store, owner, gpu_pool=gpu_pool, now=now)
+            reason = budgets.blocked_reason(limits, used, cap=cap, gpu_pool=gpu_pool, now=now)
             if reason is not None:
                 blocked[owner] = reason
-                if budgets.blocked_reason(limits, used, gpu_pool=False, now=now) is None:
+                if budgets.blocked_reason(limits, used, cap=cap, gpu_pool=False, now=now) is None:
                     gpu_only.add(owner)
         before, self.blocked, self.gpu_only = self.blocked, blocked, frozenset(gpu_only)
         for owner in sorted(blocked.keys() - before.keys()):

@@ -136,7 +136,7 @@ class Costs:
         except NotFoundError:
             return
         spec = parse_job(job.model, job.config)
-        if getattr(spec, "code", None) is not None:  # a user model: no FLOP estimate to correct
+        if spec.is_user_model:  # a user model: no FLOP estimate to correct
             return
         self._rate[spec.engine].append(job.cost_seconds / spec_flops(task, spec, n))
         self._update_corrections()

@@ -62,7 +62,7 @@ class TenantSync:
                 continue
             known = set(selector.model_names)
             arms = [k for k in configs if k in known]
-            own = [k for k in configs if k not in known and getattr(configs[k], "code", None) is not None]
+            own = [k for k in configs if k not in known and configs[k].is_user_model]
             if not arms and not own:
                 log.warning("task %d has no candidates in the selector's catalogue", task_id)
                 continue
@@ -84,10 +84,10 @@ class TenantSync:
         """User models added to a task whose tenant exists already join it."""
         state = self.state
         info = state.tenants[tenant]
-        new = [k for k in configs if k not in info.configs and getattr(configs[k], "code", None) is not None]
+        new = [k for k in configs if k not in info.configs and configs[k].is_user_model]
         if not new:
             return False
-        zoo = [self.costs.seconds(task, spec, n) for k, spec in info.configs.items() if getattr(spec, "code", None) is None]
+        zoo = [self.costs.seconds(task, spec, n) for k, spec in info.configs.items() if not spec.is_user_model]
         state.selector.add_models(tenant, new, {k: neutral_seconds(state.store, task, k, zoo) for k in new})
         info.configs = configs
         return True
