@@ -5,6 +5,12 @@ The zoo's ridge, SVR, k-NN and MLP regressors standardise their target
 Its prediction is the inner regressor's, scaled back: ``y * scale + mean``,
 so the ONNX graph is the inner regressor's graph followed by a Mul and an Add.
 Any other target transformer stays unconverted (a named error in ``export``).
+
+skl2onnx's histogram gradient boosting converter passes the trees'
+missing-value directions as booleans where ONNX wants an integer list
+(``nodes_missing_value_tracks_true``), which onnx refuses with scikit-learn
+1.9's trees; :func:`_ints_for_bools` turns such lists into the 0/1 integers
+they stand for.
 """
 
 from __future__ import annotations
@@ -42,13 +48,30 @@ def _convert(scope: Any, operator: Any, container: Any) -> None:
     out.add_to(scope, container)
 
 
+def _ints_for_bools(add_node: Any) -> Any:
+    """``ModelComponentContainer.add_node`` with boolean (or mixed 0/1 and
+    boolean) list attributes given as integers."""
+
+    def add(self: Any, op_type: str, inputs: Any, outputs: Any, *args: Any, **attrs: Any) -> Any:
+        for key, value in attrs.items():
+            values = value.tolist() if isinstance(value, np.ndarray) else value
+            if (isinstance(values, list) and any(isinstance(v, (bool, np.bool_)) for v in values)
+                    and all(isinstance(v, (bool, int, np.bool_, np.integer)) for v in values)):
+                attrs[key] = [int(v) for v in values]
+        return add_node(self, op_type, inputs, outputs, *args, **attrs)
+
+    return add
+
+
 def register() -> None:
-    """Teach skl2onnx the converters above (once per process)."""
+    """Teach skl2onnx the converters above, and mend its boolean attributes (once per process)."""
     global _registered
     if _registered:
         return
     from sklearn.compose import TransformedTargetRegressor
     from skl2onnx import update_registered_converter
+    from skl2onnx.common._container import ModelComponentContainer
 
     update_registered_converter(TransformedTargetRegressor, "EasemlTransformedTargetRegressor", _shape, _convert)
+    ModelComponentContainer.add_node = _ints_for_bools(ModelComponentContainer.add_node)
     _registered = True

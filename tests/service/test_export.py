@@ -171,7 +171,7 @@ def exported(trained, tmp_path_factory):
     fresh process: {(task, format): (card, what the loader predicted)}."""
     _, _, tasks, inputs = trained
     out_dir = tmp_path_factory.mktemp("exported")
-    formats = {"iris": ("joblib", "onnx"), "boost": ("joblib",), "reg": ("joblib", "onnx"),
+    formats = {"iris": ("joblib", "onnx"), "boost": ("joblib", "onnx"), "reg": ("joblib", "onnx"),
                "digits": ("torchscript", "onnx", "state_dict")}
     items, cards, keys = [], {}, []
     for name, fmts in formats.items():
@@ -194,7 +194,7 @@ def test_scikit_learn_exports_predict_what_infer_does(trained, exported):
     report, results = exported
     for name in ("iris", "boost"):
         expected = tasks[name].infer(inputs[name])
-        for fmt in ("joblib", "onnx") if name == "iris" else ("joblib",):
+        for fmt in ("joblib", "onnx"):
             _, predicted = results[name, fmt]
             np.testing.assert_array_equal(predicted.ravel(), expected, err_msg=f"{name} {fmt}")
     # A plain scikit-learn pipeline and estimator: our one-thread wrappers were replaced by their parents.
