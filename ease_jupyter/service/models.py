@@ -26,6 +26,7 @@ from ..store import BlobStore, Job, JobStatus, Store, Task
 from ..zoo import Engine
 from . import task_schema
 from .candidates import candidate_of
+from .profiling import ProfileBook
 from .validation import validation_size
 
 UNUSABLE_TAG = "easeml.unusable"  # why a finished job's model cannot be used (set by `easeml fsck --repair`)
@@ -83,6 +84,8 @@ def best(store: Store, task: Task, blobs: BlobStore | None = None) -> dict[str, 
         "job_id": job.id,
         **task_schema.names_json(store, task),  # what the class indices stand for
         "cost_seconds": job.cost_seconds,
+        # what the profiler (or, before it had data, the FLOPs proxy) predicted before it ran
+        "predicted_seconds": ProfileBook(store).prediction_of(job.id)["predicted_seconds"],
     }
 
 

@@ -17,8 +17,9 @@ from ...selection.baselines import policy_spec
 from ...selection.selector import Pick
 from ...store import Job, JobStatus
 from .budget import BudgetGate, PickEpochs
+from .costs import Costs
 from .results import StorageHolds
-from .state import LoopState, Running, tenant_name
+from .state import LoopState, Running, Tenant, tenant_name
 
 log = logging.getLogger(__package__)  # one logger for the whole loop
 
@@ -28,8 +29,9 @@ class Admission:
 
     def __init__(self, state: LoopState, holds: StorageHolds, *, on_done: Callable[[int], None],
                  on_decision: Callable[[dict], None], budget: BudgetGate | None = None,
-                 epochs: PickEpochs | None = None):
+                 epochs: PickEpochs | None = None, costs: Costs | None = None):
         self.state, self.holds = state, holds
+        self.costs = costs  # None: launched jobs keep no predicted cost
         self.budget = budget if budget is not None else BudgetGate(state, gpu_pool=lambda: False)
         self.epochs = epochs if epochs is not None else PickEpochs(state, None)
         self.on_done = on_done  # called with the job id from the executor's thread
@@ -109,6 +111,7 @@ class Admission:
                         held.extend(picks[n:])
                         raise
                     state.last_job_id = max(state.last_job_id, job.id)
+                    self.predicted(job, spec, info)
                     state.emit_job(job, info.owner_id)
                     self.launch(job, spec, pick.user, info.owner_id)
                     self.decided(pick, job, waiting)
@@ -118,6 +121,19 @@ class Admission:
             for pick in held:
                 selector.cancel(pick.user, pick.model)
         return launched
+
+    def predicted(self, job: Job, spec: JobSpec, info: Tenant) -> None:
+        """Keep with the new job what it is predicted to cost
+        (``Costs.record_launch``); the job goes on without it if that fails."""
+        if self.costs is None:
+            return
+        store = self.state.store
+        try:
+            task = store.get_task(info.task_id)
+            n = store.get_dataset_version(info.version_id).n_examples
+            self.costs.record_launch(job, task, spec, n)
+        except Exception:  # noqa: BLE001 - a missing prediction must never hold back a pick
+            log.warning("could not record the predicted cost of job %d", job.id, exc_info=True)
 
     def launch(self, job: Job, spec: JobSpec, tenant: str, owner_id: int) -> None:
         """Hand the job to the executor of its engine kind."""

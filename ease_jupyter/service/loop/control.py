@@ -15,11 +15,12 @@ from ...selection.selector import Selector
 from ...store import BlobStore, Store, Task
 from ...zoo import Engine
 from ..executors import JobExecutor
+from ..profiling import ProfileBook
 from ..runner import one_blas_thread
 from . import views
 from .admission import Admission
 from .budget import BudgetGate, PickEpochs
-from .costs import Costs, catalogue
+from .costs import Costs, ProfileRefits, catalogue
 from .forget import forget_task
 from .outage import STORE_OUTAGES, StoreOutage, backoff_seconds
 from .prior import PriorRefits
@@ -53,8 +54,11 @@ class ControlLoop:
         # The arms' cost estimates assume DEFAULT_EPOCHS where epochs follow the data size;
         # a pick's own epochs are set when it is launched (PickEpochs), and measured jobs correct the estimates.
         self.torch_epochs = None if torch_epochs is None else int(torch_epochs)
+        # Arms cost the profiler's predictions (ACAI §3.3.2), refitted as jobs finish; the FLOPs proxy before any data.
+        self.profile = ProfileBook(store)
+        self.profile_refits = ProfileRefits(store, self.profile)
         self.costs = Costs(store, torch_epochs=(self.torch_epochs or DEFAULT_EPOCHS) if Engine.TORCH in executors
-                           else None, service_epochs=self.torch_epochs)
+                           else None, service_epochs=self.torch_epochs, profile=self.profile)
         self.view = IdleView()
         self.saved = SavedState(self.state, save_every_seconds)
         self.holds = StorageHolds()
@@ -63,7 +67,7 @@ class ControlLoop:
         self.budget = BudgetGate(self.state, gpu_pool=lambda: self.gpu_pool)
         self.admission = Admission(self.state, self.holds, on_done=self._finished,
                                    on_decision=on_decision or (lambda decision: None), budget=self.budget,
-                                   epochs=PickEpochs(self.state, self.torch_epochs))
+                                   epochs=PickEpochs(self.state, self.torch_epochs), costs=self.costs)
         self.store_health = StoreOutage()
         self._lock = threading.RLock()  # one turn at a time; the views below take it too
         self._wake = threading.Event()
@@ -92,6 +96,7 @@ class ControlLoop:
             if self.selector is not None:
                 try:
                     self.results.collect()  # jobs that finished while the executors drained
+                    self.profile_refits.collect(refit=False)  # their errors against their predictions
                     self._save_state()
                 except StorageError as error:  # a restart reconciles the state with the jobs in the store
                     log.warning("could not record the last results at stop: %s", error)
@@ -109,18 +114,25 @@ class ControlLoop:
         makes torch arms cheaper in GP-UCB's ``c_k`` (pvldb §4.1)."""
         with self._lock:
             self.costs.use_speeds(speeds)
-            selector = self.selector
-            if selector is None:
-                return
-            for name, tenant in self.state.tenants.items():
-                try:
-                    task = self.store.get_task(tenant.task_id)
-                    n = self.store.get_dataset_version(tenant.version_id).n_examples
-                except NotFoundError:
-                    continue
-                arms = [k for k in tenant.configs if k in set(selector.model_names)]
-                selector.set_costs(name, {k: self.costs.seconds(task, tenant.configs[k], n) for k in arms})
+            self._reprice()
         self._wake.set()
+
+    def _reprice(self) -> bool:
+        """Give every tenant's zoo arms their current cost (``Costs.seconds``):
+        after the devices were measured or the profiler was refitted."""
+        selector = self.selector
+        if selector is None:
+            return False
+        known = set(selector.model_names)
+        for name, tenant in self.state.tenants.items():
+            try:
+                task = self.store.get_task(tenant.task_id)
+                n = self.store.get_dataset_version(tenant.version_id).n_examples
+            except NotFoundError:
+                continue
+            arms = [k for k in tenant.configs if k in known]
+            selector.set_costs(name, {k: self.costs.seconds(task, tenant.configs[k], n) for k in arms})
+        return True
 
     def notify(self, task_id: int | None = None) -> None:
         """A task changed (created, fed, refined, cancelled): look at it next turn.
@@ -147,6 +159,7 @@ class ControlLoop:
     def _finished(self, job_id: int) -> None:
         """An executor finished a job (its thread): collect it next turn, now."""
         self.results.finished(job_id)
+        self.profile_refits.finished(job_id)
         self._wake.set()
 
     def _run(self) -> None:
@@ -181,6 +194,8 @@ class ControlLoop:
         with self._lock, one_blas_thread():
             try:
                 changed = self.results.collect()
+                if self.profile_refits.collect():  # the profiler learned: the arms' costs changed
+                    changed |= self._reprice()
                 changed |= self.tenant_sync.sync()
                 changed |= self._update_prior()
                 changed |= self.admission.start_queued()

@@ -8,26 +8,42 @@ measures both per device kind; without a measurement, 1 GFLOP/s for both).
 Finished jobs then correct the prediction: per engine, the median of measured
 over predicted seconds (an engine with no finished job yet takes the median
 over all engines, or 1). So a GPU pool makes torch arms cheaper from the
-first pick on, and what the jobs measure still has the last word."""
+first pick on, and what the jobs measure still has the last word.
+
+That FLOPs proxy is the fallback. Given a ``ProfileBook`` (the profiler's
+runtime model per family, learned across all users' finished jobs: ACAI
+§3.3.2, §4.2.2), a pick costs the profiler's predicted seconds for the
+resources it will run on, wherever the profiler can predict it; the control
+loop refits the profiler as jobs finish (``ProfileRefits``) and re-prices the
+arms."""
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+import math
+import time
 from collections import deque
-from typing import TYPE_CHECKING
+from queue import Empty, SimpleQueue
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from ...errors import NotFoundError
+from ...errors import NotFoundError, StorageError
 from ...execution.automl import pick_schedule
 from ...jobspec import JobSpec, parse_job
 from ...schema import program_from_shapes
-from ...store import Job, Store, Task
+from ...selection.profiler import Prediction
+from ...store import Job, JobStatus, Store, Task
 from ...zoo import Engine, candidates
 from ..candidates import arm_specs, task_candidates
+from ..profiling import ProfileBook, Resources
 from ..task_epochs import pick_epochs, task_max_epochs
 
 if TYPE_CHECKING:
     from ...execution.device_speed import PoolSpeeds
+
+log = logging.getLogger(__package__)  # one logger for the whole loop
 
 FLOPS_PER_SECOND = 1e9  # the speed assumed where none was measured (see Costs.seconds)
 NOMINAL_PROGRAMS = (((16,), (4,)), ((16,), (1,)))  # flat classification and regression
@@ -70,11 +86,20 @@ class Costs:
     ``speeds`` (``execution.device_speed.measure_pool``) prices torch and
     scikit-learn arms at their devices' measured speeds; None assumes
     :data:`FLOPS_PER_SECOND` for both. :meth:`use_speeds` sets it later.
+
+    ``profile`` (a ``service.profiling.ProfileBook``) prices a pick at the
+    profiler's prediction where it has one (:meth:`seconds`), the FLOPs
+    proxy (:meth:`flops_seconds`) where it has none or fails.
     """
 
     def __init__(self, store: Store, *, torch_epochs: int | None, speeds: PoolSpeeds | None = None,
-                 service_epochs: int | None = None):
+                 service_epochs: int | None = None, profile: ProfileBook | None = None,
+                 resources: Callable[[Task, JobSpec, int], Resources | None] | None = None):
         self.store = store
+        # None: the FLOPs proxy alone. ``resources`` says what a pick will run on
+        # (the provisioner's choice); by default the service's own (see pick_resources).
+        self.profile = profile
+        self.resources = resources or self.pick_resources
         self.torch_epochs = torch_epochs  # None: no torch executor, so no torch arms
         self.service_epochs = service_epochs  # the operator's --torch-epochs (None: the rule by data size)
         self._task_configs: dict[int, dict[str, JobSpec]] = {}
@@ -121,10 +146,52 @@ class Costs:
         return self._correction.get(engine, 1.0)
 
     def seconds(self, task: Task, spec: JobSpec, n: int) -> float:
-        """The pick's predicted seconds times its engine's correction (once
-        the engine has finished jobs: its FLOPs times their median measured
-        seconds per FLOP)."""
+        """The pick's cost ``c_k``: the profiler's predicted seconds where it
+        can predict the pick, else :meth:`flops_seconds`."""
+        prediction = self.prediction(task, spec, n)
+        if prediction is None:
+            return self.flops_seconds(task, spec, n)
+        return max(prediction.seconds, 1e-3)
+
+    def flops_seconds(self, task: Task, spec: JobSpec, n: int) -> float:
+        """The FLOPs proxy: the pick's predicted seconds times its engine's
+        correction (once the engine has finished jobs: its FLOPs times their
+        median measured seconds per FLOP)."""
         return max(self.predicted(task, spec, n) * self.correction(spec.engine), 1e-3)
+
+    def prediction(self, task: Task, spec: JobSpec, n: int) -> Prediction | None:
+        """The profiler's prediction of the pick on the resources it will run
+        on; None without a profiler, for a user model, or where the profiler
+        cannot predict it (no history of its family) or fails (logged)."""
+        if self.profile is None or spec.is_user_model:
+            return None
+        try:
+            prediction = self.profile.predict_job(task, spec, n, self.resources(task, spec, n))
+        except Exception:  # noqa: BLE001 - a broken prediction must not stop a pick: the proxy prices it
+            log.warning("the profiler could not predict %s on task %d; the FLOPs proxy prices it",
+                        spec.model, task.id, exc_info=True)
+            return None
+        if prediction.source is None or not (math.isfinite(prediction.seconds) and prediction.seconds > 0):
+            return None
+        return prediction
+
+    def pick_resources(self, task: Task, spec: JobSpec, n: int) -> Resources:
+        """What a pick runs on in this service without a provisioner: the
+        profile book's default (the service's configuration); torch picks on
+        a GPU where the pool has GPU workers (its speeds were measured)."""
+        gpu = spec.engine is Engine.TORCH and self.speeds is not None
+        base = self.profile.default if self.profile is not None else Resources()
+        return dataclasses.replace(base, device="gpu" if gpu else "cpu")
+
+    def record_launch(self, job: Job, task: Task, spec: JobSpec, n: int) -> None:
+        """Keep with a launched job what it was predicted to cost: the
+        profiler's prediction, or the FLOPs proxy's seconds (source
+        ``"flops"``) where the profiler had none."""
+        if self.profile is None:
+            return
+        prediction = self.prediction(task, spec, n)
+        self.profile.record_prediction(job, prediction, fallback_seconds=self.flops_seconds(task, spec, n),
+                                       resources=self.resources(task, spec, n))
 
     def learn(self, job: Job) -> None:
         """Take a finished job's measured seconds into its engine's correction."""
@@ -151,3 +218,63 @@ class Costs:
             found = ratios[engine] or pooled
             if found:
                 self._correction[engine] = float(np.median(found))
+
+
+REFIT_EVERY_SECONDS = 5.0  # the profiler is refitted at most this often ...
+REFIT_EVERY_JOBS = 20  # ... unless this many jobs finished since its last fit
+REFIT_SHARE = 0.1  # and refits take at most this share of the loop's time (a refit reads every finished job)
+
+
+class ProfileRefits:
+    """Finished jobs teach the profiler: each one's error against its
+    prediction is recorded (``ProfileBook.record_outcome``), and the profiler
+    is refitted on all users' finished jobs once some finished, at most every
+    ``every_seconds`` unless ``every_jobs`` finished since the last, and
+    never sooner than its last refit's duration over ``share`` (a refit reads
+    every finished job: with a long history it must not take over the
+    loop). Executors say a job finished from their own threads
+    (``finished``); the loop records them in its turn (``collect``)."""
+
+    def __init__(self, store: Store, book: ProfileBook, *, every_seconds: float = REFIT_EVERY_SECONDS,
+                 every_jobs: int = REFIT_EVERY_JOBS, share: float = REFIT_SHARE,
+                 clock: Callable[[], float] = time.monotonic):
+        self.store, self.book = store, book
+        self.every_seconds, self.every_jobs, self.share, self.clock = every_seconds, every_jobs, share, clock
+        self._pause = 0.0  # the last refit's duration over ``share``
+        self._done: SimpleQueue[int] = SimpleQueue()
+        self._new = 0  # finished jobs measured since the last refit
+        self._fitted_at: float | None = None  # None: never fitted (the first turn fits on the store's history)
+
+    def finished(self, job_id: int) -> None:
+        """An executor is done with the job (any thread)."""
+        self._done.put(job_id)
+
+    def collect(self, *, refit: bool = True) -> bool:
+        """Record the finished jobs' errors and (``refit``) refit when due;
+        True when the profiler was refitted (the arms' costs are then out of date)."""
+        while True:
+            try:
+                job_id = self._done.get_nowait()
+            except Empty:
+                break
+            try:
+                job = self.store.get_job(job_id)
+                if job.status is JobStatus.SUCCEEDED and job.cost_seconds:
+                    self.book.record_outcome(job)
+                    self._new += 1
+            except NotFoundError:  # deleted with its task meanwhile
+                continue
+            except StorageError:  # an outage: recorded by a later turn
+                self._done.put(job_id)
+                raise
+        if not refit:
+            return False
+        now = self.clock()
+        due = self._fitted_at is None or (self._new > 0 and now - self._fitted_at >= self._pause and (
+            self._new >= self.every_jobs or now - self._fitted_at >= self.every_seconds))
+        if not due:
+            return False
+        self.book.refit()
+        self._fitted_at, self._new = now, 0
+        self._pause = (self.clock() - now) / self.share
+        return True
