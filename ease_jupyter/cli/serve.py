@@ -75,6 +75,13 @@ import click
 @click.option("--notebook-timeout", default=90.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
               metavar="SECONDS", help="A registered notebook session unheard of (no heartbeat) for this long is "
                                       "listed as gone (GET /api/v1/notebooks).")
+@click.option("--price-cpu", default=0.0316, show_default=True, type=float, metavar="PRICE",
+              help="The auto-provisioner's price of a CPU core per hour (ACAI's cost = runtime x hourly price of "
+                   "the resources). Defaults: Google Cloud N1 on-demand list prices, us-east1 (placeholders).")
+@click.option("--price-gb", default=0.0042, show_default=True, type=float, metavar="PRICE",
+              help="The auto-provisioner's price of a GB of memory per hour.")
+@click.option("--price-gpu", default=0.35, show_default=True, type=float, metavar="PRICE",
+              help="The auto-provisioner's price of a GPU per hour (default: an NVIDIA T4 on Google Cloud).")
 @click.option("--jupyterhub", is_flag=True, default=False,
               help="Run as a JupyterHub service: users authenticate with hub API tokens (or the hub's OAuth "
                    "login); the API lives under $JUPYTERHUB_SERVICE_PREFIX, and --host/--port default to "
@@ -82,7 +89,7 @@ import click
 def command(db_url, data_dir, engine, precision, blob_url, policy, cross_user_prior, host, port, workers, executor, max_running, torch_epochs, mop_partitions,
             max_torch_workloads, max_json_mb, max_chunk_mb,
             idle_shutdown, worker_nice, upload_ttl, quota_gb, blob_gc, allow_user_models, user_model_timeout,
-            notebook_timeout, jupyterhub) -> None:
+            notebook_timeout, price_cpu, price_gb, price_gpu, jupyterhub) -> None:
     """Run the scheduler service until interrupted."""
     from ease_jupyter.service import ServiceConfig, serve
     from ease_jupyter.store import default_data_dir
@@ -115,9 +122,12 @@ def command(db_url, data_dir, engine, precision, blob_url, policy, cross_user_pr
                                blob_gc_seconds=blob_gc or None,
                                allow_user_models=allow_user_models, user_model_timeout=user_model_timeout,
                                notebook_timeout_seconds=notebook_timeout,
+                               price_cpu=price_cpu, price_gb=price_gb, price_gpu=price_gpu,
                                jupyterhub=jupyterhub, base_url=base_url)
     except ValueError as error:
         hint = "'--policy'" if str(error).startswith("policy:") else None
+        for field in ("price_cpu", "price_gb", "price_gpu"):  # the provisioner's prices name their option
+            hint = f"'--{field.replace('_', '-')}'" if str(error).startswith(f"{field}:") else hint
         raise click.BadParameter(str(error), param_hint=hint) from None
     from ease_jupyter.execution.engine import EngineError
     from ease_jupyter.execution.engine.clusters import check_engine_spec

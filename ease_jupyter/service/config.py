@@ -8,6 +8,7 @@ from pathlib import Path
 from ..execution.device import PRECISIONS
 from ..execution.engine.clusters import engine_spec_form as engine_form, is_url
 from ..selection.baselines import DEFAULT_POLICY, POLICIES
+from ..selection.provisioner import DEFAULT_PRICES, Prices
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
@@ -51,6 +52,10 @@ class ServiceConfig:
             the embedded single-user service.
         user_model_timeout: the most seconds a job of a user's own model may
             run (a user may ask for less); past it the job fails.
+        price_cpu, price_gb, price_gpu: the auto-provisioner's unit prices
+            per hour of a CPU core, a GB of memory and a GPU (ACAI §4.3;
+            ``service/provisioning.py``). Defaults: Google Cloud N1 on-demand
+            list prices in us-east1 (placeholders, set your own).
         notebook_timeout_seconds: a notebook session unheard of (no heartbeat,
             no registration) for this long is gone (``notebooks.py``).
         torch_epochs: the most epochs a torch pick's configs train (its
@@ -144,8 +149,12 @@ class ServiceConfig:
     allow_user_models: bool = False
     user_model_timeout: float = 600.0
     notebook_timeout_seconds: float = 90.0
+    price_cpu: float = DEFAULT_PRICES.cpu
+    price_gb: float = DEFAULT_PRICES.gb
+    price_gpu: float = DEFAULT_PRICES.gpu
 
     def __post_init__(self) -> None:
+        self.prices  # noqa: B018 - checks the prices (DataError, a ValueError, naming price_cpu/gb/gpu)
         if not self.notebook_timeout_seconds > 0:
             raise ValueError(f"notebook_timeout_seconds: found {self.notebook_timeout_seconds}, expected > 0 seconds")
         if not self.user_model_timeout > 0:
@@ -184,3 +193,8 @@ class ServiceConfig:
         if self.blob_url is not None and not is_url(self.blob_url):
             raise ValueError(f"blob_url: found {self.blob_url!r}, expected an fsspec URL such as s3://bucket/path "
                              "or file:///shared/path")
+
+    @property
+    def prices(self) -> Prices:
+        """The provisioner's unit prices per hour."""
+        return Prices(cpu=self.price_cpu, gb=self.price_gb, gpu=self.price_gpu)
