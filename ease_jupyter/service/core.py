@@ -148,26 +148,25 @@ class Service:
                                 save_every_seconds=config.state_save_seconds, on_decision=self._publish_decision,
                                 policy=config.policy, cross_user_prior=config.cross_user_prior)
 
+    def _where_jobs_run(self, engine: Engine, fn: Any, task: Task, job: Job, *args: Any) -> Any:
+        """``fn(store, blobs, task.id, job.id, *args)`` where ``engine``'s jobs
+        run (a worker process by default), so a request holds the service's GIL
+        only to decode and encode, and a user's code is never unpickled here."""
+        return self.loop.executors[engine].call(fn, task.id, job.id, *args).result(MODEL_CALL_SECONDS)
+
     def _torch_outputs(self, task: Task, job: Job, X: np.ndarray) -> np.ndarray:
-        """A torch model's outputs, computed where the torch jobs run (a
-        worker process by default), so a request holds the service's GIL only
-        to decode and encode; here when this service trains no torch."""
-        executor = self.loop.executors.get(Engine.TORCH)
-        if executor is None:
+        """A torch model's outputs where the torch jobs run; here when this service trains no torch."""
+        if Engine.TORCH not in self.loop.executors:
             return models.torch_outputs(self.store, self.blobs, task, job, X)
-        return executor.call(models.torch_outputs_of, task.id, job.id, X).result(MODEL_CALL_SECONDS)
+        return self._where_jobs_run(Engine.TORCH, models.torch_outputs_of, task, job, X)
 
     def _own_predictions(self, task: Task, job: Job, X: Any) -> np.ndarray:
-        """A user's own scikit-learn model's predictions, computed where the
-        scikit-learn jobs run (a worker process by default): her code is
-        unpickled there, never in the service process that answers requests."""
-        executor = self.loop.executors[Engine.SKLEARN]
-        return executor.call(models.estimator_predictions_of, task.id, job.id, X).result(MODEL_CALL_SECONDS)
+        """A user's own scikit-learn model's predictions, where the scikit-learn jobs run."""
+        return self._where_jobs_run(Engine.SKLEARN, models.estimator_predictions_of, task, job, X)
 
     def _own_outputs(self, task: Task, job: Job, X: Any, *args: Any) -> Any:
-        """A user's own scikit-learn model's suspicion outputs, computed where the jobs run."""
-        executor = self.loop.executors[Engine.SKLEARN]
-        return executor.call(estimator_outputs_of, task.id, job.id, X, *args).result(MODEL_CALL_SECONDS)
+        """A user's own scikit-learn model's suspicion outputs, where the scikit-learn jobs run."""
+        return self._where_jobs_run(Engine.SKLEARN, estimator_outputs_of, task, job, X, *args)
 
     def _engine_address(self, config: ServiceConfig) -> Any:
         """``local``, or the address of a Dask scheduler (or a picklable
