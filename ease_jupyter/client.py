@@ -413,12 +413,17 @@ class Client:
         return self.request("GET", "/budget" if user is None else f"/users/{_quote(user)}/budget")
 
     def set_budget(self, *, seconds: Any = client_budget.UNSET, gpu_seconds: Any = client_budget.UNSET,
-                   deadline: Any = client_budget.UNSET, user: str | None = None) -> dict[str, Any]:
+                   deadline: Any = client_budget.UNSET, cost: Any = client_budget.UNSET,
+                   user: str | None = None) -> dict[str, Any]:
         """Bound what your tasks spend: ``seconds`` of worker time, ``gpu_seconds``
-        of GPU time, and a ``deadline`` (datetime, timedelta from now or ISO
-        string) after which you get no new picks; None clears one, a field not
-        given stays. ``user=`` (admins): set that user's cap instead."""
-        body = client_budget.budget_body(seconds, gpu_seconds, deadline)
+        of GPU time, a ``cost`` in the service's price units (runtime × the
+        hourly price of the resources each job held; the auto-provisioner
+        buys the most speed within it), and a ``deadline`` (datetime,
+        timedelta from now or ISO string) after which you get no new picks
+        (the provisioner picks the cheapest resources that meet it); None
+        clears one, a field not given stays. ``user=`` (admins): set that
+        user's cap instead."""
+        body = client_budget.budget_body(seconds, gpu_seconds, deadline, cost)
         return self.request("PUT", "/budget" if user is None else f"/users/{_quote(user)}/budget", body)
 
     def progress(self) -> dict[str, Any]:
@@ -707,6 +712,15 @@ class Task:
 
     def history(self) -> list[dict[str, Any]]:
         return self.client.request("GET", self._path("/history"))
+
+    def profile(self) -> dict[str, Any]:
+        """The profiler's predictions and the chosen configurations
+        (docs/profiler.md): ``candidates``, one per candidate model, cheapest
+        predicted first, each with ``predicted_seconds``, its ``source``
+        (``family``, ``pooled``, or ``flops``: the FLOPs proxy before any
+        data), the ``resources`` the provisioner chose and their money
+        ``cost``; and ``examples``, ``prices`` and the ``profiler``'s records."""
+        return self.client.request("GET", self._path("/profile"))
 
     def provenance(self, direction: str = "backward") -> dict[str, Any]:
         return self.client.request("GET", self._path("/provenance"), params={"direction": direction})

@@ -30,11 +30,12 @@ def deadline_json(value: Any) -> str | None:
                     "a datetime, a timedelta from now, an ISO 8601 string, or None for none")
 
 
-def budget_body(seconds: Any = UNSET, gpu_seconds: Any = UNSET, deadline: Any = UNSET) -> dict[str, Any]:
+def budget_body(seconds: Any = UNSET, gpu_seconds: Any = UNSET, deadline: Any = UNSET,
+                cost: Any = UNSET) -> dict[str, Any]:
     """The fields given (None: clear that limit); at least one."""
-    body = {k: v for k, v in (("seconds", seconds), ("gpu_seconds", gpu_seconds)) if v is not UNSET}
+    body = {k: v for k, v in (("seconds", seconds), ("gpu_seconds", gpu_seconds), ("cost", cost)) if v is not UNSET}
     if deadline is not UNSET:
         body["deadline"] = deadline_json(deadline)
     if not body:
-        raise DataError("budget", "no field", "some of seconds=, gpu_seconds=, deadline=")
+        raise DataError("budget", "no field", "some of seconds=, gpu_seconds=, cost=, deadline=")
     return body

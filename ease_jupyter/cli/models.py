@@ -4,6 +4,11 @@
     easeml models --program "{input: {[Tensor[3]], [next]}, output: {[Tensor[4]], []}}"
     easeml models --input 64 --output 10 --examples 5000 --json
     easeml models --input 28,28,1 --output 10 --examples 60000 --epochs 20
+    easeml models --task digits --url http://host:8888 --token T   # a service's predicted costs
+
+With ``--task`` it asks a running service instead (``cli/task_costs.py``):
+the profiler's predicted seconds of each candidate's next pick of that task,
+who predicted them, the configuration the provisioner chose and its cost.
 
 The epochs shown for torch candidates are those the service trains a pick
 with (docs/budget.md): the most epochs of its successive halving, by data
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -126,14 +132,39 @@ def _candidate_record(c: Any, examples: int, epochs: int | None) -> dict[str, An
                    "--examples).")
 @click.option("--seq-len", type=click.IntRange(min=1), default=None,
               help="Sequence length for the cost of time-series models (default 32).")
+@click.option("--task", "task_name", metavar="NAME", default=None,
+              help="Ask a running service for its predicted cost of each candidate of your task NAME: predicted "
+                   "seconds of the next pick, their source (family, pooled, or flops: the FLOPs proxy before any "
+                   "data), the configuration the provisioner chose (threads, workers, device, memory) and its cost "
+                   "at the admin's prices. Instead of --input/--output/--program.")
+@click.option("--url", default=None, metavar="URL",
+              help="With --task: the service (default: $EASEML_URL, else the embedded service of --data-dir if "
+                   "it runs).")
+@click.option("--token", default=None, metavar="TOKEN",
+              help="With --task: your ease.ml token (default: $EASEML_TOKEN; the embedded service's own).")
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="With --task and no URL: the embedded service's data dir (default: $EASEML_DATA_DIR or "
+                   "~/.easeml).")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON instead of a table.")
 def command(input_shape: tuple[int, ...] | None, output_shape: tuple[int, ...] | None, program_text: str | None,
-            examples: int, epochs: int | None, seq_len: int | None, as_json: bool) -> None:
+            examples: int, epochs: int | None, seq_len: int | None, task_name: str | None, url: str | None,
+            token: str | None, data_dir: Path | None, as_json: bool) -> None:
     """List the workload a task matches (ease.ml template matching, pvldb Fig. 6)
-    and its candidate models, configs and estimated training cost."""
+    and its candidate models, configs and estimated training cost; with --task,
+    a service's predicted cost of each candidate of that task (profiler and
+    provisioner, ACAI §4.2)."""
     from ease_jupyter.zoo import DEFAULT_SEQ_LEN, NoCandidatesError, candidates, match_workload
     from ease_jupyter.zoo.templates import template_for
 
+    if task_name is not None:
+        if input_shape is not None or output_shape is not None or program_text is not None:
+            raise click.UsageError("give either --task or --input/--output/--program, not both")
+        from . import task_costs
+
+        task_costs.show(task_name, url, token, data_dir, as_json)
+        return
+    if url is not None or token is not None:
+        raise click.UsageError("--url and --token go with --task NAME")
     if program_text is not None:
         if input_shape is not None or output_shape is not None:
             raise click.UsageError("give either --program or --input/--output, not both")

@@ -64,7 +64,8 @@ class EaseMLMagics(Magics):
         %easeml status --all                the service: every user, who is served now and why
         %easeml infer NAME X                predict with the best model so far
         %easeml provenance NAME             the task's provenance DAG (click, trace back/forward)
-        %easeml models NAME                 the models trained for the task, best first
+        %easeml models NAME                 the models trained for the task, best first (measured vs
+                                            predicted seconds), and each candidate's predicted cost
         %easeml model NAME VAR [--grid G] [--as M]   your own estimator or torch net factory VAR
                                             as a model of the task (docs/models.md)
         %easeml cancel NAME                 stop exploring the task

@@ -199,11 +199,11 @@ def provenance(session: Session, args: Any, user_ns: dict) -> Result:
 
 
 def models(session: Session, args: Any, user_ns: dict) -> Result:
-    jobs = session.get().task(_name_only(args)).jobs()
-    rows = sorted(({"model": j["model"], "config": describe_job(j["model"], j["config"]), "status": j["status"], "accuracy": j["accuracy"],
-                    "seconds": j["cost_seconds"], "version": j["dataset_version"]} for j in jobs),
-                  key=lambda r: -(r["accuracy"] if r["accuracy"] is not None else -1e9))
-    return Result(f"{args.name}: {len(rows)} model(s) trained or queued", jobs, rows)
+    """The task's jobs (measured and predicted seconds) and each candidate's predicted cost (``model_costs.py``)."""
+    from .model_costs import ModelsResult
+
+    t = session.get().task(_name_only(args))
+    return ModelsResult(args.name, t.jobs(), t.profile())
 
 
 def cancel(session: Session, args: Any, user_ns: dict) -> Result:

@@ -2,7 +2,10 @@
 
 A user may bound what her tasks spend: ``seconds`` of worker time over all
 her jobs, ``gpu_seconds`` of it on GPU workers (torch picks, where the pool
-has GPU workers), and a ``deadline`` after which she gets no new picks. An
+has GPU workers), a ``cost`` in the admin's price units (ACAI §4.3: each
+job's runtime times the hourly price of the resources it held, see
+``selection/provisioner.py``), and a ``deadline`` after which she gets no
+new picks. An
 admin may cap each of them per user; what applies is the smaller of the
 two (the earlier deadline), and a user cannot set her own above the cap.
 
@@ -29,7 +32,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -39,8 +42,8 @@ from ..jobspec import parse_job
 from ..store import Job, JobStatus, Store
 from ..zoo import Engine
 
-SECONDS, GPU_SECONDS, DEADLINE = "seconds", "gpu_seconds", "deadline"
-FIELDS = (SECONDS, GPU_SECONDS, DEADLINE)
+SECONDS, GPU_SECONDS, COST, DEADLINE = "seconds", "gpu_seconds", "cost", "deadline"
+FIELDS = (SECONDS, GPU_SECONDS, COST, DEADLINE)
 OWN_PREFIX = "easeml.budget."
 CAP_PREFIX = "easeml.budget.cap."
 DELETED_PREFIX = "easeml.budget.spent_deleted."  # + "cpu" / "gpu": what her deleted tasks' jobs took
@@ -53,36 +56,40 @@ class Limits:
     seconds: float | None = None
     gpu_seconds: float | None = None
     deadline: datetime | None = None
+    cost: float | None = None
 
     def json(self) -> dict[str, Any]:
-        return {SECONDS: self.seconds, GPU_SECONDS: self.gpu_seconds,
+        return {SECONDS: self.seconds, GPU_SECONDS: self.gpu_seconds, COST: self.cost,
                 DEADLINE: None if self.deadline is None else self.deadline.isoformat()}
 
     @property
     def empty(self) -> bool:
-        return self.seconds is None and self.gpu_seconds is None and self.deadline is None
+        return self.seconds is None and self.gpu_seconds is None and self.deadline is None and self.cost is None
 
     def within(self, cap: Limits) -> Limits:
         """The limits that apply under ``cap``: the smaller of each, the earlier deadline."""
         def least(a, b):
             return b if a is None else a if b is None else min(a, b)
         return Limits(least(self.seconds, cap.seconds), least(self.gpu_seconds, cap.gpu_seconds),
-                      least(self.deadline, cap.deadline))
+                      least(self.deadline, cap.deadline), least(self.cost, cap.cost))
 
 
 @dataclass(frozen=True)
 class Spent:
-    """Seconds a user's jobs took, per device kind."""
+    """Seconds a user's jobs took, per device kind, and what they cost
+    (``money``: NaN where not summed, as when she has no cost limit)."""
 
     cpu: float = 0.0
     gpu: float = 0.0
+    money: float = 0.0
 
     @property
     def seconds(self) -> float:
         return self.cpu + self.gpu
 
     def json(self) -> dict[str, Any]:
-        return {SECONDS: self.seconds, GPU_SECONDS: self.gpu, "by_kind": {"cpu": self.cpu, "gpu": self.gpu}}
+        return {SECONDS: self.seconds, GPU_SECONDS: self.gpu, COST: self.money if math.isfinite(self.money) else None,
+                "by_kind": {"cpu": self.cpu, "gpu": self.gpu}}
 
 
 # ------------------------------------------------------------------ input
@@ -98,6 +105,23 @@ def _seconds(field: str, value: Any) -> float | None:
     if not math.isfinite(value) or value < 0:
         raise DataError(field, repr(value), "a finite number of seconds >= 0, or null for none")
     return value
+
+
+def _cost(value: Any) -> float | None:
+    """A cost limit in the admin's price units: a finite number >= 0, or None."""
+    if value is None:
+        return None
+    expected = "a cost >= 0 in the service's price units (easeml serve --price-cpu/--price-gb/--price-gpu), " \
+               "or null for none"
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise DataError(COST, f"{value!r} ({type(value).__name__})", expected)
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number) or number < 0:
+        raise DataError(COST, repr(value), expected)
+    return number
 
 
 def parse_deadline(value: Any, *, now: datetime, field: str = DEADLINE) -> datetime | None:
@@ -133,6 +157,8 @@ def parse_limits(body: Any, *, now: datetime) -> dict[str, Any]:
     for field in (SECONDS, GPU_SECONDS):
         if field in body:
             out[field] = _seconds(field, body[field])
+    if COST in body:
+        out[COST] = _cost(body[COST])
     if DEADLINE in body:
         out[DEADLINE] = parse_deadline(body[DEADLINE], now=now)
     return out
@@ -178,9 +204,12 @@ def job_seconds(job: Job, now: datetime) -> float:
     return 0.0
 
 
-def spent(jobs: Iterable[Job], *, gpu_pool: bool, now: datetime) -> Spent:
-    """What ``jobs`` took, per device kind: torch jobs are ``gpu`` when the pool has GPU workers."""
-    cpu = gpu = 0.0
+def spent(jobs: Iterable[Job], *, gpu_pool: bool, now: datetime,
+          price: Callable[[Job, float], float] | None = None) -> Spent:
+    """What ``jobs`` took, per device kind: torch jobs are ``gpu`` when the
+    pool has GPU workers; with ``price`` (a job and its seconds -> its cost),
+    what they cost too (else ``money`` is NaN)."""
+    cpu = gpu = money = 0.0
     for job in jobs:
         seconds = job_seconds(job, now)
         if not seconds:
@@ -189,7 +218,9 @@ def spent(jobs: Iterable[Job], *, gpu_pool: bool, now: datetime) -> Spent:
             gpu += seconds
         else:
             cpu += seconds
-    return Spent(cpu, gpu)
+        if price is not None:
+            money += price(job, seconds)
+    return Spent(cpu, gpu, money if price is not None else math.nan)
 
 
 def user_jobs(store: Store, user_id: int) -> list[Job]:
@@ -199,27 +230,33 @@ def user_jobs(store: Store, user_id: int) -> list[Job]:
 def deleted_spent(store: Store, user_id: int) -> Spent:
     """What the jobs of her deleted tasks took (:func:`record_deleted`)."""
     tags = store.tags("user", user_id)
-    return Spent(*(float(tags.get(DELETED_PREFIX + kind) or 0.0) for kind in ("cpu", "gpu")))
+    return Spent(*(float(tags.get(DELETED_PREFIX + kind) or 0.0) for kind in ("cpu", "gpu", "money")))
 
 
-def record_deleted(store: Store, user_id: int, jobs: Iterable[Job], *, gpu_pool: bool, now: datetime) -> Spent:
-    """Add what ``jobs`` (of a task about to be deleted) took to her deleted
-    spent; returns what it was before, for :func:`restore_deleted`."""
-    before, used = deleted_spent(store, user_id), spent(jobs, gpu_pool=gpu_pool, now=now)
+def record_deleted(store: Store, user_id: int, jobs: Iterable[Job], *, gpu_pool: bool, now: datetime,
+                   price: Callable[[Job, float], float] | None = None) -> Spent:
+    """Add what ``jobs`` (of a task about to be deleted) took, and with
+    ``price`` what they cost, to her deleted spent; returns what it was
+    before, for :func:`restore_deleted`."""
+    before, used = deleted_spent(store, user_id), spent(jobs, gpu_pool=gpu_pool, now=now, price=price)
     if used.seconds:
-        restore_deleted(store, user_id, Spent(before.cpu + used.cpu, before.gpu + used.gpu))
+        money = used.money if math.isfinite(used.money) else 0.0
+        restore_deleted(store, user_id, Spent(before.cpu + used.cpu, before.gpu + used.gpu, before.money + money))
     return before
 
 
 def restore_deleted(store: Store, user_id: int, value: Spent) -> None:
-    store.set_tag("user", user_id, DELETED_PREFIX + "cpu", repr(value.cpu))
-    store.set_tag("user", user_id, DELETED_PREFIX + "gpu", repr(value.gpu))
+    for kind in ("cpu", "gpu", "money"):
+        store.set_tag("user", user_id, DELETED_PREFIX + kind, repr(getattr(value, kind)))
 
 
-def user_spent(store: Store, user_id: int, *, gpu_pool: bool, now: datetime) -> Spent:
-    """What all her jobs took: those of her tasks and those of tasks she deleted."""
-    live, gone = spent(user_jobs(store, user_id), gpu_pool=gpu_pool, now=now), deleted_spent(store, user_id)
-    return Spent(live.cpu + gone.cpu, live.gpu + gone.gpu)
+def user_spent(store: Store, user_id: int, *, gpu_pool: bool, now: datetime,
+               price: Callable[[Job, float], float] | None = None) -> Spent:
+    """What all her jobs took (and, with ``price``, cost): those of her tasks
+    and those of tasks she deleted."""
+    live = spent(user_jobs(store, user_id), gpu_pool=gpu_pool, now=now, price=price)
+    gone = deleted_spent(store, user_id)
+    return Spent(live.cpu + gone.cpu, live.gpu + gone.gpu, live.money + gone.money)
 
 
 def blocked_reason(limits: Limits, used: Spent, *, cap: Limits, gpu_pool: bool, now: datetime) -> str | None:
@@ -238,6 +275,9 @@ def blocked_reason(limits: Limits, used: Spent, *, cap: Limits, gpu_pool: bool, 
     if limits.seconds is not None and used.seconds >= limits.seconds:
         return (f"no new picks: your compute budget is spent ({used.seconds:.0f} of {limits.seconds:g} "
                 "worker-seconds); " + remedy(SECONDS, "raise"))
+    if limits.cost is not None and math.isfinite(used.money) and used.money >= limits.cost:
+        return (f"no new picks: your cost budget is spent ({used.money:.4g} of {limits.cost:g}); "
+                + remedy(COST, "raise"))
     if gpu_pool and limits.gpu_seconds is not None and used.gpu >= limits.gpu_seconds:
         return (f"no new torch picks on GPUs: your GPU budget is spent ({used.gpu:.0f} of {limits.gpu_seconds:g} "
                 "GPU-seconds); " + remedy(GPU_SECONDS, "raise"))
@@ -261,15 +301,19 @@ class BudgetStatus:
     def json(self) -> dict[str, Any]:
         limits = self.limits
         left = {SECONDS: None if limits.seconds is None else max(0.0, limits.seconds - self.spent.seconds),
-                GPU_SECONDS: None if limits.gpu_seconds is None else max(0.0, limits.gpu_seconds - self.spent.gpu)}
+                GPU_SECONDS: None if limits.gpu_seconds is None else max(0.0, limits.gpu_seconds - self.spent.gpu),
+                COST: None if limits.cost is None or not math.isfinite(self.spent.money)
+                else max(0.0, limits.cost - self.spent.money)}
         return {"own": self.own.json(), "cap": self.cap.json(), "limits": limits.json(), "spent": self.spent.json(),
                 "left": left, "blocked": self.blocked is not None, "reason": self.blocked, "gpu_pool": self.gpu_pool}
 
 
-def status(store: Store, user_id: int, *, gpu_pool: bool, now: datetime | None = None) -> BudgetStatus:
-    """The user's limits, what she spent and whether she may get new picks."""
+def status(store: Store, user_id: int, *, gpu_pool: bool, now: datetime | None = None,
+           price: Callable[[Job, float], float] | None = None) -> BudgetStatus:
+    """The user's limits, what she spent (with ``price``: and cost) and
+    whether she may get new picks."""
     now = now or datetime.now(timezone.utc)
     own, cap = read_limits(store, user_id, OWN_PREFIX), read_limits(store, user_id, CAP_PREFIX)
-    used = user_spent(store, user_id, gpu_pool=gpu_pool, now=now)
+    used = user_spent(store, user_id, gpu_pool=gpu_pool, now=now, price=price)
     reason = blocked_reason(own.within(cap), used, cap=cap, gpu_pool=gpu_pool, now=now)
     return BudgetStatus(own, cap, used, reason, gpu_pool)

@@ -30,7 +30,7 @@ def _now() -> datetime:
 
 
 def _status(service: Service, user: User) -> dict[str, Any]:
-    out = budgets.status(service.store, user.id, gpu_pool=service.loop.gpu_pool).json()
+    out = budgets.status(service.store, user.id, gpu_pool=service.loop.gpu_pool, price=service.loop.job_cost).json()
     out["user"] = user.name
     return out
 
@@ -52,6 +52,7 @@ def get_budget(service: Service, caller: User) -> dict[str, Any]:
 def set_budget(service: Service, caller: User, body: Any) -> dict[str, Any]:
     """The caller's own limits; none above the cap an admin set for her."""
     changes = budgets.parse_limits(body, now=_now())
+    service.loop.check_cost_budget(changes.get(budgets.COST))
     budgets.check_under_cap(changes, budgets.read_limits(service.store, caller.id, budgets.CAP_PREFIX))
     budgets.write_limits(service.store, caller.id, budgets.OWN_PREFIX, changes)
     service.loop.budget_changed(caller.id)
@@ -70,6 +71,7 @@ def set_user_cap(service: Service, caller: User, name: str, body: Any) -> dict[s
     service._admin(caller)
     user = user_named(service, name)
     changes = budgets.parse_limits(body, now=_now())
+    service.loop.check_cost_budget(changes.get(budgets.COST))
     budgets.write_limits(service.store, user.id, budgets.CAP_PREFIX, changes)
     service.loop.budget_changed(user.id)
     out = _status(service, user)

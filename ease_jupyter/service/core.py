@@ -31,11 +31,13 @@ from .notebooks import NotebookRegistry
 from .failures import error_code
 from .quota import Quota
 from .loop import ControlLoop
+from .loop.provision import service_pools
 from . import models
 from . import export as model_export
 from . import budget_api
 from . import user_models
 from . import notify
+from . import profile_view
 from .executors import JobExecutor, JobRunner, ProcessExecutor, ThreadExecutor
 from .mop import TorchJobs, measure_torch_pool
 from .runner import SklearnJobs
@@ -146,7 +148,11 @@ class Service:
                                 publish=notify.Notifier(self.store, self.events.publish),
                                 tick_seconds=config.tick_seconds, seed=config.seed,
                                 save_every_seconds=config.state_save_seconds, on_decision=self._publish_decision,
-                                policy=config.policy, cross_user_prior=config.cross_user_prior)
+                                policy=config.policy, cross_user_prior=config.cross_user_prior,
+                                prices=config.prices,
+                                pools=service_pools(cpus=os.cpu_count() or 1, sklearn_slots=config.workers,
+                                                    torch_partitions=config.mop_partitions or config.workers,
+                                                    own_processes=processes))
 
     def _where_jobs_run(self, engine: Engine, fn: Any, task: Task, job: Job, *args: Any) -> Any:
         """``fn(store, blobs, task.id, job.id, *args)`` where ``engine``'s jobs
@@ -418,8 +424,14 @@ class Service:
     def jobs(self, caller: User, name: str) -> list[dict[str, Any]]:
         task = self._task(caller, name)
         numbers = {v.id: v.number for v in self.store.list_dataset_versions(task.id)}
-        return [job_json(j, numbers.get(j.dataset_version_id), error_code(self.store, j))
-                for j in self.store.list_jobs(task.id)]
+        # each with its predicted seconds beside the measured ones (profile_view.py)
+        return profile_view.with_predictions(self.store, [job_json(j, numbers.get(j.dataset_version_id),
+                                                                   error_code(self.store, j))
+                                                          for j in self.store.list_jobs(task.id)])
+
+    def profile(self, caller: User, name: str) -> dict[str, Any]:
+        """The profiler's predictions and the provisioner's chosen configuration for each candidate of the task."""
+        return self.loop.task_profile(self._task(caller, name))
 
     def history(self, caller: User, name: str) -> list[dict[str, Any]]:
         rows = self.jobs(caller, name)

@@ -43,7 +43,7 @@ def delete_task(store: Store, blobs: BlobStore, loop: Any, task: Task, *,
         in_tags = gc.job_tag_digests(store, (j.id for j in jobs))  # before the tags go with the jobs
         in_tags |= {m.code for m in UserModels(store).list(task.id)}  # her models' code, in the task's tags
         before = budget.record_deleted(store, task.owner_id, jobs, gpu_pool=loop.gpu_pool,
-                                       now=datetime.now(timezone.utc))
+                                       now=datetime.now(timezone.utc), price=loop.job_cost)
         try:
             return set(store.delete_task(task.id)) | in_tags
         except BaseException:

@@ -46,7 +46,7 @@ from ..zoo import Engine
 from .export_bundle import MEDIA_TYPE, pack
 
 __all__ = ["ALL_FORMATS", "FORMATS", "MEDIA_TYPE", "Artifact", "SklearnInputs", "check_format", "export_best",
-           "plain_sklearn", "sklearn_artifact", "torch_artifact", "torch_artifact_of"]
+           "plain_pickle", "plain_sklearn", "sklearn_artifact", "torch_artifact", "torch_artifact_of"]
 
 FORMATS: dict[Engine, tuple[str, ...]] = {
     Engine.SKLEARN: ("joblib", "onnx"),
@@ -109,9 +109,37 @@ def plain_parent(cls: type) -> type | None:
     return parent if all(hasattr(parent, name) for name in overridden) else None
 
 
+def _plain_reduce(pickler: Any, obj: Any) -> Any:
+    """A ``reducer_override`` that writes each of our wrappers as its plain
+    parent and notes anything else of this package in ``pickler.leftovers``."""
+    if isinstance(obj, type) or inspect.isroutine(obj):  # classes and functions are pickled by name
+        if _ours(getattr(obj, "__module__", None)):
+            pickler.leftovers.append(f"{obj.__module__}.{getattr(obj, '__qualname__', obj)}")
+        return NotImplemented
+    cls = type(obj)
+    if not _ours(cls.__module__):
+        return NotImplemented
+    parent = plain_parent(cls)
+    if parent is None:
+        pickler.leftovers.append(f"{cls.__module__}.{cls.__qualname__}")
+        return NotImplemented
+    reduced = obj.__reduce_ex__(pickler.protocol)  # (copyreg.__newobj__, (cls,), state, ...)
+    if not (isinstance(reduced, tuple) and len(reduced) >= 3 and tuple(reduced[1]) == (cls,)):
+        pickler.leftovers.append(f"{cls.__module__}.{cls.__qualname__}")
+        return NotImplemented
+    state = reduced[2]
+    if isinstance(state, dict) and parent.__module__.startswith("sklearn."):
+        # what scikit-learn records for its own classes only (BaseEstimator.__getstate__)
+        import sklearn
+
+        state = {**state, "_sklearn_version": sklearn.__version__}
+    # An empty parent, then the wrapper's state (parameters and fitted attributes) set on it.
+    return (copyreg._reconstructor, (parent, object, None), state, *reduced[3:])
+
+
 class _PlainPickler(pickle.Pickler):
     """Pickles an estimator with each of our wrappers written as its plain
-    parent, and notes anything else of this package it meets."""
+    parent, classes and functions by name."""
 
     def __init__(self, file: Any) -> None:
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
@@ -119,47 +147,59 @@ class _PlainPickler(pickle.Pickler):
         self.leftovers: list[str] = []
 
     def reducer_override(self, obj: Any) -> Any:
-        if isinstance(obj, type) or inspect.isroutine(obj):  # classes and functions are pickled by name
-            if _ours(getattr(obj, "__module__", None)):
-                self.leftovers.append(f"{obj.__module__}.{getattr(obj, '__qualname__', obj)}")
-            return NotImplemented
-        cls = type(obj)
-        if not _ours(cls.__module__):
-            return NotImplemented
-        parent = plain_parent(cls)
-        if parent is None:
-            self.leftovers.append(f"{cls.__module__}.{cls.__qualname__}")
-            return NotImplemented
-        reduced = obj.__reduce_ex__(self.protocol)  # (copyreg.__newobj__, (cls,), state, ...)
-        if not (isinstance(reduced, tuple) and len(reduced) >= 3 and tuple(reduced[1]) == (cls,)):
-            self.leftovers.append(f"{cls.__module__}.{cls.__qualname__}")
-            return NotImplemented
-        state = reduced[2]
-        if isinstance(state, dict) and parent.__module__.startswith("sklearn."):
-            # what scikit-learn records for its own classes only (BaseEstimator.__getstate__)
-            import sklearn
+        return _plain_reduce(self, obj)
 
-            state = {**state, "_sklearn_version": sklearn.__version__}
-        # An empty parent, then the wrapper's state (parameters and fitted attributes) set on it.
-        return (copyreg._reconstructor, (parent, object, None), state, *reduced[3:])
+
+def _plain_cloudpickler(file: Any) -> Any:
+    """``_PlainPickler``'s swaps, with cloudpickle's pickling of classes and
+    functions that cannot be imported where the model loads (defined in a
+    notebook's ``__main__``, or sent by value from a module beside it) by value."""
+    import cloudpickle
+
+    class _PlainCloudPickler(cloudpickle.Pickler):
+        def __init__(self, out: Any) -> None:
+            super().__init__(out, protocol=pickle.HIGHEST_PROTOCOL)
+            self.protocol = pickle.HIGHEST_PROTOCOL
+            self.leftovers: list[str] = []
+
+        def reducer_override(self, obj: Any) -> Any:
+            plain = _plain_reduce(self, obj)
+            return plain if plain is not NotImplemented else super().reducer_override(obj)
+
+    return _PlainCloudPickler(file)
+
+
+def plain_pickle(estimator: Any) -> tuple[bytes, bool]:
+    """A pickle of a fitted estimator made of scikit-learn's own classes (our
+    one-thread wrappers replaced by their parents, fitted state carried
+    over), and whether loading it needs cloudpickle: only a model holding a
+    class or function that cannot be imported by name (a user's class
+    defined in her notebook) is written with cloudpickle, by value.
+    DataError naming ``format`` if it holds anything else of this package."""
+    failure: BaseException | None = None
+    for make, needs_cloudpickle in ((_PlainPickler, False), (_plain_cloudpickler, True)):
+        buffer = io.BytesIO()
+        pickler = make(buffer)
+        try:
+            pickler.dump(estimator)
+        except (pickle.PicklingError, TypeError, AttributeError) as error:
+            failure = error
+        else:
+            failure = None
+        if pickler.leftovers:
+            raise DataError("format", f"'joblib' for a model that holds {pickler.leftovers[0]}",
+                            "a model made of scikit-learn (or other importable) classes, loadable without "
+                            "ease_jupyter")
+        if failure is None:
+            return buffer.getvalue(), needs_cloudpickle
+    raise DataError("format", f"'joblib' for a model that cannot be pickled ({failure})",
+                    "a model whose classes are importable where it is loaded")
 
 
 def plain_sklearn(estimator: Any) -> Any:
-    """A copy of a fitted estimator made of scikit-learn's own classes (our
-    one-thread wrappers replaced by their parents, fitted state carried over).
-    DataError naming ``format`` if it holds anything else of this package."""
-    buffer = io.BytesIO()
-    pickler = _PlainPickler(buffer)
-    try:
-        pickler.dump(estimator)
-    except (pickle.PicklingError, TypeError, AttributeError) as error:
-        if not pickler.leftovers:
-            raise DataError("format", f"'joblib' for a model that cannot be pickled ({error})",
-                            "a model whose classes are importable where it is loaded") from None
-    if pickler.leftovers:
-        raise DataError("format", f"'joblib' for a model that holds {pickler.leftovers[0]}",
-                        "a model made of scikit-learn (or other importable) classes, loadable without ease_jupyter")
-    return pickle.loads(buffer.getvalue())
+    """A copy of a fitted estimator made of scikit-learn's own classes
+    (``plain_pickle``)."""
+    return pickle.loads(plain_pickle(estimator)[0])
 
 
 def _describe_steps(estimator: Any) -> list[dict[str, Any]]:
@@ -220,17 +260,23 @@ def _input_rows(inputs: SklearnInputs) -> list[dict[str, Any]]:
 def sklearn_artifact(estimator: Any, fmt: str, inputs: SklearnInputs, classification: bool) -> Artifact:
     """``estimator`` (fitted) as a joblib or an ONNX file."""
     check_format(fmt, Engine.SKLEARN)
-    plain = plain_sklearn(estimator)
+    data, needs_cloudpickle = plain_pickle(estimator)
+    plain = pickle.loads(data)
     steps = _describe_steps(plain)
     if fmt == "joblib":
         import joblib
 
         buffer = io.BytesIO()
-        joblib.dump(plain, buffer)
+        if needs_cloudpickle:  # her notebook's classes, by value: a pickle file, which joblib.load reads
+            buffer.write(data)
+        else:
+            joblib.dump(plain, buffer)
         table = bool(inputs.columns)
         taking = ("a pandas DataFrame with the task's columns (card: task.table_schema)" if table
                   else f"a float array of shape (n, {inputs.n_features})")
-        outputs = [{"name": "predict", "takes": taking,
+        loads_with = ("joblib.load, with scikit-learn and cloudpickle installed (classes defined in the notebook "
+                      "are inside the file)" if needs_cloudpickle else "joblib.load, with scikit-learn installed")
+        outputs = [{"name": "predict", "takes": taking, "loads_with": loads_with,
                     "returns": "class indices into class_names" if classification else "predicted values"}]
         if classification and hasattr(plain, "predict_proba"):
             outputs.append({"name": "predict_proba", "returns": "class probabilities, columns in class index order"})

@@ -327,6 +327,7 @@ ROUTES: list[tuple[str, dict[str, Callable[..., Any]], dict[str, Any]]] = [
     ("/tasks/" + NAME + "/jobs", {"get": lambda s, u, h, n: s.jobs(u, n)}, {}),
     ("/tasks/" + NAME + "/history", {"get": lambda s, u, h, n: s.history(u, n)}, {}),
     ("/tasks/" + NAME + "/best", {"get": lambda s, u, h, n: s.best(u, n)}, {}),
+    ("/tasks/" + NAME + "/profile", {"get": lambda s, u, h, n: s.profile(u, n)}, {}),
     ("/tasks/" + NAME + "/model", {"get": lambda s, u, h, n: Download(
         *s.export_model(u, n, h.get_query_argument("format", None)))}, {}),
     ("/tasks/" + NAME + "/suspicion",

@@ -25,6 +25,15 @@ Metrics (per epoch, ``epoch`` = epochs completed, 1 after the first):
 config, plus ``val_accuracy`` and ``train_loss`` of the epoch's best config.
 Each is published as a ``{"type": "metrics", ...}`` event as it happens.
 
+Profiling (ACAI §4.2.2). A job with a profiling plan (``easeml.profile.plan``,
+the first job of a family the profiler has no record of) first trains its
+first config for one epoch on each planned subsample
+(``profile_runs.profile_torch``) and records the runs
+(``easeml.profile.runs``) before its workload; the workload's own seconds
+are ``easeml.profile.full_seconds`` and the job's cost is their sum with the
+runs'. A job that has its runs recorded, or is resumed, does not profile
+(again).
+
 Restart recovery (Cerebro §5.6: model states are checkpointed between
 training units, so only unfinished units run again). The job's tag
 ``easeml.mop.progress`` is a JSON record rewritten after every finished
@@ -75,11 +84,14 @@ from ..execution.mop.pool_driver import PoolDriver
 from ..execution.mop.runner import EpochMetrics, MOPRunner, UnitRecord
 from ..execution.units import Hooks
 from ..jobspec import TorchWorkload, metric_name, parse_job, point_label
+from ..selection.profile_plan import plan_from_json
 from ..store import BlobStore, Job, JobStatus, JobUpdate, Store
 from .candidates import candidate_of
 from . import user_models
 from .models import BEST_TRIAL_TAG
 from .mop_progress import JobProgress
+from .profile_runs import profile_torch
+from .profiling import TAG_FULL_SECONDS, TAG_PLAN, TAG_RUNS, profiling_runs
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +156,13 @@ def run_torch_job(store: Store, blobs: BlobStore, engine: Any, job_id: int, *,
             data = load(store, blobs, store.get_dataset_version(job.dataset_version_id))
             X = np.array(data.X, dtype=np.float32)
             y = np.asarray(data.y)
+            if TAG_PLAN in tags and not resumed and TAG_RUNS not in tags:  # profiled once, never on a resume
+                profiling_started = time.monotonic()
+                first_trial, first_params = next(iter(trial_params.items()))
+                runs = profile_torch(cand, first_trial, first_params, X, y, data.split_keys,
+                                     plan_from_json(tags[TAG_PLAN]), seed=seed, hooks=Hooks(precision=precision))
+                store.set_tag("job", job_id, TAG_RUNS, json.dumps(runs))
+                started += time.monotonic() - profiling_started  # the workload's own seconds leave them out
             seen = _existing_metrics(store, job_id)
             pending: dict[str, EpochMetrics] = {}
             runner_box: list[MOPRunner] = []
@@ -213,6 +232,9 @@ def run_torch_job(store: Store, blobs: BlobStore, engine: Any, job_id: int, *,
         store.set_tag("job", job_id, BEST_TRIAL_TAG, json.dumps({"trial": trial, "lr": trial_lr[trial],
                                                                  "params": trial_params[trial]}))
         seconds = cost + time.monotonic() - started
+        if TAG_PLAN in tags:  # the profiling runs are paid for: the job's cost counts them
+            store.set_tag("job", job_id, TAG_FULL_SECONDS, repr(float(seconds)))
+            seconds += sum(r["seconds"] for r in profiling_runs(store.tags("job", job_id)))
         return store.update_job(job_id, JobStatus.SUCCEEDED,
                                 JobUpdate(accuracy=float(score), cost_seconds=seconds, artifact_blob=digest))
     except Exception as error:  # noqa: BLE001 - recorded on the job

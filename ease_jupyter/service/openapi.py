@@ -89,17 +89,39 @@ TAG_KEY = {"pattern": r"[^\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2
            "not": {"pattern": r"^easeml\."}}
 
 _SECONDS_OR_NULL = {"type": ["number", "null"], "minimum": 0}
-_LIMITS = _obj(seconds=_SECONDS_OR_NULL, gpu_seconds=_SECONDS_OR_NULL,
+_LIMITS = _obj(seconds=_SECONDS_OR_NULL, gpu_seconds=_SECONDS_OR_NULL, cost=_SECONDS_OR_NULL,
                deadline={"type": ["string", "null"], "format": "date-time"})
 BUDGET_BODY = {**_LIMITS, "minProperties": 1, "additionalProperties": False}
 BUDGET = _obj("own", "cap", "limits", "spent", "left", "blocked", "reason", own=_LIMITS, cap=_LIMITS, limits=_LIMITS,
-              spent=_obj(seconds={"type": "number"}, gpu_seconds={"type": "number"},
+              spent=_obj(seconds={"type": "number"}, gpu_seconds={"type": "number"}, cost={"type": ["number", "null"]},
                          by_kind={"type": "object", "additionalProperties": {"type": "number"}}),
-              left=_obj(seconds=_SECONDS_OR_NULL, gpu_seconds=_SECONDS_OR_NULL), blocked={"type": "boolean"},
+              left=_obj(seconds=_SECONDS_OR_NULL, gpu_seconds=_SECONDS_OR_NULL, cost=_SECONDS_OR_NULL), blocked={"type": "boolean"},
               reason={"type": ["string", "null"]}, gpu_pool={"type": "boolean"}, user={"type": "string"})
 TASK_BUDGET = _obj("max_epochs", "epochs", "source", max_epochs={"type": ["integer", "null"]},
                    epochs={"type": ["integer", "null"]}, source={"enum": ["task", "service", "data size"]},
                    examples={"type": ["integer", "null"]})
+
+
+# GET /tasks/{name}/profile (ControlLoop.profile; one plan per candidate, Costs.plan)
+_RESOURCES = _obj("threads", "workers", "partitions", "device", "memory_bytes", threads={"type": "integer"},
+                  workers={"type": "integer"}, partitions={"type": "integer"}, device={"type": "string"},
+                  memory_bytes={"type": "integer"})
+_PLAN = _obj("model", "engine", "predicted_seconds", "source", "resources", "cost", "goal", "feasible",
+             model={"type": "string"}, engine={"type": "string", "description": "sklearn or torch"},
+             predicted_seconds={"type": ["number", "null"], "description": "null: a user's model not yet measured"},
+             source={"type": ["string", "null"], "description": "family, pooled, flops (the FLOPs proxy), or measured "
+                     "(a user's own model: its last measured seconds)"},
+             log_sd={"type": ["number", "null"]}, flops_seconds={"type": ["number", "null"]}, resources=_RESOURCES,
+             cost={"type": "number"}, provisioned_by={"type": "string", "description": "profiler or flops"},
+             goal={"type": "string", "description": "runtime or cost: what it minimizes"},
+             feasible={"type": "boolean"}, note={"type": "string"})
+PROFILE = _obj("task", "examples", "prices", "profiler", "candidates", task={"type": "string"},
+               examples={"type": "integer", "minimum": 0},
+               prices=_obj("cpu", "gb", "gpu", cpu={"type": "number"}, gb={"type": "number"}, gpu={"type": "number"}),
+               profiler=_obj("records", "families", records={"type": "integer"}, families={
+                   "type": "object", "additionalProperties": _obj(
+                       "jobs", jobs={"type": "integer"}, source={"enum": ["family", "pooled", None]})}),
+               candidates={"type": "array", "items": _PLAN})
 
 
 USER_MODEL = _obj("name", "kind", "grid", "code", "limit", name={"type": "string"},
@@ -162,6 +184,10 @@ def spec() -> dict[str, Any]:
         "/tasks/{name}/jobs": {"get": _op("Training jobs, by id", params=[NAME],
                                           response={"type": "array", "items": {"$ref": "#/components/schemas/Job"}})},
         "/tasks/{name}/history": {"get": _op("Jobs with their per-epoch metrics", params=[NAME])},
+        "/tasks/{name}/profile": {"get": _op(
+            "The profiler's predicted seconds and the provisioner's chosen configuration and money cost of each "
+            "candidate of the task, cheapest predicted first (docs/profiler.md); no candidates before the first "
+            "feed", params=[NAME], response=PROFILE)},
         "/tasks/{name}/best": {"get": _op("The best model so far (404 before one exists)", params=[NAME],
                                           response=_obj(model={"type": "string"}, config={"type": "object"},
                                                         accuracy={"type": "number"}, dataset_version={"type": "integer"},
@@ -231,14 +257,14 @@ def spec() -> dict[str, Any]:
         "/users/{name}/budget": {
             "get": _op("User {name}'s compute budget, the cap on it, what she spent and whether she gets new picks "
                        "(admin)", params=[{**NAME, "description": "user name"}], response=BUDGET),
-            "put": _op("Cap user {name}'s budget (admin): seconds, gpu_seconds (>= 0) and a deadline (ISO 8601 "
+            "put": _op("Cap user {name}'s budget (admin): seconds, gpu_seconds, cost (>= 0) and a deadline (ISO 8601 "
                        "with a UTC offset, in the future); null clears one", params=[{**NAME, "description": "user name"}],
                        body=BUDGET_BODY, response=BUDGET)},
         "/budget": {
             "get": _op("The caller's compute budget: her limits, an admin's cap, what she spent (per device kind), "
                        "what is left and whether she gets new picks", response=BUDGET),
             "put": _op("Set the caller's own limits (at most an admin's cap): seconds of worker time, gpu_seconds, "
-                       "and a deadline after which she gets no new picks; null clears one", body=BUDGET_BODY,
+                       "a cost (in the service's price units) and a deadline after which she gets no new picks; null clears one", body=BUDGET_BODY,
                        response=BUDGET)},
         "/users/{name}/tokens": {"delete": _op(
             "Revoke the ease.ml token of local account {name} at once; its tasks stay (admin)",
@@ -328,7 +354,13 @@ def spec() -> dict[str, Any]:
                                     time={"type": "number"}), "type": ["object", "null"]},
                 "Job": _obj(id={"type": "integer"}, model={"type": "string"}, config={"type": "object"},
                             status={"enum": ["queued", "running", "succeeded", "failed", "cancelled"]},
-                            accuracy={"type": ["number", "null"]}),
+                            accuracy={"type": ["number", "null"]},
+                            # the profiler's prediction before it ran, its source, and log(actual / predicted)
+                            predicted_seconds={"type": ["number", "null"]},
+                            source={"enum": ["family", "pooled", "flops", None]},
+                            log_error={"type": ["number", "null"]},
+                            # of cost_seconds, what its profiling runs took (a new family's first job)
+                            profiling_seconds={"type": ["number", "null"], "minimum": 0}),
             },
         },
     }

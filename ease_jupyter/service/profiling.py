@@ -17,6 +17,19 @@ keeps each job's prediction and, once it finished, its error as job tags:
   predicted for (threads, workers, partitions, device, memory_bytes); a
   refit reads a job's resources from here, else the book's defaults
 - ``easeml.profile.log_error``: ``log(actual / predicted)``, once finished
+- ``easeml.profile.plan``: JSON of the profiling runs (ACAI §4.2.2,
+  ``selection/profile_plan.py``) the first job of a family the profiler has
+  no record of trains before its full grid (:meth:`ProfileBook.plan_profiling`);
+  ``easeml.profile.family`` names the family on such a job
+- ``easeml.profile.runs``: JSON list of the runs done, ``{"n", "threads",
+  "seconds"}`` (a torch run's one epoch adds ``"epochs": 1``);
+  ``easeml.profile.full_seconds``: the full grid's (or MOP workload's) own seconds
+  (the job's ``cost_seconds`` is these plus the runs': profiling is paid for)
+- ``easeml.profile.note``: why the pick runs where it does when that is not
+  the plain choice (the profiler's prediction failed and the FLOPs proxy
+  priced it; no configuration met her budget or deadline)
+- ``easeml.profile.cost``: a finished job's cost at the prices it ran under
+  (``loop/provision.py``)
 
 The ``easeml.`` prefix is reserved, so only the service writes these.
 """
@@ -34,6 +47,7 @@ from typing import Any
 from ..errors import DataError, NotFoundError
 from ..jobspec import JobSpec, TorchWorkload, parse_job
 from ..schema import parse
+from ..selection.profile_plan import plan_runs, plan_to_json
 from ..selection.profiler import DEVICES, JobFeatures, Prediction, Profiler, log_error
 from ..store import Job, JobStatus, Store, Task
 
@@ -42,6 +56,11 @@ TAG_LOG_SD = "easeml.profile.log_sd"
 TAG_SOURCE = "easeml.profile.source"
 TAG_RESOURCES = "easeml.profile.resources"
 TAG_LOG_ERROR = "easeml.profile.log_error"
+TAG_PLAN = "easeml.profile.plan"
+TAG_PLANNED_FAMILY = "easeml.profile.family"
+TAG_RUNS = "easeml.profile.runs"
+TAG_FULL_SECONDS = "easeml.profile.full_seconds"
+TAG_NOTE = "easeml.profile.note"  # why a pick runs where it does, when it is not the plain choice
 FLOPS_SOURCE = "flops"  # the source recorded where the caller's FLOPs proxy predicted
 
 
@@ -99,6 +118,41 @@ def _program_size(text: str) -> tuple[int, int]:
     return max(d, 1), program.num_classes or 1
 
 
+def job_resources(tags: Mapping[str, str], default: Resources | None = None) -> Resources:
+    """What a job runs on: its ``easeml.profile.resources`` tag, else ``default`` (one thread)."""
+    base = default or Resources()
+    text = tags.get(TAG_RESOURCES)
+    return Resources.from_json(text, base) if text else base
+
+
+def full_seconds(job: Job, tags: Mapping[str, str]) -> float:
+    """The job's own seconds: its ``full_seconds`` tag where it was profiled
+    first (its cost then includes the profiling runs), else its cost."""
+    try:
+        own = float(tags.get(TAG_FULL_SECONDS) or "nan")
+    except ValueError:
+        own = math.nan
+    return own if math.isfinite(own) and own > 0 else float(job.cost_seconds or 0.0)
+
+
+def profiling_runs(tags: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The job's measured profiling runs, ``{"n", "threads", "seconds"}``;
+    runs that cannot be read are left out."""
+    try:
+        found = json.loads(tags.get(TAG_RUNS) or "[]")
+    except ValueError:
+        return []
+    out = []
+    for run in found if isinstance(found, list) else []:
+        try:
+            n, threads, seconds = int(run["n"]), int(run["threads"]), float(run["seconds"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if n >= 1 and threads >= 1 and math.isfinite(seconds) and seconds > 0:
+            out.append({"n": n, "threads": threads, "seconds": seconds})
+    return out
+
+
 class ProfileBook:
     """The store's finished jobs as the profiler's records, and each job's
     prediction and error as its tags. ``default`` is what a job ran on where
@@ -120,25 +174,61 @@ class ProfileBook:
                            threads=res.threads, workers=res.workers, device=res.device,
                            memory_bytes=res.memory_bytes)
 
-    def job_features(self, job: Job) -> JobFeatures:
+    def job_features(self, job: Job, tags: Mapping[str, str] | None = None) -> JobFeatures:
         """A stored job's features, at the resources it recorded (else the defaults)."""
         task = self.store.get_task(job.task_id)
         n = self.store.get_dataset_version(job.dataset_version_id).n_examples
-        recorded = self.store.tags("job", job.id).get(TAG_RESOURCES)
+        recorded = (self.store.tags("job", job.id) if tags is None else tags).get(TAG_RESOURCES)
         res = Resources.from_json(recorded, self.default) if recorded else self.default
         return self.features(task, parse_job(job.model, job.config), n, res)
 
     def records(self) -> list[tuple[JobFeatures, float]]:
-        """Every user's finished jobs (SUCCEEDED, with measured seconds) as records."""
+        """Every user's finished jobs (SUCCEEDED, with measured seconds) as
+        records: the full job at its own seconds (``full_seconds`` where it
+        was profiled first, else its cost), and each of its profiling runs
+        as a one-point job on the run's subsample at the run's threads (a
+        torch run: one epoch on one partition)."""
         out = []
         for job in self.store.list_jobs(status=JobStatus.SUCCEEDED):
             if not job.cost_seconds or job.cost_seconds <= 0:
                 continue
+            tags = self.store.tags("job", job.id)
             try:
-                out.append((self.job_features(job), float(job.cost_seconds)))
+                features = self.job_features(job, tags)
             except (NotFoundError, DataError):  # a deleted task, an unreadable config: no record
                 continue
+            out.append((features, full_seconds(job, tags)))
+            for run in profiling_runs(tags):  # one point (a torch run: one epoch, one partition)
+                out.append((dataclasses.replace(features, n=run["n"], points=1, epochs=1, partitions=1,
+                                                threads=run["threads"]), run["seconds"]))
         return out
+
+    def plan_profiling(self, job: Job, task: Task, spec: JobSpec, n: int, resources: Resources | None = None) -> bool:
+        """Plan profiling runs (ACAI §4.2.2, ``selection.profile_plan``) for
+        a launched job whose family the profiler has no record of and no
+        earlier job of which was planned (and has not failed): stores the
+        plan as the job's ``easeml.profile.plan`` tag; True when it did.
+        Only the zoo's picks are profiled (scikit-learn grids and torch nets:
+        their runners do the runs); a user's own model is priced by the FLOPs
+        proxy alone."""
+        if spec.engine.value not in ("sklearn", "torch") or spec.is_user_model:
+            return False
+        family = family_of(task, spec)
+        if family in self.profiler.counts:  # it has history: the profiler predicts it already
+            return False
+        # Only a family's first jobs get here (until a refit records it), so the query is rare.
+        for other in self.store.find_by_tag("job", TAG_PLANNED_FAMILY, family):
+            try:
+                if self.store.get_job(other).status not in (JobStatus.FAILED, JobStatus.CANCELLED):
+                    return False
+            except NotFoundError:
+                continue
+        runs = plan_runs(int(n), (resources or self.default).threads)
+        if not runs:
+            return False
+        self.store.set_tag("job", job.id, TAG_PLAN, plan_to_json(family, runs))
+        self.store.set_tag("job", job.id, TAG_PLANNED_FAMILY, family)
+        return True
 
     def refit(self) -> Profiler:
         """Fit the profiler again on all finished jobs; returns it."""
@@ -173,28 +263,33 @@ class ProfileBook:
         seconds and a recorded prediction; returns it (None: nothing to compare)."""
         if job.status is not JobStatus.SUCCEEDED or not job.cost_seconds or job.cost_seconds <= 0:
             return None
-        text = self.store.tags("job", job.id).get(TAG_PREDICTED)
+        tags = self.store.tags("job", job.id)
+        text = tags.get(TAG_PREDICTED)
         try:
             predicted = float(text) if text else math.nan
         except ValueError:
             return None
         if not (math.isfinite(predicted) and predicted > 0):
             return None
-        error = log_error(predicted, float(job.cost_seconds))
+        error = log_error(predicted, full_seconds(job, tags))  # the prediction was for the full job alone
         self.store.set_tag("job", job.id, TAG_LOG_ERROR, repr(error))
         return error
 
     def prediction_of(self, job_id: int) -> dict[str, Any]:
-        """The job's stored prediction and error (for the leaderboard): keys
-        ``predicted_seconds``, ``log_sd``, ``source``, ``log_error``, each
-        None where not recorded."""
-        tags = self.store.tags("job", job_id)
+        """The job's stored prediction and error (:func:`prediction_in`)."""
+        return prediction_in(self.store.tags("job", job_id))
 
-        def number(key: str) -> float | None:
-            try:
-                return float(tags[key]) if tags.get(key) else None
-            except ValueError:
-                return None
 
-        return {"predicted_seconds": number(TAG_PREDICTED), "log_sd": number(TAG_LOG_SD),
-                "source": tags.get(TAG_SOURCE) or None, "log_error": number(TAG_LOG_ERROR)}
+def prediction_in(tags: Mapping[str, str]) -> dict[str, Any]:
+    """A job's stored prediction and error, from its tags (for the
+    leaderboard): keys ``predicted_seconds``, ``log_sd``, ``source``,
+    ``log_error``, ``note``, each None where not recorded."""
+    def number(key: str) -> float | None:
+        try:
+            return float(tags[key]) if tags.get(key) else None
+        except ValueError:
+            return None
+
+    return {"predicted_seconds": number(TAG_PREDICTED), "log_sd": number(TAG_LOG_SD),
+            "source": tags.get(TAG_SOURCE) or None, "log_error": number(TAG_LOG_ERROR),
+            "note": tags.get(TAG_NOTE) or None}

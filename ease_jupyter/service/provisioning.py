@@ -98,12 +98,17 @@ def provision_pick(*, pool: Pool, memory_bytes: int, predict: Predictor, prices:
     gpu_left = None if limits.gpu_seconds is None else limits.gpu_seconds - spent.gpu
     max_cpus, max_workers = fair_share(pool, active_users)
     configs = candidate_configs(pool, memory_bytes)
+    # Her deadline passed or her seconds are spent: no configuration can meet
+    # it (the loop holds her new picks); the fastest is the nearest miss.
+    too_late = deadline is not None and deadline <= 0
 
     def search(predictor: Predictor) -> Choice:
         seconds = {c: predictor(c) for c in configs}
         allowed = [c for c in configs if c.device != "gpu" or gpu_left is None or seconds[c] <= gpu_left]
-        choice = choose(allowed or configs, seconds.__getitem__, prices, budget=budget, deadline=deadline,
-                        max_cpus=max_cpus, max_workers=max_workers)
+        choice = choose(allowed or configs, seconds.__getitem__, prices, budget=budget,
+                        deadline=None if too_late else deadline, max_cpus=max_cpus, max_workers=max_workers)
+        if too_late:
+            return replace(choice, feasible=False, note="her deadline has passed or her seconds budget is spent")
         if not allowed:  # a GPU-only pool and her GPU seconds would not cover any configuration
             choice = replace(choice, feasible=False, note=f"no configuration runs within her {gpu_left:g} GPU "
                                                           "seconds left")

@@ -13,21 +13,22 @@ same cluster.
 
 from __future__ import annotations
 
-import functools
 import json
 import pickle
 from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping
 
-from threadpoolctl import ThreadpoolController
-
 from ..datasets import load, program_of
 from ..execution.grid import GridResult, grid_search
 from ..execution.holdout import validation_mask
 from ..jobspec import metric_name, parse_job, point_label
+from ..selection.profile_plan import plan_from_json
 from ..store import BlobStore, Job, JobStatus, JobUpdate, Store
 from ..zoo import Candidate, Engine
 from .candidates import candidate_of
+from .profile_runs import profile_sklearn
+from .profiling import TAG_FULL_SECONDS, TAG_PLAN, TAG_RUNS, job_resources
+from .threads import blas_threads, limit_threads
 from . import user_models
 from .task_schema import table_job
 
@@ -35,36 +36,23 @@ GRID_BEST_TAG = "easeml.grid.best"
 GRID_COST_TAG = "easeml.grid.memory"
 
 
-@functools.cache
-def _blas_controller() -> ThreadpoolController:
-    return ThreadpoolController()
-
-
 def one_blas_thread() -> Any:
-    """``threadpool_limits(1)`` at a fraction of its cost.
-
-    ``threadpoolctl.threadpool_limits`` scans every loaded shared library on
-    each call (``dl_iterate_phdr`` with a Python callback per library): 20-200
-    ms of GIL-holding work per call on a busy machine. The control loop used
-    it on every turn, which starved the service's IOLoop (the read p99 under
-    training, docs/service.md "Measured"). One ``ThreadpoolController`` made
-    on first use and reused limits in about 0.03 ms. It covers the libraries
-    loaded when it was made (numpy's and scipy's BLAS, scikit-learn's OpenMP:
-    all imported with the service).
-    """
-    return _blas_controller().limit(limits=1)
+    """A limit of one BLAS/OpenMP thread, cheap to enter (``threads.blas_threads``)."""
+    return blas_threads(1)
 
 
-def evaluate_grid(candidate: Candidate, grid: Mapping[str, Any], data: Any, classification: bool, engine: Any) -> GridResult:
+def evaluate_grid(candidate: Candidate, grid: Mapping[str, Any], data: Any, classification: bool, engine: Any,
+                  threads: int = 1) -> GridResult:
     """Seneca's grid evaluation of one pick on ``engine``, on the task's
-    fixed train/held-out split (``holdout.validation_mask``)."""
+    fixed train/held-out split (``holdout.validation_mask``), its fits
+    limited to ``threads`` BLAS/OpenMP threads (the job's resources)."""
     held_out = validation_mask(data.split_keys)  # by row content: the split every job of the task uses
     split = (data.X[~held_out], data.y[~held_out], data.X[held_out], data.y[held_out])
     # Memory sizing (Seneca Alg. 1) pays off when tasks share a worker; a
     # one-worker engine runs them in turn and would only pay for the probe.
     memory = "auto" if len(engine.workers()) > 1 else None
-    with one_blas_thread():
-        return grid_search(candidate, grid, data.X, data.y, split=split, classification=classification,
+    with blas_threads(threads):
+        return grid_search(limit_threads(candidate, threads), grid, data.X, data.y, split=split, classification=classification,
                            engine=engine, memory=memory)
 
 
@@ -80,6 +68,14 @@ def run_sklearn_job(store: Store, blobs: BlobStore, job_id: int, engine: Any, qu
     With a ``quota.Quota``, a model that would take its owner over her quota
     is not stored and the job fails with ``QuotaExceededError`` (as it does,
     before training, when she is at her quota already).
+
+    The grid runs at the threads of the job's resources (its
+    ``easeml.profile.resources`` tag, the provisioner's choice; else one).
+    A job with a profiling plan (``easeml.profile.plan``, the first job of
+    a family the profiler has no record of) first does its profiling runs
+    (``profile_runs.profile_sklearn``); their seconds are stored with the
+    job (``easeml.profile.runs``, and the grid's own as
+    ``easeml.profile.full_seconds``) and counted in its cost.
     """
     job = store.get_job(job_id)
     if job.status is not JobStatus.QUEUED:
@@ -96,7 +92,11 @@ def run_sklearn_job(store: Store, blobs: BlobStore, job_id: int, engine: Any, qu
             quota.check_model(store, blobs, task, job, 1)
         data = load(store, blobs, store.get_dataset_version(job.dataset_version_id))
         candidate, data = table_job(store, task, candidate, data)  # a table task's preprocessing pipeline
-        result = evaluate_grid(candidate, grid, data, program_of(task).num_classes is not None, engine)
+        classification = program_of(task).num_classes is not None
+        tags = store.tags("job", job_id)
+        planned = plan_from_json(tags[TAG_PLAN]) if TAG_PLAN in tags else ()
+        profiled = profile_sklearn(candidate, spec.points()[0], data, classification, engine, planned)
+        result = evaluate_grid(candidate, grid, data, classification, engine, job_resources(tags).threads)
         model = (user_models.artifact(result.best_model) if spec.is_user_model
                  else pickle.dumps(result.best_model, protocol=pickle.HIGHEST_PROTOCOL))
         if quota is not None:
@@ -120,9 +120,13 @@ def run_sklearn_job(store: Store, blobs: BlobStore, job_id: int, engine: Any, qu
         store.set_tag("job", job_id, GRID_COST_TAG, json.dumps({
             "reserved_bytes": result.cost.reserved_bytes, "fixed_bytes": result.cost.fixed_bytes,
             "gb_seconds": result.cost.gb_seconds, "fixed_gb_seconds": result.cost.fixed_gb_seconds}))
+    if planned:  # the profiling runs are paid for: the job's cost counts them
+        store.set_tag("job", job_id, TAG_RUNS, json.dumps(profiled))
+        store.set_tag("job", job_id, TAG_FULL_SECONDS, repr(float(result.seconds)))
     return store.update_job(
         job_id, JobStatus.SUCCEEDED,
-        JobUpdate(accuracy=result.best_score, cost_seconds=result.seconds, artifact_blob=artifact),
+        JobUpdate(accuracy=result.best_score, cost_seconds=result.seconds + sum(r["seconds"] for r in profiled),
+                  artifact_blob=artifact),
     )
 
 

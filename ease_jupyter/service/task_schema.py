@@ -105,7 +105,10 @@ def _num_classes(task: Task) -> int | None:
 
 def _named_labels(y: Any) -> bool:
     """Labels that are names, not class indices: strings (or JSON objects)."""
-    array = np.asarray(y) if isinstance(y, (list, np.ndarray)) else None
+    try:
+        array = np.asarray(y) if isinstance(y, (list, np.ndarray)) else None
+    except ValueError:  # ragged: not labels at all, refused by the feed's own check
+        return False
     return array is not None and array.dtype.kind in "UO"
 
 

@@ -20,13 +20,18 @@ torch MOP workload (``jobspec.TorchWorkload``). The job's config carries
 user's code it ran) and ``limit`` (seconds). The code is unpickled only in
 the worker that runs the job (:func:`user_candidate`).
 
-Isolation. Every call into user code (fit, predict, the factory, forward)
-runs on a thread of its own and is given up on at the job's deadline, so a
-model that hangs fails its job with a ``UserModelTimeout`` instead of holding
-a worker; an error is re-raised with the user's own traceback
-(``UserModelError``), and an output of the wrong shape is a ``DataError``
-naming the model. Python cannot kill a thread: a call given up on keeps
-running until it returns (on Dask, restart the worker to end it).
+Isolation. The calls into user code that may hang (loading it, an
+estimator's clone + set_params + fit, its predict, the factory with a first
+forward pass) run in a child process of the job (``user_sandbox``), killed at
+the job's deadline: a model that hangs there fails its job with a
+``UserModelTimeout`` and nothing of it runs on; the job's children end with
+it (``JobScope``, held by the candidate's builder). An error is re-raised
+with the user's own traceback (``UserModelError``), and an output of the
+wrong shape is a ``DataError`` naming the model. A timeout, not a sandbox:
+unpickling what the child returns (her estimator, her net), pickling her
+estimator to send it, and ``forward`` during training (autograd cannot cross
+processes; on a thread given up on at the deadline, ``guarded``) run her code
+in the worker (docs/models.md lists them).
 
 Permission. User code runs on shared workers: the service takes it only
 from users allowed to (:func:`check_allowed`): ``--allow-user-models``
@@ -44,15 +49,25 @@ import threading
 import time
 import traceback
 from dataclasses import asdict, dataclass
+from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping
 
-import numpy as np
 from sklearn.base import BaseEstimator
 
 from ..errors import AlreadyExistsError, DataError
 from ..jobspec import DEFAULT_LRS, JobSpec, SklearnGrid, TorchWorkload, check_user_grid
 from ..store import BlobStore, Job, JobStatus, JobUpdate, Store, Task, User
 from ..store.base import HUB
+from ..user_sandbox import (
+    JobScope,
+    UserModelError,
+    UserModelTimeout,
+    build_net,
+    fit_estimator,
+    load_code,
+    predict_with,
+    run_user_code,
+)
 from ..zoo import Candidate, Engine, ModelConfig, Workload
 
 TAG_PREFIX = "easeml.user_model."
@@ -64,12 +79,6 @@ AS_GIVEN = ("params", "as given")  # the one grid point of an estimator added wi
 TRAIN_OPTIONS = ("lr", "batch_size", "momentum", "weight_decay", "clip")  # the units' own, never the factory's
 
 
-class UserModelError(RuntimeError):
-    """User code raised; the message is its own traceback."""
-
-
-class UserModelTimeout(TimeoutError):
-    """User code ran past its job's limit."""
 
 
 # -- the record ------------------------------------------------------------------------------------
@@ -219,14 +228,6 @@ def neutral_seconds(store: Store, task: Task, name: str, others: Iterable[float]
 # -- in the worker: user code as a candidate ---------------------------------------------------------
 
 
-def _load(data: bytes) -> Any:
-    import cloudpickle  # noqa: F401 - objects pickled by value need it to load
-
-    import pickle
-
-    return pickle.loads(data)
-
-
 def guarded(fn: Callable[..., Any], *args: Any, deadline: float, what: str, **kwargs: Any) -> Any:
     """``fn(*args, **kwargs)`` on a thread of its own, given up on at
     ``deadline`` (``time.time()``): ``UserModelTimeout``; an error it raises
@@ -293,13 +294,14 @@ def user_candidate(task: Task, spec: JobSpec, blobs: BlobStore, *, started: floa
     the job's deadline (``started`` + ``spec.limit``)."""
     code = blobs.get_referenced(spec.code, f"task {task.name!r}: the code of user model {spec.model!r}")
     deadline = (time.time() if started is None else started) + float(spec.limit)
+    scope = JobScope(deadline)  # the job's children end when its candidate is dropped, at the job's end
     classification = _classification(task)
     if spec.engine is Engine.SKLEARN:
-        build: Callable[[ModelConfig], Any] = EstimatorBuilder(spec.model, code, deadline)
+        build: Callable[[ModelConfig], Any] = EstimatorBuilder(spec.model, code, deadline, scope)
         workload = Workload.FLAT_CLASSIFICATION if classification else Workload.FLAT_REGRESSION
     else:
         inp, out = _shapes(task)
-        build = NetBuilder(spec.model, code, inp, out, classification, deadline)
+        build = NetBuilder(spec.model, code, inp, out, classification, deadline, scope)
         workload = Workload.GENERAL_CLASSIFICATION if classification else Workload.TENSOR_RECOVERY
     configs = tuple(ModelConfig.of(spec.model, p) for p in spec.points())
     return Candidate(spec.model, "user", workload, spec.engine, configs, 1.0, (), build)
@@ -307,26 +309,30 @@ def user_candidate(task: Task, spec: JobSpec, blobs: BlobStore, *, started: floa
 
 @dataclass(frozen=True)
 class EstimatorBuilder:
-    """A fresh copy of the user's estimator, guarded (``Guarded``)."""
+    """The user's estimator, loaded in the job's child process and guarded (``Guarded``)."""
 
     name: str
     code: bytes
     deadline: float
+    scope: JobScope | None = None  # held while the job's candidate lives
 
     def __call__(self, config: ModelConfig) -> Any:
-        from sklearn.base import clone
-
-        estimator = guarded(_load, self.code, deadline=self.deadline, what=f"loading user model {self.name!r}")
+        estimator = run_user_code(load_code, self.code, deadline=self.deadline, what=f"loading user model {self.name!r}")
         if not (hasattr(estimator, "fit") and hasattr(estimator, "predict")):
             raise DataError("model", type(estimator).__name__, "a scikit-learn estimator (fit and predict)")
-        return Guarded(clone(estimator), self.deadline, self.name)
+        return Guarded(estimator, self.deadline, self.name)
 
 
 class Guarded(BaseEstimator):
-    """The user's estimator, each fit and predict bounded by the job's
-    deadline and its output shape checked. Options set on it go to the
-    estimator (the grid's keys are the estimator's own: ``C``, ``svc__C``
-    for a pipeline step). The job's artifact is ``estimator``, unwrapped."""
+    """The user's estimator, each fit and predict run in the job's child
+    process (bounded by the job's deadline) and the output's shape checked.
+    Options set on it are kept and set on a copy of the estimator in the
+    child before it fits (the grid's keys are the estimator's own: ``C``,
+    ``svc__C`` for a pipeline step): cloning this, or setting options on it,
+    runs none of her code here. The job's artifact is ``estimator``, unwrapped."""
+
+    _options: Mapping[str, Any] = MappingProxyType({})  # set_params' options, until fit
+    _fitted = False
 
     def __init__(self, estimator: Any = None, deadline: float = math.inf, name: str = "user model",
                  params: str = AS_GIVEN[1]):
@@ -335,31 +341,38 @@ class Guarded(BaseEstimator):
         self.name = name
         self.params = params  # names the one config of an estimator added without a grid
 
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """Its own four parameters only, ``deep`` or not: her estimator's are read in the child."""
+        return {"estimator": self.estimator, "deadline": self.deadline, "name": self.name, "params": self.params}
+
     def set_params(self, **params: Any) -> "Guarded":
         for key in ("estimator", "deadline", "name", AS_GIVEN[0]):
             if key in params:
                 setattr(self, key, params.pop(key))
         if params:
-            self.estimator.set_params(**params)
+            self._options = {**self._options, **params}
         return self
 
-    def __sklearn_is_fitted__(self) -> bool:
-        """Fitted when her estimator is (a pipeline around this asks before predicting)."""
-        from sklearn.exceptions import NotFittedError
-        from sklearn.utils.validation import check_is_fitted
+    def __sklearn_clone__(self) -> "Guarded":
+        """An unfitted copy holding the same estimator (fit copies it in the child, never changes it)."""
+        copy = Guarded(self.estimator, self.deadline, self.name, self.params)
+        copy._options = dict(self._options)
+        return copy
 
-        try:
-            check_is_fitted(self.estimator)
-        except NotFittedError:
-            return False
-        return True
+    def __sklearn_is_fitted__(self) -> bool:
+        """Fitted once its fit returned (a pipeline around this asks before predicting)."""
+        return self._fitted
 
     def fit(self, X: Any, y: Any) -> "Guarded":
-        guarded(self.estimator.fit, X, y, deadline=self.deadline, what=f"{self.name}.fit")
+        # copied, given its options and fitted in the job's child process: that copy comes back
+        self.estimator = run_user_code(fit_estimator, self.estimator, dict(self._options), X, y,
+                                       deadline=self.deadline, what=f"{self.name}.fit")
+        self._options, self._fitted = {}, True
         return self
 
     def predict(self, X: Any) -> Any:
-        out = np.asarray(guarded(self.estimator.predict, X, deadline=self.deadline, what=f"{self.name}.predict"))
+        out = run_user_code(predict_with, self.estimator, X, deadline=self.deadline, what=f"{self.name}.predict",
+                            returns="array")  # a numpy array, loaded without pickle
         if out.ndim == 0 or out.shape[0] != len(X):
             raise DataError(f"{self.name}.predict", f"shape {out.shape}", f"({len(X)},): one output per example")
         return out
@@ -396,9 +409,10 @@ class NetBuilder:
     output_shape: tuple[int, ...]
     classification: bool
     deadline: float
+    scope: JobScope | None = None  # held while the job's candidate lives
 
     def __call__(self, config: ModelConfig) -> Any:
-        factory = guarded(_load, self.code, deadline=self.deadline, what=f"loading user model {self.name!r}")
+        factory = run_user_code(load_code, self.code, deadline=self.deadline, what=f"loading user model {self.name!r}")
         if not callable(factory):
             raise DataError("factory", type(factory).__name__, "a function that builds a torch nn.Module")
         options = {k: v for k, v in config.options.items() if k not in TRAIN_OPTIONS}
@@ -422,8 +436,10 @@ def user_net(name: str, factory: Callable[..., Any], input_shape: tuple[int, ...
             super().__init__(input_shape, output_shape)
             self.task = "classification" if classification else "regression"
             self._deadline, self._name = deadline, name
-            net = guarded(factory, tuple(input_shape), tuple(output_shape), deadline=deadline,
-                          what=f"{name}(input_shape, output_shape, **{dict(options)})", **options)
+            # built, and run once, in the job's child process: a factory or net that hangs there is killed
+            net = run_user_code(build_net, factory, tuple(input_shape), tuple(output_shape), dict(options),
+                                deadline=deadline, what=f"{name}(input_shape, output_shape, **{dict(options)}) "
+                                f"and {name}.forward on a first batch")
             if not isinstance(net, nn.Module):
                 raise DataError(f"{name}(...)", f"a {type(net).__name__}", "a torch nn.Module")
             self.net = net

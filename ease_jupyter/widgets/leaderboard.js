@@ -26,12 +26,18 @@ function render({ model, el }) {
       `: ${model.get("status")}`;
     button.textContent = model.get("cancelled") ? "Cancelled" : "Cancel task";
     button.disabled = model.get("cancelled");
-    const cols = ["model", "config", "best config", "accuracy", "validated on", "cost", "state", "version"];
+    // measured seconds beside the profiler's prediction made before the job ran
+    const cols = ["model", "config", "best config", "accuracy", "validated on", "seconds", "predicted", "state",
+                  "version"];
     const rows = model.get("rows").map((r) => {
       const cls = `easeml-${r.state}` + (r.job_id === best ? " easeml-best" : "");
       const cells = [r.model, r.config, r.best_config ?? "", fmt(r.accuracy, 4),
                      r.validation_size === null || r.validation_size === undefined ? "" : `${r.validation_size} ex.`,
-                     r.cost === null ? "" : fmt(r.cost, 2) + " s", r.state, r.version ?? ""];
+                     r.cost === null ? "" : fmt(r.cost, 2) + " s" +
+                       (r.profiling ? ` (${fmt(r.profiling, 2)} s profiling)` : ""),
+                     r.predicted === null || r.predicted === undefined ? "" :
+                       fmt(r.predicted, 2) + " s" + (r.source ? ` (${r.source})` : ""),
+                     r.state, r.version ?? ""];
       return `<tr class="${cls}">` + cells.map((c) => `<td>${esc(c)}</td>`).join("") + "</tr>";
     });
     table.innerHTML = "<thead><tr>" + cols.map((c) => `<th>${c}</th>`).join("") + "</tr></thead><tbody>" +

@@ -2,8 +2,11 @@
 
 Each row shows the pick (``config``: the grid it tried), the grid point that
 won it (``best_config``: ``C=1``, ``lr=0.01``), its held-out accuracy and
-the number of held-out examples behind it (``validation_size``); the title
-names the task's classes where the labels had names."""
+the number of held-out examples behind it (``validation_size``), its
+measured seconds (``cost``) beside the seconds the profiler predicted before
+it ran (``predicted``, with its ``source``: ``family``, ``pooled`` or
+``flops``, ACAI §4.2.2); the title names the task's classes where the labels
+had names."""
 
 from __future__ import annotations
 
@@ -19,13 +22,24 @@ from ._live import Live
 
 HERE = pathlib.Path(__file__).parent
 STATES = ("queued", "running", "done", "failed", "cancelled", "stale")
-ROW_KEYS = ("job_id", "model", "config", "best_config", "accuracy", "validation_size", "cost", "state", "version")
+ROW_KEYS = ("job_id", "model", "config", "best_config", "accuracy", "validation_size", "cost", "predicted", "source",
+            "profiling", "state", "version")
 
 
 def _state(status: str, version: int | None, latest: int | None) -> str:
     if status == "succeeded":
         return "stale" if version is not None and latest is not None and version < latest else "done"
     return status  # queued, running, failed, cancelled
+
+
+def _seconds(value: float | None) -> str:
+    return "" if value is None else f"{value:.2f}s"
+
+
+def _measured(cost: float | None, profiling: float | None) -> str:
+    """The measured seconds; a job profiled first also says how many of them
+    its profiling runs took (its prediction is for the rest)."""
+    return _seconds(cost) + (f" ({profiling:.2f}s profiling)" if cost is not None and profiling else "")
 
 
 def _text_table(columns: list[str], rows: list[list[str]]) -> list[str]:
@@ -36,7 +50,7 @@ def _text_table(columns: list[str], rows: list[list[str]]) -> list[str]:
 
 class Leaderboard(Live, anywidget.AnyWidget):
     """The jobs of one task: model, config, winning config, accuracy,
-    validation size, cost, state, best first.
+    validation size, measured and predicted seconds, state, best first.
 
     States are ``queued``, ``running``, ``done``, ``failed``, ``cancelled`` and
     ``stale`` (succeeded, but on an older dataset version than the latest).
@@ -119,15 +133,19 @@ class Leaderboard(Live, anywidget.AnyWidget):
             self.latest_version = latest.get("number")
             # history: the jobs with their per-config scores (the winning config) and validation sizes
             self.rows = [self._row(j["id"], j["model"], j["config"], j["status"], j["accuracy"], j["cost_seconds"],
-                                   j["dataset_version"], best_point(j.get("metrics", [])), j.get("validation_size"))
+                                   j["dataset_version"], best_point(j.get("metrics", [])), j.get("validation_size"),
+                                   j.get("predicted_seconds"), j.get("source"), j.get("profiling_seconds"))
                          for j in self._task.history()]
 
     _resync = refresh
 
     def _row(self, job_id: int, model: str, config: dict, status: str, accuracy: float | None, cost: float | None,
-             version: int | None, best_config: str | None = None, validation_size: int | None = None) -> dict[str, Any]:
+             version: int | None, best_config: str | None = None, validation_size: int | None = None,
+             predicted: float | None = None, source: str | None = None,
+             profiling: float | None = None) -> dict[str, Any]:
         return {"job_id": job_id, "model": model, "config": describe_job(model, config or {}),
                 "best_config": best_config, "accuracy": accuracy, "validation_size": validation_size, "cost": cost,
+                "predicted": predicted, "source": source, "profiling": profiling,
                 "state": _state(status, version, self.latest_version), "version": version, "status": status}
 
     def _on_event(self, event: Event) -> None:
@@ -151,18 +169,20 @@ class Leaderboard(Live, anywidget.AnyWidget):
             rows[event["job_id"]] = self._row(
                 event["job_id"], event.get("model", old["model"]), event.get("config") or {}, event["status"],
                 event.get("accuracy", old["accuracy"]), event.get("cost_seconds", old["cost"]), old["version"],
-                old["best_config"], old["validation_size"])
+                old["best_config"], old["validation_size"], old["predicted"], old["source"], old["profiling"])
             if event["status"] == "succeeded":
                 self._add_details(rows, event["job_id"])
             self.rows = list(rows.values())
 
     def _add_details(self, rows: dict[int, dict[str, Any]], job_id: int) -> None:
-        """A finished job's winning config and validation size, from the service's history. Only
-        those two fields: the states stay the events' (the store may lag behind an event)."""
+        """A finished job's winning config, validation size and prediction, from the service's
+        history. Only those fields: the states stay the events' (the store may lag behind an event)."""
         job = next((j for j in self._task.history() if j["id"] == job_id), None)
         if job is not None:
             rows[job_id] = {**rows[job_id], "best_config": best_point(job.get("metrics", [])),
-                            "validation_size": job.get("validation_size")}
+                            "validation_size": job.get("validation_size"),
+                            "predicted": job.get("predicted_seconds"), "source": job.get("source"),
+                            "profiling": job.get("profiling_seconds")}
 
     def state_of(self, job_id: int) -> str:
         """The shown state of one job."""
@@ -175,9 +195,9 @@ class Leaderboard(Live, anywidget.AnyWidget):
     def __repr__(self) -> str:
         rows = [[r["model"], r["config"], r["best_config"] or "", "" if r["accuracy"] is None else f"{r['accuracy']:.4f}",
                  "" if r["validation_size"] is None else str(r["validation_size"]),
-                 "" if r["cost"] is None else f"{r['cost']:.2f}s",
+                 _measured(r["cost"], r["profiling"]), _seconds(r["predicted"]) + (f" ({r['source']})" if r["source"] else ""),
                  r["state"] + (" *" if r["job_id"] == self.best_job_id else "")] for r in self.rows]
         classes = f" (classes: {', '.join(self.class_names)})" if self.class_names else ""
         lines = [f"Leaderboard of task {self.task!r}{classes}: {self.status}"] + _text_table(
-            ["model", "config", "best config", "accuracy", "validated on", "cost", "state"], rows)
+            ["model", "config", "best config", "accuracy", "validated on", "seconds", "predicted", "state"], rows)
         return "\n".join(lines)

@@ -28,6 +28,8 @@ def budget_text(budget: dict[str, Any]) -> str:
                 parts.append(f"{what}: {_seconds(used)} spent, no limit")
         else:
             parts.append(f"{what}: {_seconds(used)} spent of {_seconds(limits[field])}, {_seconds(left[field])} left")
+    if limits.get("cost") is not None and spent.get("cost") is not None:
+        parts.append(f"cost: {spent['cost']:.4g} spent of {limits['cost']:g}, {left['cost']:.4g} left")
     if limits["deadline"] is not None:
         parts.append(f"deadline {limits['deadline']}")
     line = "; ".join(parts)

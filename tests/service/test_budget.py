@@ -319,7 +319,8 @@ def test_the_user_sets_her_budget_under_an_admin_cap(svc):
     assert abs(datetime.fromisoformat(mine["limits"]["deadline"]) - deadline) < timedelta(minutes=1)
     assert mine["spent"]["seconds"] == 0 and mine["left"]["seconds"] == 50 and not mine["blocked"]
     assert alice.budget() == mine
-    assert svc.client("bob").budget()["limits"] == {"seconds": None, "gpu_seconds": None, "deadline": None}
+    assert svc.client("bob").budget()["limits"] == {"seconds": None, "gpu_seconds": None, "cost": None,
+                                                 "deadline": None}
     with pytest.raises(DataError) as e:
         alice.set_budget(deadline=3.5)  # refused before it is sent
     assert e.value.field == "deadline"

@@ -494,10 +494,29 @@ def _small_net(input_shape, output_shape, hidden=8):
                          nn.Linear(hidden, output_shape[0]))
 
 
+# A class as a notebook cell defines it: in ``__main__``, so it travels by value.
+NOTEBOOK_CELL = """
+from sklearn.linear_model import LogisticRegression
+
+class NotebookLogReg(LogisticRegression):
+    def predict(self, X):
+        return super().predict(X)
+"""
+
+
+def notebook_class():
+    namespace = {"__name__": "__main__"}
+    exec(NOTEBOOK_CELL, namespace)  # noqa: S102 - the test's own source
+    cls = namespace["NotebookLogReg"]
+    assert cls.__module__ == "__main__"
+    return cls
+
+
 def test_her_own_models_export_like_the_zoos(tmp_path):
-    """A user's scikit-learn pipeline and torch factory, trained as her task's
-    only jobs, export as joblib / ONNX / TorchScript that load without
-    ease_jupyter and predict what ``infer`` does."""
+    """A user's scikit-learn pipeline, an estimator whose class her notebook
+    defines, and a torch factory, trained as her tasks' only jobs, export as
+    joblib / ONNX / TorchScript that load without ease_jupyter and predict
+    what ``infer`` does."""
     from sklearn.datasets import load_iris
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
@@ -518,16 +537,19 @@ def test_her_own_models_export_like_the_zoos(tmp_path):
         flat, flat_stored = _behind_the_loop(running, client, "mine_flat", X, y, input=[4], output=[3])
         flat.add_model(make_pipeline(StandardScaler(), LogisticRegression(max_iter=300)),
                        grid={"logisticregression__C": [1.0]}, name="mypipe")
+        nb, nb_stored = _behind_the_loop(running, client, "mine_nb", X, y, input=[4], output=[3])
+        nb.add_model(notebook_class()(max_iter=300), name="nbmodel")
         net, net_stored = _behind_the_loop(running, client, "mine_net", X, y, input=[4], output=[3])
         net.add_model(_small_net, grid={"hidden": [8], "lr": [0.05]}, name="mynet")
 
-        spec = arm_specs(flat_stored, torch_epochs=1, store=store)["mypipe"]
-        job = store.create_job(flat_stored.id, store.latest_dataset_version(flat_stored.id).id, spec.model, spec.config())
-        engine = grid_engine("local")
-        try:
-            assert run_sklearn_job(store, blobs, job.id, engine).status.value == "succeeded"
-        finally:
-            engine.close()
+        for stored, name in ((flat_stored, "mypipe"), (nb_stored, "nbmodel")):
+            spec = arm_specs(stored, torch_epochs=1, store=store)[name]
+            job = store.create_job(stored.id, store.latest_dataset_version(stored.id).id, spec.model, spec.config())
+            engine = grid_engine("local")
+            try:
+                assert run_sklearn_job(store, blobs, job.id, engine).status.value == "succeeded"
+            finally:
+                engine.close()
         spec = arm_specs(net_stored, torch_epochs=1, store=store)["mynet"]
         job = store.create_job(net_stored.id, store.latest_dataset_version(net_stored.id).id, spec.model, spec.config())
         engine = LocalEngine(1)
@@ -538,13 +560,21 @@ def test_her_own_models_export_like_the_zoos(tmp_path):
 
         items = [(fmt, tmp_path / f"flat{export.SUFFIXES[fmt]}", X) for fmt in ("joblib", "onnx")]
         items += [(fmt, tmp_path / f"net{export.SUFFIXES[fmt]}", X) for fmt in ("torchscript", "onnx")]
+        items += [("joblib", tmp_path / "nb.joblib", X)]
+        tasks = {"flat": flat, "net": net, "nb": nb}
+        cards = {}
         for fmt, path, _ in items:
-            card = (flat if str(path.name).startswith("flat") else net).export(path, format=fmt)
-            assert card["training"]["model"] in ("mypipe", "mynet")
+            cards[path.name] = tasks[path.stem].export(path, format=fmt)
+            assert cards[path.name]["training"]["model"] in ("mypipe", "mynet", "nbmodel")
+        # her notebook's class is inside the file, and the card says what loads it
+        assert "cloudpickle" in cards["nb.joblib"]["outputs"][0]["loads_with"]
+        assert "cloudpickle" not in cards["flat.joblib"]["outputs"][0]["loads_with"]
         report, outputs = load_elsewhere(items, tmp_path)
         assert report["ease_jupyter_importable"] is False
-        flat_wanted, net_wanted = flat.infer(X), net.infer(X)
-        joblib_out, onnx_flat, script_out, onnx_net = outputs
+        flat_wanted, net_wanted, nb_wanted = flat.infer(X), net.infer(X), nb.infer(X)
+        joblib_out, onnx_flat, script_out, onnx_net, nb_out = outputs
+        assert report["modules"][str(tmp_path / "nb.joblib")] == "__main__"  # her class, rebuilt from the file
+        assert np.array_equal(nb_out, nb_wanted)
         assert np.array_equal(joblib_out, flat_wanted) and np.array_equal(onnx_flat, flat_wanted)
         assert np.array_equal(script_out.argmax(axis=1), net_wanted)
         assert np.array_equal(onnx_net.argmax(axis=1), net_wanted)

@@ -105,7 +105,7 @@ def test_without_history_the_prediction_falls_back_to_the_proxy_and_says_so():
     job = store.create_job(task.id, version.id, spec.model, spec.config())
     book.record_prediction(job, pred, fallback_seconds=3.5)
     assert book.prediction_of(job.id) == {"predicted_seconds": 3.5, "log_sd": None, "source": FLOPS_SOURCE,
-                                          "log_error": None}
+                                          "log_error": None, "note": None}
     store.close()
 
 

@@ -32,7 +32,8 @@ MAX_EXAMPLES = 12
 ACCEPTED = ["2xx", "3xx", "401", "403", "404", "409", "429", "5xx"]
 
 HOOKS = Path(__file__).with_name("schemathesis_hooks.py")
-# Every {name} is the fed task. Two allowances, each for a rule the schema
+# Every {name} is the fed task, but a notebook session's (an id POST /notebooks
+# makes, which schemathesis follows from its response). Two allowances, each for a rule the schema
 # cannot state, and each narrow: the content of a task (the program grammar,
 # the task's shapes and classes, existing example ids; a model's formats; a
 # deadline in the future) is checked by the service, so a request the schema allows may still be refused there with a
@@ -40,8 +41,9 @@ HOOKS = Path(__file__).with_name("schemathesis_hooks.py")
 # WebSocket, which schemathesis' HTTP client cannot open, so a valid GET
 # there is answered 426. Task deletion is left out (see below).
 CONFIG = f"""
-[parameters]
-"path.name" = "{TASK}"
+[[operations]]
+include-path-regex = '^/(?!notebooks)'
+parameters = {{ "path.name" = "{TASK}" }}
 
 [[operations]]
 include-method = "POST"

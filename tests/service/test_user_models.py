@@ -53,6 +53,54 @@ def _hangs(input_shape, output_shape):
     return Hangs()
 
 
+class SleepsInFit(LogisticRegression):
+    """Writes the pid of the process its fit runs in, then never returns."""
+
+    def __init__(self, pid_file="", C=1.0):
+        super().__init__(C=C)
+        self.pid_file = pid_file
+
+    def fit(self, X, y):  # noqa: ARG002
+        with open(self.pid_file, "a") as out:
+            out.write(f"{os.getpid()}\n")
+        while True:
+            time.sleep(1)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+class Recorded(LogisticRegression):
+    """Notes the process (and its parent) of every call of hers into ``pid_file``; its
+    ``fit`` returns None, as a hand-written one may."""
+
+    def __init__(self, pid_file="", C=1.0, max_iter=200):
+        super().__init__(C=C, max_iter=max_iter)
+        self.pid_file = pid_file
+
+    def _note(self, what):
+        if self.pid_file:
+            with open(self.pid_file, "a") as out:
+                out.write(f"{what} {os.getpid()} {os.getppid()}\n")
+
+    def get_params(self, deep=True):
+        self._note("get_params")
+        return super().get_params(deep=deep)
+
+    def set_params(self, **params):
+        self._note("set_params")
+        return super().set_params(**params)
+
+    def fit(self, X, y):
+        self._note("fit")
+        super().fit(X, y)  # and no `return self`
+
+
 class Raises(LogisticRegression):
     def fit(self, X, y):  # noqa: ARG002
         raise ValueError("my fit broke on purpose")
@@ -139,28 +187,34 @@ def json_tag(store, job_id):
     return json.loads(store.tags("job", job_id)[BEST_TRIAL_TAG])
 
 
-def test_models_that_raise_hang_or_give_wrong_shapes_fail_only_their_own_jobs(allowed, iris):
+def test_models_that_raise_hang_or_give_wrong_shapes_fail_only_their_own_jobs(allowed, iris, tmp_path):
     X, y = iris
+    pid_file = tmp_path / "sleeps.pids"
     ada = allowed.client("ada").task("iris", input=[4], output=[3])
     bob = allowed.client("bob").task("flowers", input=[4], output=[3])
     ada.add_model(Raises(), name="raises")
     ada.add_model(_wrong_shape, name="wrong_shape", grid={"lr": [0.1]})
-    ada.add_model(_hangs, name="hangs", grid={"lr": [0.1]}, limit=2)
+    ada.add_model(_hangs, name="hangs", grid={"lr": [0.1]}, limit=8)
+    ada.add_model(SleepsInFit(str(pid_file)), name="sleeps", limit=8)
     ada.feed(X, y)
     bob.feed(X, y)
     started = time.monotonic()
     assert ada.wait(timeout=240) and bob.wait(timeout=240)
     assert time.monotonic() - started < 120  # the hanging model held nothing for its 60 s
     jobs = _jobs(ada)
-    raised, wrong, hung = jobs["raises"], jobs["wrong_shape"], jobs["hangs"]
-    assert raised["status"] == wrong["status"] == hung["status"] == "failed"
+    raised, wrong, hung, sleeps = jobs["raises"], jobs["wrong_shape"], jobs["hangs"], jobs["sleeps"]
+    assert raised["status"] == wrong["status"] == hung["status"] == sleeps["status"] == "failed"
     # Each error is the model's own: her traceback, the shape found, the limit.
     assert "Traceback" in raised["error"] and "my fit broke on purpose" in raised["error"]
     assert "in fit" in raised["error"]
     assert "wrong_shape.forward" in wrong["error"] and "(32, 5)" in wrong["error"]
     assert "UserModelTimeout" in hung["error"] and "hangs.forward" in hung["error"]
+    assert "UserModelTimeout" in sleeps["error"] and "sleeps.fit" in sleeps["error"]
+    # The hung fit ran in a process of its own, which is gone: nothing of it runs on.
+    pids = [int(p) for p in pid_file.read_text().split()]
+    assert pids and os.getpid() not in pids and all(_gone(p) for p in pids)
     # Every zoo model of both users trained.
-    zoo = [j for name, j in jobs.items() if name not in ("raises", "wrong_shape", "hangs")]
+    zoo = [j for name, j in jobs.items() if name not in ("raises", "wrong_shape", "hangs", "sleeps")]
     assert zoo and all(j["status"] == "succeeded" for j in zoo)
     assert all(j["status"] == "succeeded" for j in bob.jobs())
     assert {h["model"]: h for h in ada.history()}["raises"]["error"] == raised["error"]
@@ -388,8 +442,8 @@ def test_her_model_predicts_where_the_jobs_run_not_in_the_service_process(tmp_pa
         pid_file.write_text("")
         predicted = task.infer(X[:20])  # each route that runs a model: infer, suspicion, export
         task.suspicion(k=1)
-        with pytest.raises(DataError, match="cannot be pickled"):  # a class of hers (by value) has no joblib form
-            task.export(tmp_path / "mine.joblib")
+        card = task.export(tmp_path / "mine.joblib")  # a class of hers (by value) travels inside the file
+        assert "cloudpickle" in card["outputs"][0]["loads_with"]
         loaded_in = {int(p) for p in pid_file.read_text().split()}
         assert loaded_in and os.getpid() not in loaded_in  # unpickled in a worker process only
         assert set(np.asarray(predicted).tolist()) <= {0, 1, 2} and len(predicted) == 20
@@ -440,3 +494,29 @@ def test_deleting_a_task_deletes_her_models_code(allowed, iris, monkeypatch):
     assert blobs.exists(record["code"])
     task.delete()
     assert not blobs.exists(record["code"])
+
+
+def test_her_calls_run_in_child_processes_that_end_with_their_jobs(allowed, iris, tmp_path):
+    X, y = iris
+    pid_file = tmp_path / "calls"
+    task = allowed.client("ada").task("iris", input=[4], output=[3])
+    task.add_model(Recorded(str(pid_file)), grid={"C": [0.1, 10.0]}, name="no_return")
+    task.add_model(Recorded(str(pid_file)), name="as_given")
+    in_the_client = len(pid_file.read_text().splitlines())  # the client's own calls, pickling them
+    task.feed(X, y)
+    assert task.wait(timeout=240)
+    jobs = _jobs(task)
+    for name in ("no_return", "as_given"):  # a fit that returns None still gives a fitted model
+        assert jobs[name]["status"] == "succeeded", jobs[name].get("error")
+    store, blobs = allowed.service.store, allowed.service.blobs
+    fitted = pickle.loads(blobs.get_bytes(store.get_job(jobs["no_return"]["id"]).artifact_blob))
+    assert type(fitted).__name__ == "Recorded" and hasattr(fitted, "coef_") and fitted.C in (0.1, 10.0)
+    calls = [line.split() for line in pid_file.read_text().splitlines()[in_the_client:]]
+    assert {c[0] for c in calls} >= {"fit", "set_params", "get_params"}
+    children, workers = {int(c[1]) for c in calls}, {int(c[2]) for c in calls}
+    # clone, set_params and fit ran in children of the job's worker, never in the worker itself
+    assert not children & workers and os.getpid() not in children
+    deadline = time.monotonic() + 10  # each child is closed and reaped as its job ends
+    while not all(_gone(p) for p in children) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert all(_gone(p) for p in children), [p for p in children if not _gone(p)]

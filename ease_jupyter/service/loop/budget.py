@@ -10,6 +10,7 @@ from datetime import datetime, timezone
 
 from ...errors import NotFoundError
 from ...jobspec import JobSpec, TorchWorkload
+from ...store import Job
 from ...zoo import Engine
 from .. import budget as budgets
 from ..task_epochs import pick_epochs, task_max_epochs, with_epochs
@@ -28,10 +29,13 @@ class BudgetGate:
     she has a limit on them.
     """
 
-    def __init__(self, state: LoopState, *, gpu_pool: Callable[[], bool]):
+    def __init__(self, state: LoopState, *, gpu_pool: Callable[[], bool],
+                 price: Callable[[Job, float], float] | None = None):
         self.state = state
         self.gpu_pool = gpu_pool
+        self.price = price  # a job's cost (summed only for owners with a cost limit)
         self.blocked: dict[int, str] = {}
+        self.spent: dict[int, budgets.Spent] = {}  # owner -> what she spent, as of the last check (limited owners)
         self.gpu_only: frozenset[int] = frozenset()  # owners blocked only for torch picks (a GPU budget spent)
         self._limits: dict[int, tuple[budgets.Limits, budgets.Limits]] = {}  # owner -> (applied, admin's cap)
         self._stale: set[int] = set()
@@ -59,6 +63,7 @@ class BudgetGate:
         gpu_pool = self.gpu_pool()
         blocked: dict[int, str] = {}
         gpu_only: set[int] = set()
+        spent: dict[int, budgets.Spent] = {}
         for owner in sorted({t.owner_id for t in state.tenants.values()}):
             try:
                 limits, cap = self._limits_of(owner)
@@ -67,20 +72,31 @@ class BudgetGate:
             if limits.empty:
                 continue
             used = budgets.Spent()
-            if limits.seconds is not None or limits.gpu_seconds is not None:
-                used = budgets.user_spent(state.store, owner, gpu_pool=gpu_pool, now=now)
+            if limits.seconds is not None or limits.gpu_seconds is not None or limits.cost is not None:
+                used = budgets.user_spent(state.store, owner, gpu_pool=gpu_pool, now=now,
+                                          price=self.price if limits.cost is not None else None)
+                spent[owner] = used
             reason = budgets.blocked_reason(limits, used, cap=cap, gpu_pool=gpu_pool, now=now)
             if reason is not None:
                 blocked[owner] = reason
                 if budgets.blocked_reason(limits, used, cap=cap, gpu_pool=False, now=now) is None:
                     gpu_only.add(owner)
-        before, self.blocked, self.gpu_only = self.blocked, blocked, frozenset(gpu_only)
+        before, self.blocked, self.gpu_only, self.spent = self.blocked, blocked, frozenset(gpu_only), spent
         for owner in sorted(blocked.keys() - before.keys()):
             log.info("user %d gets no new picks: %s", owner, blocked[owner])
             self._tell(owner, blocked[owner])
         for owner in sorted(before.keys() - blocked.keys()):
             self._tell(owner, None)
         return blocked
+
+    def limits(self, owner_id: int) -> tuple[budgets.Limits, budgets.Spent]:
+        """Her limits that apply and what she spent, as of the last check
+        (the auto-provisioner's constraints)."""
+        try:
+            limits, _ = self._limits_of(owner_id)
+        except NotFoundError:
+            return budgets.Limits(), budgets.Spent()
+        return limits, self.spent.get(owner_id, budgets.Spent())
 
     def holds(self, owner_id: int, engine: Engine | None = None) -> bool:
         """Whether a pick of ``engine`` (None: any pick) of the owner is held

@@ -8,9 +8,10 @@ import logging
 import threading
 from typing import Any, Callable
 
-from ...errors import NotFoundError, StorageError
+from ...errors import DataError, NotFoundError, StorageError
 from ...jobspec import DEFAULT_EPOCHS
 from ...selection import DEFAULT_POLICY
+from ...selection.provisioner import DEFAULT_PRICES, Prices
 from ...selection.selector import Selector
 from ...store import BlobStore, Store, Task
 from ...zoo import Engine
@@ -24,6 +25,7 @@ from .costs import Costs, ProfileRefits, catalogue
 from .forget import forget_task
 from .outage import STORE_OUTAGES, StoreOutage, backoff_seconds
 from .prior import PriorRefits
+from .provision import PickProvisioner, Pools
 from .recovery import SavedState, recover
 from .results import Results, StorageHolds
 from .state import LoopState, Tenant
@@ -43,7 +45,8 @@ class ControlLoop:
                  max_running_per_user: int = 2, publish: Callable[[int, dict], None] | None = None,
                  tick_seconds: float = 0.5, seed: int | None = 0, save_every_seconds: float = 0.0,
                  torch_epochs: int | None = None, on_decision: Callable[[dict], None] | None = None,
-                 policy: str = DEFAULT_POLICY, cross_user_prior: bool = True):
+                 policy: str = DEFAULT_POLICY, cross_user_prior: bool = True, prices: Prices = DEFAULT_PRICES,
+                 pools: Pools | None = None):
         self.store, self.blobs, self.executors = store, blobs, executors
         self.publish = publish or (lambda owner, event: None)
         self.tick = tick_seconds
@@ -59,12 +62,21 @@ class ControlLoop:
         self.profile_refits = ProfileRefits(store, self.profile)
         self.costs = Costs(store, torch_epochs=(self.torch_epochs or DEFAULT_EPOCHS) if Engine.TORCH in executors
                            else None, service_epochs=self.torch_epochs, profile=self.profile)
+        # Each pick's resources: the auto-provisioner's choice (ACAI §4.2.4), priced at ``prices``.
+        self.provisioner = PickProvisioner(
+            store, self.profile, flops=lambda task, spec, n, _res: self.costs.flops_seconds(task, spec, n),
+            pools=pools, prices=prices, gpu_pool=lambda: self.gpu_pool,
+            owners=lambda: len({t.owner_id for t in list(self.state.tenants.values())}),
+            limits=lambda owner: self.budget.limits(owner),
+            running=lambda owner: [r.job_id for r in list(self.state.running.values()) if r.owner_id == owner])
+        self.costs.provisioner = self.provisioner
+        self.profile_refits.record_cost = self.provisioner.record_cost
         self.view = IdleView()
         self.saved = SavedState(self.state, save_every_seconds)
         self.holds = StorageHolds()
         self.results = Results(self.state, self.costs, self.holds)
         self.tenant_sync = TenantSync(self.state, self.costs, self.view)
-        self.budget = BudgetGate(self.state, gpu_pool=lambda: self.gpu_pool)
+        self.budget = BudgetGate(self.state, gpu_pool=lambda: self.gpu_pool, price=self.provisioner.job_cost)
         self.admission = Admission(self.state, self.holds, on_done=self._finished,
                                    on_decision=on_decision or (lambda decision: None), budget=self.budget,
                                    epochs=PickEpochs(self.state, self.torch_epochs), costs=self.costs)
@@ -114,6 +126,7 @@ class ControlLoop:
         makes torch arms cheaper in GP-UCB's ``c_k`` (pvldb §4.1)."""
         with self._lock:
             self.costs.use_speeds(speeds)
+            self.provisioner.forget()
             self._reprice()
         self._wake.set()
 
@@ -192,9 +205,11 @@ class ControlLoop:
         the idle view and, when due, save the selector state."""
         snapshot = None
         with self._lock, one_blas_thread():
+            self.provisioner.forget()  # owners' spending and the tenants changed since the last turn
             try:
                 changed = self.results.collect()
                 if self.profile_refits.collect():  # the profiler learned: the arms' costs changed
+                    self.provisioner.forget()
                     changed |= self._reprice()
                 changed |= self.tenant_sync.sync()
                 changed |= self._update_prior()
@@ -341,6 +356,40 @@ class ControlLoop:
             else:
                 out.update(idle=True, status="over_budget", reason=reason)
         return out
+
+    def task_profile(self, task: Task) -> dict:
+        """The profiler's predictions and the provisioner's configurations for
+        each candidate of the task's latest version (``task.profile()``),
+        cheapest predicted first; none before the task has data."""
+        with self._lock, one_blas_thread():
+            version = self.store.latest_dataset_version(task.id)
+            n = version.n_examples if version is not None else 0
+            plans = []
+            if n:
+                for spec in self.costs.configs(task).values():
+                    plans.append(self.costs.plan(task, spec, n))
+            plans.sort(key=lambda p: (p["predicted_seconds"] is None, p["predicted_seconds"] or 0.0))  # unknown last
+            profiler = self.profile.profiler
+            prices = self.provisioner.prices
+            return {"task": task.name, "examples": n,
+                    "prices": {"cpu": prices.cpu, "gb": prices.gb, "gpu": prices.gpu},
+                    "profiler": {"records": sum(profiler.counts.values()),
+                                 "families": {family: {"jobs": count, "source": profiler.source(family)}
+                                              for family, count in sorted(profiler.counts.items())}},
+                    "candidates": plans}
+
+    def check_cost_budget(self, cost: float | None) -> None:
+        """A cost budget must buy at least one profiling run (DataError ``cost``)."""
+        if cost is None:
+            return
+        least = self.provisioner.profiling_run_cost()
+        if cost < least:
+            raise DataError("cost", f"{cost:g}", f"at least one profiling run's cost ({least:.3g}: the cheapest "
+                            "configuration for the shortest profiling run), or null for no cost limit")
+
+    def job_cost(self, job: Any, seconds: float) -> float:
+        """What ``seconds`` of a job cost at its recorded resources and the service's prices."""
+        return self.provisioner.job_cost(job, seconds)
 
     def scheduler_state(self) -> dict:
         """What the scheduler view needs (``views.scheduler_state``), under the loop's lock."""

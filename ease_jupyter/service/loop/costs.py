@@ -37,8 +37,9 @@ from ...selection.profiler import Prediction
 from ...store import Job, JobStatus, Store, Task
 from ...zoo import Engine, candidates
 from ..candidates import arm_specs, task_candidates
-from ..profiling import ProfileBook, Resources
+from ..profiling import FLOPS_SOURCE, TAG_NOTE, TAG_RESOURCES, ProfileBook, Resources, full_seconds
 from ..task_epochs import pick_epochs, task_max_epochs
+from .provision import PickProvisioner
 
 if TYPE_CHECKING:
     from ...execution.device_speed import PoolSpeeds
@@ -48,6 +49,7 @@ log = logging.getLogger(__package__)  # one logger for the whole loop
 FLOPS_PER_SECOND = 1e9  # the speed assumed where none was measured (see Costs.seconds)
 NOMINAL_PROGRAMS = (((16,), (4,)), ((16,), (1,)))  # flat classification and regression
 NOMINAL_TORCH_PROGRAMS = (((8, 8, 1), (4,)), ((8, 8, 3), (4,)))  # images: the torch arms
+MEASURED_SOURCE = "measured"  # a user model's plan: its last measured seconds
 RATE_WINDOW = 200  # measured jobs, per engine, the correction's median is taken over
 
 
@@ -94,12 +96,12 @@ class Costs:
 
     def __init__(self, store: Store, *, torch_epochs: int | None, speeds: PoolSpeeds | None = None,
                  service_epochs: int | None = None, profile: ProfileBook | None = None,
-                 resources: Callable[[Task, JobSpec, int], Resources | None] | None = None):
+                 provisioner: PickProvisioner | None = None):
         self.store = store
-        # None: the FLOPs proxy alone. ``resources`` says what a pick will run on
-        # (the provisioner's choice); by default the service's own (see pick_resources).
+        # None: the FLOPs proxy alone. A pick runs on the ``provisioner``'s
+        # choice; without one, on the service's own resources (see pick_resources).
         self.profile = profile
-        self.resources = resources or self.pick_resources
+        self.provisioner = provisioner
         self.torch_epochs = torch_epochs  # None: no torch executor, so no torch arms
         self.service_epochs = service_epochs  # the operator's --torch-epochs (None: the rule by data size)
         self._task_configs: dict[int, dict[str, JobSpec]] = {}
@@ -175,6 +177,38 @@ class Costs:
             return None
         return prediction
 
+    def plan(self, task: Task, spec: JobSpec, n: int) -> dict:
+        """One candidate's predicted cost for the task (``task.profile()``,
+        ``easeml models --task``): the selector's ``c_k`` and where it came
+        from, the FLOPs proxy's seconds beside it, and the resources the
+        provisioner chose with their cost. A user's own model has no FLOP
+        estimate: its seconds are its last measured ones, else unknown."""
+        out: dict = {"model": spec.arm, "engine": spec.engine.value}
+        if spec.is_user_model:
+            measured = [j.cost_seconds for j in self.store.list_jobs(task.id, status=JobStatus.SUCCEEDED)
+                        if j.model == spec.model and j.cost_seconds]
+            out.update(predicted_seconds=float(measured[-1]) if measured else None,
+                       source=MEASURED_SOURCE if measured else None, log_sd=None, flops_seconds=None)
+        else:
+            prediction = self.prediction(task, spec, n)
+            out.update(predicted_seconds=self.seconds(task, spec, n),
+                       source=prediction.source if prediction is not None else FLOPS_SOURCE,
+                       log_sd=prediction.log_sd if prediction is not None else None,
+                       flops_seconds=self.flops_seconds(task, spec, n))
+        if self.provisioner is not None:
+            provisioned = self.provisioner.provision(task, spec, n).json()
+            out.update({k: provisioned[k] for k in ("cost", "goal", "feasible", "note")},
+                       resources=provisioned["config"], provisioned_by=provisioned["source"])
+        else:
+            out.update(resources=dataclasses.asdict(self.resources(task, spec, n)))
+        return out
+
+    def resources(self, task: Task, spec: JobSpec, n: int) -> Resources:
+        """What the pick will run on: the provisioner's choice, else the service's own."""
+        if self.provisioner is not None:
+            return self.provisioner.resources(task, spec, n)
+        return self.pick_resources(task, spec, n)
+
     def pick_resources(self, task: Task, spec: JobSpec, n: int) -> Resources:
         """What a pick runs on in this service without a provisioner: the
         profile book's default (the service's configuration); torch picks on
@@ -189,9 +223,18 @@ class Costs:
         ``"flops"``) where the profiler had none."""
         if self.profile is None:
             return
+        resources = self.resources(task, spec, n)
+        if spec.is_user_model:  # no FLOP estimate to fall back on: only what it runs on
+            self.profile.store.set_tag("job", job.id, TAG_RESOURCES, resources.to_json())
+            return
         prediction = self.prediction(task, spec, n)
         self.profile.record_prediction(job, prediction, fallback_seconds=self.flops_seconds(task, spec, n),
-                                       resources=self.resources(task, spec, n))
+                                       resources=resources)
+        note = self.provisioner.provision(task, spec, n).json()["note"] if self.provisioner is not None else ""
+        if note:  # why the pick runs where it does: a prediction that failed, a budget nothing fits
+            self.profile.store.set_tag("job", job.id, TAG_NOTE, note)
+        # A family with no history is profiled on subsamples before its full grid (ACAI §4.2.2).
+        self.profile.plan_profiling(job, task, spec, n, resources)
 
     def learn(self, job: Job) -> None:
         """Take a finished job's measured seconds into its engine's correction."""
@@ -205,7 +248,8 @@ class Costs:
         spec = parse_job(job.model, job.config)
         if spec.is_user_model:  # a user model: no FLOP estimate to correct
             return
-        self._rate[spec.engine].append(job.cost_seconds / spec_flops(task, spec, n))
+        seconds = full_seconds(job, self.store.tags("job", job.id))  # without its profiling runs, if any
+        self._rate[spec.engine].append(seconds / spec_flops(task, spec, n))
         self._update_corrections()
 
     def _update_corrections(self) -> None:
@@ -244,6 +288,7 @@ class ProfileRefits:
         self._done: SimpleQueue[int] = SimpleQueue()
         self._new = 0  # finished jobs measured since the last refit
         self._fitted_at: float | None = None  # None: never fitted (the first turn fits on the store's history)
+        self.record_cost: Callable[[Job], None] | None = None  # keeps a finished job's cost (the provisioner's)
 
     def finished(self, job_id: int) -> None:
         """An executor is done with the job (any thread)."""
@@ -259,6 +304,8 @@ class ProfileRefits:
                 break
             try:
                 job = self.store.get_job(job_id)
+                if self.record_cost is not None:
+                    self.record_cost(job)
                 if job.status is JobStatus.SUCCEEDED and job.cost_seconds:
                     self.book.record_outcome(job)
                     self._new += 1

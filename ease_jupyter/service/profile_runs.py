@@ -1,0 +1,144 @@
+"""A job's profiling runs (ACAI §4.2.2), done before its full grid or workload.
+
+The first job of a family the profiler has no record of carries a plan
+(``profiling.ProfileBook.plan_profiling``, ``selection/profile_plan.py``):
+a few (examples, threads) configurations. Each run fits the pick's first
+grid point on a seeded subsample of the task's rows (training rows to fit,
+held-out rows to score, both at the run's share of the examples, so the
+run is the full job's one-point version at ``n`` examples), with the
+task's preprocessing as the full job has it, on the job's engine, under a
+limit of the run's threads, and is timed as the full grid is
+(``GridResult.seconds``). A run that fails is logged and left out: the
+job goes on.
+
+A torch pick's runs (:func:`profile_torch`) train its first config for one
+epoch on a seeded subsample of the task's training rows (the full job's
+split, ``partitions.split_validation``) at the run's share of the
+examples, with the units' own hooks (model, input and train functions,
+precision) on the device the units pick (``device.worker_device``), under
+the run's torch threads. Not through ``units.train_unit``: a unit pins
+torch to one thread, and a run must measure its own thread count. A run's
+seconds cover building and adapting the net, moving it and its data to the
+device, and the epoch.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..execution.grid import grid_search
+from ..execution.holdout import validation_mask
+from ..selection.profile_plan import ProfileRun
+from .threads import blas_threads, limit_threads, torch_threads
+
+log = logging.getLogger(__name__)
+
+
+def take(X: Any, rows: np.ndarray) -> Any:
+    """Rows of the examples: a DataFrame's by position, an array's by index."""
+    return X.iloc[rows] if hasattr(X, "iloc") else np.asarray(X)[rows]
+
+
+def subsample(data: Any, n: int, seed: int = 0) -> tuple[Any, Any, Any, Any]:
+    """(X_train, y_train, X_held_out, y_held_out) of ``n`` of the task's
+    examples: its fixed split's training and held-out rows
+    (``holdout.validation_mask``), each at the share ``n / examples``
+    (at least one of each), drawn with ``seed``."""
+    held_out = validation_mask(data.split_keys)
+    share = min(1.0, n / max(len(data.y), 1))
+    rng = np.random.default_rng(seed)
+    parts = []
+    for rows in (np.flatnonzero(~held_out), np.flatnonzero(held_out)):
+        size = min(len(rows), max(1, round(share * len(rows))))
+        chosen = np.sort(rng.choice(rows, size=size, replace=False))
+        parts.append((take(data.X, chosen), np.asarray(data.y)[chosen]))
+    (X_tr, y_tr), (X_te, y_te) = parts
+    return X_tr, y_tr, X_te, y_te
+
+
+def profile_sklearn(candidate: Any, point: dict[str, Any], data: Any, classification: bool, engine: Any,
+                    runs: Sequence[ProfileRun], *, seed: int = 0) -> list[dict[str, Any]]:
+    """Do the planned runs of the pick's grid point ``point``; returns the
+    measured ones as ``{"n", "threads", "seconds"}`` (failed runs left out)."""
+    grid = {k: [v] for k, v in point.items()}
+    done = []
+    for run in runs:
+        try:
+            split = subsample(data, run.n, seed)
+            with blas_threads(run.threads):
+                result = grid_search(limit_threads(candidate, run.threads), grid, split[0], split[1], split=split,
+                                     classification=classification, engine=engine, memory=None)
+        except Exception:  # noqa: BLE001 - a profiling run must not fail the job
+            log.warning("profiling run %s of %s failed; no record of it", run, getattr(candidate, "name", candidate),
+                        exc_info=True)
+            continue
+        done.append({"n": run.n, "threads": run.threads, "seconds": float(result.seconds)})
+    return done
+
+
+def training_subsample(X: np.ndarray, y: np.ndarray, split_keys: Any, n: int, *, seed: int = 0) -> tuple[Any, Any]:
+    """(X, y) of the task's training rows, as a MOP workload splits them
+    (``partitions.split_validation`` on the same keys and seed), at the
+    share ``n / examples`` (at least two: a batch norm needs two), drawn
+    with ``seed``."""
+    from ..execution.mop.partitions import split_validation
+
+    (X_tr, y_tr), _ = split_validation(X, y, example_ids=split_keys, seed=seed)
+    share = min(1.0, n / max(len(y), 1))
+    size = min(len(y_tr), max(2, round(share * len(y_tr))))
+    rows = np.sort(np.random.default_rng(seed).choice(len(y_tr), size=size, replace=False))
+    return X_tr[rows], y_tr[rows]
+
+
+def one_epoch(spec: Any, X: np.ndarray, y: np.ndarray, hooks: Any) -> float:
+    """Seconds to build ``spec``'s net, adapt it to ``(X, y)`` and train it
+    one epoch with ``hooks`` on the units' device, as a unit trains
+    (``units.default_train_fn`` or the hooks' own), from fresh weights."""
+    import torch
+
+    from ..execution.device import mixed_precision, worker_device
+
+    device = worker_device()
+    started = time.perf_counter()
+    X_t, y_t = hooks.input_fn((X, y))
+    net = hooks.model_fn(spec)
+    net.adapt(X_t, y_t)
+    net.to(device).train()
+    options = spec.options
+    opt = net.make_optimizer(spec.lr, **{k: float(options[k]) for k in ("momentum", "weight_decay") if k in options})
+    amp = mixed_precision(hooks.precision, device)
+    extra = {"amp": amp, "scaler": amp.scaler()} if amp.active else {}
+    order = torch.Generator().manual_seed(spec.seed)
+    hooks.train_fn(net, opt, X_t.to(device), y_t.to(device), spec, order, **extra)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # the epoch's kernels are done, not only queued
+    return time.perf_counter() - started
+
+
+def profile_torch(candidate: Any, trial: str, params: Mapping[str, Any], X: np.ndarray, y: np.ndarray,
+                  split_keys: Any, runs: Sequence[ProfileRun], *, seed: int = 0, hooks: Any = None) -> list[dict[str, Any]]:
+    """Do the planned runs of a torch pick: its first config (trial
+    ``trial``, ``params``) for one epoch on each run's subsample of the
+    training rows at the run's threads (:func:`one_epoch`). Returns the
+    measured ones as ``{"n", "threads", "seconds", "epochs": 1}`` (failed
+    runs left out)."""
+    from ..execution.units import Hooks, UnitSpec
+
+    hooks = hooks or Hooks()
+    spec = UnitSpec.of(trial, candidate.name, params, candidate.build, seed=seed)
+    done = []
+    for run in runs:
+        try:
+            X_run, y_run = training_subsample(X, y, split_keys, run.n, seed=seed)
+            with torch_threads(run.threads):
+                seconds = one_epoch(spec, X_run, y_run, hooks)
+        except Exception:  # noqa: BLE001 - a profiling run must not fail the job
+            log.warning("profiling run %s of %s failed; no record of it", run, candidate.name, exc_info=True)
+            continue
+        done.append({"n": run.n, "threads": run.threads, "seconds": float(seconds), "epochs": 1})
+    return done

@@ -1,0 +1,436 @@
+"""A child process that runs a user's code and is killed at her job's
+deadline (``service/user_models.py`` sends its calls into her estimator and
+her net factory here).
+
+A thread cannot be killed in Python; a process can. So a call into user code
+(``fn(*args, **kwargs)``, cloudpickled) goes over a pipe to a child process,
+and its value comes back. A call still running at the deadline gets the
+child killed (``SIGKILL``): nothing of the user's code runs on. The parent
+reads each reply with its own deadline and a size limit, so a child that
+writes half a reply and stops cannot hold it either. The child ends itself
+at the deadline (should its parent be stuck or gone) and when its parent
+closes the pipe; the parent closes it when the job ends (``JobScope``), or
+after ``IDLE_SECONDS`` without calls.
+
+A timeout, not an isolation boundary: the child runs with the worker's user
+and file system rights. It gets a minimal environment (no tokens or database
+URLs of the service) and an empty temporary working directory.
+
+One child per job and thread (``for_job``), started on the first call: a
+job's calls pay the start of one Python process and the pickling of their
+arguments and results, not one process each. The child imports only the
+standard library and cloudpickle until the user's code needs more.
+
+This module imports nothing from the service: a child starts with it alone.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import select
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import weakref
+from typing import Any, Callable
+
+IDLE_SECONDS = 60.0  # the parent closes a child with no call for this long (its job is over)
+REAP_SECONDS = 5.0  # how often the parent looks for such children
+MAX_REPLY_BYTES = 4 << 30  # a reply longer than this (a fitted model, predictions) is refused
+MAX_TRACEBACK_CHARS = 20_000
+CHILD_ENV_KEYS = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "TZ", "OMP_NUM_THREADS",
+                  "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS",
+                  "CUDA_VISIBLE_DEVICES")
+_CHILD = "from ease_jupyter.user_sandbox import child_main; child_main()"
+_HEADER = struct.Struct("!Q")
+_ERROR, _ARRAY, _OBJECT = b"E", b"A", b"O"
+
+
+class UserModelError(RuntimeError):
+    """User code raised; the message is its own traceback."""
+
+
+class UserModelTimeout(TimeoutError):
+    """User code ran past its job's limit."""
+
+
+class Sandbox:
+    """One child process running user code, killed at ``deadline`` (``time.time()``)."""
+
+    def __init__(self, deadline: float):
+        self.deadline = deadline
+        self.lock = threading.Lock()  # one call at a time; held while a call runs, so no reaper closes it
+        self.last_used = time.monotonic()
+        self.workdir = tempfile.mkdtemp(prefix="easeml-user-model-")
+        to_child_r, to_child_w = os.pipe()
+        from_child_r, from_child_w = os.pipe()
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", _CHILD, str(to_child_r), str(from_child_w), repr(float(deadline))],
+                pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL, env=_child_env(),
+                cwd=self.workdir)
+        except BaseException:
+            for fd in (to_child_w, from_child_r):
+                os.close(fd)
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            raise
+        finally:
+            os.close(to_child_r)
+            os.close(from_child_w)
+        self._to, self._from = to_child_w, from_child_r
+        os.set_blocking(self._to, False)  # the parent's writes wait in select, bounded by the deadline
+        self._closed = False
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def call(self, fn: Callable[..., Any], *args: Any, what: str, returns: str = "object", **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` in the child: its value, ``UserModelError``
+        with the user's traceback if it raised, ``UserModelTimeout`` (and the
+        child killed) if it was still running at the deadline. With
+        ``returns="array"`` the value comes back as a numeric numpy array
+        (``np.save`` bytes, loaded without pickle); ``"object"`` unpickles it
+        here (her classes' code runs in this process as it loads)."""
+        import cloudpickle
+
+        with self.lock:
+            self.last_used = time.monotonic()
+            if self.deadline - time.time() <= 0:
+                self.kill()
+                raise UserModelTimeout(f"{what}: the job's time limit had passed before it started")
+            try:
+                request = cloudpickle.dumps((fn, args, kwargs, returns))
+            except Exception as error:  # noqa: BLE001 - her object cannot travel: say so with the reason
+                raise UserModelError(f"{what}: could not be pickled to run apart from the service: "
+                                     f"{type(error).__name__}: {error}") from None
+            try:
+                _write_frame(self._to, request, self.deadline)
+                reply = _read_frame(self._from, self.deadline, MAX_REPLY_BYTES)
+            except TimeoutError:
+                self.kill()
+                raise UserModelTimeout(f"{what}: still running at the job's time limit, expected it to return "
+                                       "(the limit is the model's `limit`, at most the service's "
+                                       "--user-model-timeout); its process was killed") from None
+            except ValueError as error:  # a reply too long
+                self.kill()
+                raise UserModelError(f"{what}: {error}; its process was killed") from None
+            except (EOFError, OSError):
+                code = self._end()
+                if time.time() >= self.deadline:
+                    raise UserModelTimeout(f"{what}: still running at the job's time limit; its process ended "
+                                           f"(exit code {code})") from None
+                raise UserModelError(f"{what}: the process running it ended (exit code {code}) before it "
+                                     "returned") from None
+            finally:
+                self.last_used = time.monotonic()
+            return _decode(reply, what, returns)
+
+    def kill(self) -> None:
+        """End the child now (it may be running her code), reap it, free its pipes and folder."""
+        if self.alive():
+            self.proc.kill()
+        self._end()
+
+    def close(self) -> None:
+        """End the child once its call is done: it ends at the end of its
+        input; one that does not within a second is killed."""
+        self._close_pipes()
+        try:
+            self.proc.wait(1.0)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self._end()
+
+    def _end(self) -> int:
+        self._close_pipes()
+        code = self.proc.wait()  # reaped: no zombie
+        shutil.rmtree(self.workdir, ignore_errors=True)
+        return code
+
+    def _close_pipes(self) -> None:
+        if not self._closed:
+            self._closed = True
+            for fd in (self._to, self._from):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+
+
+def _decode(reply: bytes, what: str, returns: str) -> Any:
+    kind, body = reply[:1], reply[1:]
+    if kind == _ERROR:
+        text = body.decode("utf-8", "replace")
+        raise UserModelError(f"{what} raised:\n{text[-MAX_TRACEBACK_CHARS:]}")
+    if kind == _ARRAY and returns == "array":
+        import numpy as np
+
+        return np.load(io.BytesIO(body), allow_pickle=False)
+    if kind == _OBJECT and returns == "object":
+        return pickle.loads(body)
+    raise UserModelError(f"{what}: its process answered {kind!r}, expected a {returns} reply")
+
+
+def _write_frame(fd: int, data: bytes, deadline: float) -> None:
+    view = memoryview(_HEADER.pack(len(data)) + data)
+    while view:
+        left = deadline - time.time()
+        if left <= 0 or not select.select([], [fd], [], left)[1]:
+            raise TimeoutError
+        try:
+            view = view[os.write(fd, view[:1 << 20]):]
+        except BlockingIOError:
+            continue
+
+
+def _read_frame(fd: int, deadline: float, max_bytes: int) -> bytes:
+    (size,) = _HEADER.unpack(_read_exactly(fd, _HEADER.size, deadline))
+    if size > max_bytes:
+        raise ValueError(f"its reply is {size} bytes, expected at most {max_bytes}")
+    return _read_exactly(fd, size, deadline)
+
+
+def _read_exactly(fd: int, size: int, deadline: float) -> bytes:
+    """``size`` bytes from ``fd``, each wait bounded by ``deadline``: TimeoutError
+    past it (a child that wrote part of a frame and stopped), EOFError at its end."""
+    out = bytearray()
+    while len(out) < size:
+        left = deadline - time.time()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            raise TimeoutError
+        chunk = os.read(fd, min(size - len(out), 1 << 20))
+        if not chunk:
+            raise EOFError
+        out += chunk
+    return bytes(out)
+
+
+def _child_env() -> dict[str, str]:
+    """A minimal environment: the few settings Python, BLAS and locale read,
+    and this process's import path (the child imports this package, and the
+    user's classes pickled by reference, as this process does); nothing else
+    of the service's (its tokens, its database URL)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {key: os.environ[key] for key in CHILD_ENV_KEYS if key in os.environ}
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([root, *filter(None, sys.path)]))
+    return env
+
+
+_SANDBOXES: dict[tuple[float, int], Sandbox] = {}
+_LOCK = threading.Lock()
+_REAPER: threading.Thread | None = None
+_PENDING: list[float] = []  # jobs ended while _LOCK was held (``close_job``)
+
+
+def for_job(deadline: float) -> Sandbox:
+    """This thread's child for the job ending at ``deadline`` (started on
+    first use; started again if it ended)."""
+    global _REAPER
+    key = (float(deadline), threading.get_ident())
+    _reap()
+    with _LOCK:
+        box = _SANDBOXES.get(key)
+        if box is None or not box.alive():
+            box = _SANDBOXES[key] = Sandbox(deadline)
+        if _REAPER is None:
+            _REAPER = threading.Thread(target=_reap_forever, name="easeml-user-model-reaper", daemon=True)
+            _REAPER.start()
+        return box
+
+
+def _reap() -> None:
+    """Close the children whose job's deadline has passed, that ended, or
+    that had no call for ``IDLE_SECONDS``; never one in the middle of a call."""
+    pending = []
+    while _PENDING:
+        pending.append(_PENDING.pop())
+    for deadline in pending:  # one that still finds the lock taken waits for the next look
+        close_job(deadline)
+    now, idle_since = time.time(), time.monotonic() - IDLE_SECONDS
+    with _LOCK:
+        stale = [(k, s) for k, s in _SANDBOXES.items()
+                 if k[0] < now or s.last_used < idle_since or not s.alive()]
+        taken = []
+        for key, box in stale:
+            if box.lock.acquire(blocking=False):  # a call in progress keeps its child
+                del _SANDBOXES[key]
+                taken.append(box)
+    for box in taken:
+        try:
+            box.close()
+        finally:
+            box.lock.release()
+
+
+def _reap_forever() -> None:
+    while True:
+        time.sleep(REAP_SECONDS)
+        _reap()
+
+
+def close_job(deadline: float) -> None:
+    """Close every child of the job ending at ``deadline`` (all threads'):
+    its job is over, so a call still running in one is ended too. Called
+    from a finalizer, which may run while this thread holds ``_LOCK``: then
+    the reaper closes them at its next look instead."""
+    if not _LOCK.acquire(blocking=False):
+        _PENDING.append(float(deadline))
+        return
+    try:
+        boxes = [_SANDBOXES.pop(k) for k in [k for k in _SANDBOXES if k[0] == float(deadline)]]
+    finally:
+        _LOCK.release()
+    for box in boxes:
+        if box.lock.acquire(blocking=False):
+            try:
+                box.close()
+            finally:
+                box.lock.release()
+        else:
+            box.proc.kill()  # its caller's read then ends, and that call reaps it
+
+
+class JobScope:
+    """A job's hold on its children: when the last reference to it goes (the
+    job's candidate is dropped as its job ends), ``close_job`` closes them."""
+
+    def __init__(self, deadline: float):
+        self.deadline = float(deadline)
+        self._finalizer = weakref.finalize(self, close_job, self.deadline)
+
+    def close(self) -> None:
+        self._finalizer()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """A copy sent to another process (a Dask worker) holds that process's children of the job."""
+        return JobScope, (self.deadline,)
+
+
+def run_user_code(fn: Callable[..., Any], *args: Any, deadline: float, what: str, returns: str = "object",
+                  **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` in this job's child process (``for_job``, ``Sandbox.call``)."""
+    if deadline - time.time() <= 0:
+        raise UserModelTimeout(f"{what}: the job's time limit had passed before it started")
+    return for_job(deadline).call(fn, *args, what=what, returns=returns, **kwargs)
+
+
+# -- what runs in the child (by reference: this module is all it imports) ----------------------------
+
+
+def load_code(data: bytes) -> Any:
+    """A user model's object from its cloudpickled bytes."""
+    import cloudpickle  # noqa: F401 - objects pickled by value need it to load
+
+    return pickle.loads(data)
+
+
+def fit_estimator(estimator: Any, options: dict[str, Any], X: Any, y: Any) -> Any:
+    """A fitted copy of ``estimator`` with ``options`` set: scikit-learn's
+    ``clone``, ``set_params`` and ``fit`` (whatever ``fit`` returns: the
+    fitted estimator is the copy itself)."""
+    from sklearn.base import clone
+
+    fitted = clone(estimator)
+    if options:
+        fitted.set_params(**options)
+    fitted.fit(X, y)
+    return fitted
+
+
+def predict_with(estimator: Any, X: Any) -> Any:
+    return estimator.predict(X)
+
+
+def build_net(factory: Callable[..., Any], input_shape: tuple[int, ...], output_shape: tuple[int, ...],
+              options: dict[str, Any]) -> Any:
+    """``factory(input_shape, output_shape, **options)``, checked to be an
+    ``nn.Module`` and run once on a batch of two zero examples, so that a
+    factory or a forward pass that hangs does so here, where it can be killed."""
+    import torch
+    from torch import nn
+
+    net = factory(input_shape, output_shape, **options)
+    if isinstance(net, nn.Module):
+        was_training = net.training
+        with torch.no_grad():
+            net.eval()(torch.zeros((2, *input_shape), dtype=torch.float32))
+        net.train(was_training)
+    return net
+
+
+# -- the child ---------------------------------------------------------------------------------------
+
+
+def _user_traceback(error: BaseException) -> str:
+    """The traceback from the user's frames on (this module's own frames dropped)."""
+    tb = error.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(error), error, tb))
+
+
+def _array_bytes(value: Any) -> bytes:
+    import numpy as np
+
+    buffer = io.BytesIO()
+    try:
+        np.save(buffer, np.asarray(value), allow_pickle=False)
+    except ValueError:
+        raise TypeError(f"returned a {type(value).__name__} of objects, expected numbers or strings") from None
+    return buffer.getvalue()
+
+
+def _child_read(fd: int, size: int) -> bytes:
+    out = bytearray()
+    while len(out) < size:
+        chunk = os.read(fd, size - len(out))
+        if not chunk:
+            raise EOFError
+        out += chunk
+    return bytes(out)
+
+
+def _child_write(fd: int, data: bytes) -> None:
+    view = memoryview(_HEADER.pack(len(data)) + data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def child_main() -> None:
+    """Serve calls from the parent until it closes the pipe or the deadline passes."""
+    import cloudpickle
+
+    inbox, outbox, deadline = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+
+    def end_at_deadline() -> None:
+        time.sleep(max(deadline - time.time(), 0.0) + 1.0)
+        os._exit(124)  # her code may still be running: end the process, not the call
+
+    threading.Thread(target=end_at_deadline, daemon=True).start()
+    while True:
+        try:
+            (size,) = _HEADER.unpack(_child_read(inbox, _HEADER.size))
+            request = _child_read(inbox, size)
+        except (EOFError, OSError):
+            return
+        try:
+            fn, args, kwargs, returns = pickle.loads(request)
+            value = fn(*args, **kwargs)
+            reply = _ARRAY + _array_bytes(value) if returns == "array" else _OBJECT + cloudpickle.dumps(value)
+        except BaseException as error:  # noqa: BLE001 - sent to the parent with her traceback
+            reply = _ERROR + _user_traceback(error).encode("utf-8", "replace")
+        try:
+            _child_write(outbox, reply)
+        except OSError:
+            return

@@ -1,0 +1,221 @@
+"""User code in a child process killed at its job's deadline
+(``ease_jupyter.user_sandbox``): a call that hangs ends with its process, an
+error comes back with the user's own traceback, and a job's calls share one child."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import pytest
+
+from ease_jupyter import user_sandbox
+from ease_jupyter.user_sandbox import (
+    UserModelError,
+    UserModelTimeout,
+    for_job,
+    run_user_code,
+)
+
+
+def _sleeps_forever(pid_file):
+    with open(pid_file, "w") as out:
+        out.write(str(os.getpid()))
+    while True:
+        time.sleep(1)
+
+
+def _my_broken_step(x):
+    raise ValueError(f"my step broke on {x}")
+
+
+def _pid():
+    return os.getpid()
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_a_call_that_hangs_times_out_at_the_deadline_and_its_process_is_gone(tmp_path):
+    pid_file = tmp_path / "pid"
+    deadline = time.time() + 3
+    started = time.monotonic()
+    with pytest.raises(UserModelTimeout, match="still running at the job's time limit"):
+        run_user_code(_sleeps_forever, str(pid_file), deadline=deadline, what="sleeps")
+    assert time.monotonic() - started < 6
+    pid = int(pid_file.read_text())
+    assert pid != os.getpid() and _gone(pid)
+    # The next job gets a fresh child, unaffected.
+    assert run_user_code(pow, 2, 5, deadline=time.time() + 30, what="pow") == 32
+
+
+def test_an_error_comes_back_with_the_users_own_traceback():
+    with pytest.raises(UserModelError) as raised:
+        run_user_code(_my_broken_step, 7, deadline=time.time() + 30, what="step")
+    text = str(raised.value)
+    assert text.startswith("step raised:") and "Traceback" in text
+    assert "_my_broken_step" in text and "ValueError: my step broke on 7" in text
+    assert "child_main" not in text  # her frames, not the sandbox's
+
+
+def test_a_jobs_calls_share_one_child_and_another_job_gets_its_own():
+    deadline = time.time() + 30
+    first = run_user_code(_pid, deadline=deadline, what="pid")
+    assert first != os.getpid()
+    assert run_user_code(_pid, deadline=deadline, what="pid") == first == for_job(deadline).pid
+    assert run_user_code(_pid, deadline=deadline + 1, what="pid") != first
+
+
+def test_a_call_past_the_deadline_does_not_start():
+    with pytest.raises(UserModelTimeout, match="had passed before it started"):
+        run_user_code(pow, 2, 2, deadline=time.time() - 1, what="late")
+
+
+def _writes_half_a_reply_then_sleeps(size):
+    import struct
+    import sys
+
+    outbox = int(sys.argv[2])  # her code can reach the child's reply pipe: the parent must not trust it
+    os.write(outbox, struct.pack("!Q", size) + b"half")
+    while True:
+        time.sleep(1)
+
+
+def _call_in_thread(fn, *args, deadline):
+    """``run_user_code`` on a thread: (its outcome, whether it returned within 15 s)."""
+    import threading
+
+    box = {}
+
+    def run():
+        try:
+            box["value"] = run_user_code(fn, *args, deadline=deadline, what="half")
+        except BaseException as error:  # noqa: BLE001 - looked at below
+            box["error"] = error
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(15)
+    return box, not thread.is_alive()
+
+
+def _half_a_reply_held_open_by_another_process(pid_file):
+    """Her code hands the reply pipe to a process of its own, writes part of a
+    reply and ends the child: neither the child's end nor its deadline ends the pipe."""
+    import struct
+    import subprocess
+    import sys
+
+    outbox = int(sys.argv[2])
+    holder = subprocess.Popen(["sleep", "30"], pass_fds=(outbox,))
+    with open(pid_file, "w") as out:
+        out.write(str(holder.pid))
+    os.write(outbox, struct.pack("!Q", 100) + b"half")
+    os._exit(0)
+
+
+def test_a_child_that_writes_part_of_a_reply_and_stops_times_out_at_the_deadline(tmp_path):
+    pid_file = tmp_path / "holder"
+    started = time.monotonic()
+    try:
+        box, returned = _call_in_thread(_half_a_reply_held_open_by_another_process, str(pid_file),
+                                        deadline=time.time() + 2)
+    finally:
+        if pid_file.exists():
+            os.kill(int(pid_file.read_text()), 9)
+    assert returned, "the parent waited past the deadline on a partial reply"
+    assert isinstance(box.get("error"), UserModelTimeout) and time.monotonic() - started < 6
+
+
+def test_a_reply_longer_than_the_limit_is_refused_and_its_child_killed(monkeypatch):
+    monkeypatch.setattr(user_sandbox, "MAX_REPLY_BYTES", 1000)
+    box, returned = _call_in_thread(_writes_half_a_reply_then_sleeps, 10**6, deadline=time.time() + 30)
+    assert returned and isinstance(box.get("error"), UserModelError)
+    assert "1000000 bytes, expected at most 1000" in str(box["error"])
+
+
+def _environment_and_folder():
+    return dict(os.environ), os.getcwd(), os.listdir(".")
+
+
+def test_the_child_sees_none_of_the_services_secrets_and_works_in_an_empty_folder(monkeypatch):
+    monkeypatch.setenv("EASEML_TEST_SECRET_TOKEN", "s3cret")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    env, cwd, listed = run_user_code(_environment_and_folder, deadline=time.time() + 30, what="env")
+    assert "EASEML_TEST_SECRET_TOKEN" not in env and "s3cret" not in env.values()
+    assert env["OMP_NUM_THREADS"] == "1" and env["PATH"] == os.environ["PATH"]
+    assert cwd != os.getcwd() and listed == []
+
+
+def test_predictions_come_back_as_arrays_loaded_without_pickle():
+    out = run_user_code(np.arange, 4, deadline=time.time() + 30, what="arange", returns="array")
+    assert isinstance(out, np.ndarray) and out.tolist() == [0, 1, 2, 3]
+    with pytest.raises(UserModelError, match="of objects, expected numbers"):
+        run_user_code(_objects, deadline=time.time() + 30, what="objects", returns="array")
+
+
+def _objects():
+    return np.array([object(), object()])
+
+
+def test_an_idle_child_is_closed_by_the_parent_but_never_in_the_middle_of_a_call(monkeypatch):
+    import threading
+
+    monkeypatch.setattr(user_sandbox, "IDLE_SECONDS", 0.2)
+    deadline = time.time() + 30
+    busy = {}
+    thread = threading.Thread(target=lambda: busy.update(
+        pid=run_user_code(_pid_after, 1.5, deadline=deadline, what="slow")), daemon=True)
+    thread.start()
+    time.sleep(0.8)  # its call is running, and idle by the clock of its last start
+    user_sandbox._reap()
+    thread.join(10)
+    assert busy.get("pid") and not _gone(busy["pid"])  # the call returned: its child was not closed under it
+    time.sleep(0.3)
+    user_sandbox._reap()  # now idle: closed and reaped
+    assert _gone(busy["pid"])
+    idle = run_user_code(_pid, deadline=deadline + 1, what="pid")
+    time.sleep(0.3)
+    user_sandbox._reap()
+    assert _gone(idle)
+    assert run_user_code(_pid, deadline=deadline + 1, what="pid") != idle  # the job's next call gets a new child
+
+
+def _pid_after(seconds):
+    time.sleep(seconds)
+    return os.getpid()
+
+
+def test_a_jobs_children_end_when_its_scope_goes():
+    import threading
+
+    scope = user_sandbox.JobScope(time.time() + 30)
+    deadline = scope.deadline
+    pids = [run_user_code(_pid, deadline=deadline, what="pid")]
+    other = threading.Thread(target=lambda: pids.append(run_user_code(_pid, deadline=deadline, what="pid")))
+    other.start()
+    other.join(10)
+    assert len(set(pids)) == 2 and not any(_gone(p) for p in pids)  # one child per thread
+    del scope  # the job's candidate dropped
+    assert all(_gone(p) for p in pids)
+
+
+def test_a_job_that_ends_while_the_registry_is_held_is_closed_at_the_next_look():
+    import threading
+
+    deadline = time.time() + 30
+    pid = run_user_code(_pid, deadline=deadline, what="pid")
+    with user_sandbox._LOCK:  # as when its finalizer runs inside a call that holds it
+        ender = threading.Thread(target=user_sandbox.close_job, args=(deadline,), daemon=True)
+        ender.start()
+        ender.join(5)
+        assert not ender.is_alive(), "closing a job waited on the registry's lock"
+    assert not _gone(pid)
+    user_sandbox._reap()
+    assert _gone(pid)
