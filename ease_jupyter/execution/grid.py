@@ -135,11 +135,16 @@ def _rows(data: Any) -> Any:
     return data if type(data).__module__.startswith("pandas") else np.asarray(data)
 
 
-def _grid_workers(resources: Mapping[str, Mapping[str, float]]) -> list[str] | None:
+def _grid_workers(resources: Mapping[str, Mapping[str, float]], fan_out: int | None = None) -> list[str] | None:
     """The workers a grid task may run on (worker -> declared resources): the
-    CPU workers when there are GPU workers too, else any (None)."""
+    CPU workers when there are GPU workers too, else any (None); with
+    ``fan_out``, the first that many of them (by name, so every task of one
+    grid gets the same ones; the live ones when some were lost)."""
     cpus = cpu_workers(resources)
-    return cpus if cpus and len(cpus) < len(resources) else None
+    allowed = cpus if cpus and len(cpus) < len(resources) else None
+    if fan_out is None or fan_out >= len(allowed if allowed is not None else resources):
+        return allowed
+    return sorted(allowed if allowed is not None else resources)[:fan_out]
 
 
 # -- model factories (picklable values, shipped to workers) --------------------------
@@ -228,6 +233,7 @@ def grid_search(
     safety: float = 1.5,
     seed: int = 0,
     timeout: float | None = None,
+    fan_out: int | None = None,
 ) -> GridResult:
     """Evaluate every combination of ``grid`` for ``model`` and return the best.
 
@@ -250,6 +256,8 @@ def grid_search(
             64 MB.
         seed: the split's seed.
         timeout: seconds for the whole grid (None: no limit).
+        fan_out: the most workers the grid's tasks run on (the
+            auto-provisioner's ``workers``; None: every worker it may use).
 
     Returns:
         A :class:`GridResult`; ties go to the earlier combination.
@@ -282,7 +290,9 @@ def grid_search(
     started = time.perf_counter()
     end = None if timeout is None else time.monotonic() + timeout
     try:
-        allowed = _grid_workers(engine.worker_resources())
+        if fan_out is not None and (isinstance(fan_out, bool) or not isinstance(fan_out, int) or fan_out < 1):
+            raise EaseMLError(f"fan_out: found {fan_out!r}, expected a number of workers >= 1, or None for all")
+        allowed = _grid_workers(engine.worker_resources(), fan_out)
         worker_mem = [float(r.get(MEMORY, 0.0)) for w, r in engine.worker_resources().items()
                       if allowed is None or w in allowed]
         fixed = int(fixed_bytes if fixed_bytes is not None else (min(worker_mem) if worker_mem else 0))
@@ -296,7 +306,7 @@ def grid_search(
             res = {MEMORY: reserve} if reserve else None
             submitted[i] = (reserve, probe)
             return engine.submit(_fit_task, make, points_params[i], data, classification, probe, resources=res,
-                                 workers=_grid_workers(engine.worker_resources()))
+                                 workers=_grid_workers(engine.worker_resources(), fan_out))
 
         def collect(handles: dict[str, int]) -> dict[int, dict[str, Any]]:
             out: dict[int, dict[str, Any]] = {}

@@ -151,8 +151,9 @@ class Service:
                                 policy=config.policy, cross_user_prior=config.cross_user_prior,
                                 prices=config.prices,
                                 pools=service_pools(cpus=os.cpu_count() or 1, sklearn_slots=config.workers,
-                                                    torch_partitions=config.mop_partitions or config.workers,
-                                                    own_processes=processes))
+                                                    own_processes=processes,
+                                                    grid_workers=1 if config.engine == "local" else config.workers,
+                                                    mop_workers=config.workers, mop_partitions=config.mop_partitions))
 
     def _where_jobs_run(self, engine: Engine, fn: Any, task: Task, job: Job, *args: Any) -> Any:
         """``fn(store, blobs, task.id, job.id, *args)`` where ``engine``'s jobs

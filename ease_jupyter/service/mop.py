@@ -91,7 +91,7 @@ from . import user_models
 from .models import BEST_TRIAL_TAG
 from .mop_progress import JobProgress
 from .profile_runs import profile_torch
-from .profiling import TAG_FULL_SECONDS, TAG_PLAN, TAG_RUNS, profiling_runs
+from .profiling import TAG_FULL_SECONDS, TAG_PLAN, TAG_RESOURCES, TAG_RUNS, job_resources, profiling_runs
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,9 @@ def run_torch_job(store: Store, blobs: BlobStore, engine: Any, job_id: int, *,
         resumed = PROGRESS_TAG in tags
         progress = JobProgress.from_json(tags[PROGRESS_TAG]) if resumed else JobProgress()
         if progress.partitions is None:  # a job keeps the partitions it started with: its units refer to them
-            progress.partitions = partitions
+            # the admin's fixed count, else the auto-provisioner's for this pick, else one per worker
+            progress.partitions = partitions if partitions is not None or TAG_RESOURCES not in tags \
+                else job_resources(tags).partitions
         cost = progress.seconds
         resume = None
         if resumed:

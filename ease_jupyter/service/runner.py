@@ -27,7 +27,7 @@ from ..store import BlobStore, Job, JobStatus, JobUpdate, Store
 from ..zoo import Candidate, Engine
 from .candidates import candidate_of
 from .profile_runs import profile_sklearn
-from .profiling import TAG_FULL_SECONDS, TAG_PLAN, TAG_RUNS, job_resources
+from .profiling import TAG_FULL_SECONDS, TAG_PLAN, TAG_RESOURCES, TAG_RUNS, job_resources
 from .threads import blas_threads, limit_threads
 from . import user_models
 from .task_schema import table_job
@@ -42,10 +42,11 @@ def one_blas_thread() -> Any:
 
 
 def evaluate_grid(candidate: Candidate, grid: Mapping[str, Any], data: Any, classification: bool, engine: Any,
-                  threads: int = 1) -> GridResult:
+                  threads: int = 1, fan_out: int | None = None) -> GridResult:
     """Seneca's grid evaluation of one pick on ``engine``, on the task's
     fixed train/held-out split (``holdout.validation_mask``), its fits
-    limited to ``threads`` BLAS/OpenMP threads (the job's resources)."""
+    limited to ``threads`` BLAS/OpenMP threads and to ``fan_out`` workers
+    (the job's resources; None: all)."""
     held_out = validation_mask(data.split_keys)  # by row content: the split every job of the task uses
     split = (data.X[~held_out], data.y[~held_out], data.X[held_out], data.y[held_out])
     # Memory sizing (Seneca Alg. 1) pays off when tasks share a worker; a
@@ -53,7 +54,7 @@ def evaluate_grid(candidate: Candidate, grid: Mapping[str, Any], data: Any, clas
     memory = "auto" if len(engine.workers()) > 1 else None
     with blas_threads(threads):
         return grid_search(limit_threads(candidate, threads), grid, data.X, data.y, split=split, classification=classification,
-                           engine=engine, memory=memory)
+                           engine=engine, memory=memory, fan_out=fan_out)
 
 
 def run_sklearn_job(store: Store, blobs: BlobStore, job_id: int, engine: Any, quota: Any = None) -> Job:
@@ -96,7 +97,9 @@ def run_sklearn_job(store: Store, blobs: BlobStore, job_id: int, engine: Any, qu
         tags = store.tags("job", job_id)
         planned = plan_from_json(tags[TAG_PLAN]) if TAG_PLAN in tags else ()
         profiled = profile_sklearn(candidate, spec.points()[0], data, classification, engine, planned)
-        result = evaluate_grid(candidate, grid, data, classification, engine, job_resources(tags).threads)
+        resources = job_resources(tags)
+        result = evaluate_grid(candidate, grid, data, classification, engine, resources.threads,
+                               resources.workers if TAG_RESOURCES in tags else None)
         model = (user_models.artifact(result.best_model) if spec.is_user_model
                  else pickle.dumps(result.best_model, protocol=pickle.HIGHEST_PROTOCOL))
         if quota is not None:

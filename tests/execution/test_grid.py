@@ -238,3 +238,36 @@ def test_fixed_and_explicit_reservations(threshold_data):
     assert all(p.reserved_bytes == 128 * MB for p in explicit.points)
     with pytest.raises(EaseMLError, match="resources"):
         grid_search(Threshold(), {"t": [0.3]}, X, y, memory=10**15)
+
+
+class Recording(Threshold):
+    """A Threshold whose fit writes the fitting process's pid into ``folder`` (and takes a while)."""
+
+    def __init__(self, t=0.5, flip=False, folder=""):
+        super().__init__(t, flip)
+        self.folder = folder
+
+    def fit(self, X, y):
+        import os
+        import pathlib
+        import time
+
+        time.sleep(0.2)  # long enough that an idle worker takes the next task
+        pathlib.Path(self.folder, f"{os.getpid()}-{self.t}-{self.flip}").touch()
+        return super().fit(X, y)
+
+
+def test_fan_out_keeps_a_grid_to_that_many_workers(threshold_data, dask_engine, tmp_path):
+    X, y = threshold_data
+    pids = {}
+    for fan_out in (1, None):
+        folder = tmp_path / str(fan_out)
+        folder.mkdir()
+        res = grid_search(Recording(folder=str(folder)), THRESHOLD_GRID, X, y, engine=dask_engine, memory=None,
+                          fan_out=fan_out)
+        assert res.best_params == {"t": 0.3, "flip": False}
+        pids[fan_out] = {p.name.split("-")[0] for p in folder.iterdir()}
+    assert len(pids[1]) == 1  # every task on the one worker
+    assert len(pids[None]) == 2  # spread over both
+    with pytest.raises(EaseMLError, match="fan_out"):
+        grid_search(Threshold(), THRESHOLD_GRID, X, y, engine=dask_engine, fan_out=0)

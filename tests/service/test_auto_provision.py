@@ -195,10 +195,58 @@ def test_bad_cost_budgets_name_the_field(body):
 
 
 def test_the_service_pool_gives_a_job_slot_its_share_of_the_cores():
-    pools = service_pools(cpus=8, sklearn_slots=2, torch_partitions=3)
+    pools = service_pools(cpus=8, sklearn_slots=2, mop_workers=3)
     assert pools.sklearn.cores == 4 and pools.sklearn.workers == 1
-    assert pools.torch.partitions == (3,)
-    assert service_pools(cpus=1, sklearn_slots=4, torch_partitions=1).sklearn.cores == 1
+    assert pools.torch.workers == 3 and pools.torch.partitions == ()  # one partition per worker it holds
+    assert service_pools(cpus=1, sklearn_slots=4).sklearn.cores == 1
+    fixed = service_pools(cpus=8, sklearn_slots=2, mop_workers=3, mop_partitions=5).torch
+    assert fixed.workers == 1 and fixed.partitions == (5,)  # the admin's --mop-partitions: no choice
+    cluster = service_pools(cpus=8, sklearn_slots=2, grid_workers=4).sklearn
+    assert cluster.workers == 4 and cluster.cores == 1  # grids share the cluster's worker processes
+
+
+def test_a_grid_fans_out_to_the_workers_the_profiler_finds_fastest_within_the_share(stores):
+    store, blobs = stores
+    loop = ControlLoop(store, blobs, executors={Engine.SKLEARN: ManualExecutor(store)}, prices=PRICES,
+                       pools=Pools(sklearn=Pool(cores=1, workers=4)))
+    task, version = flat_task(stores, "wide", 200)
+    spec = loop.costs.configs(task)[ARM]
+    points = len(spec.points())
+    # Before any history the proxy assumes the grid's points run side by side.
+    chosen = loop.provisioner.provision(task, spec, 200).choice
+    assert chosen.config.workers == min(4, points) and chosen.config.partitions == chosen.config.workers
+    assert chosen.seconds == pytest.approx(loop.costs.flops_seconds(task, spec, 200) / min(4, points))
+    # Two owners share the pool: each pick gets at most half of its workers.
+    loop.provisioner.owners = lambda: 2
+    loop.provisioner.forget()
+    assert loop.provisioner.provision(task, spec, 200).choice.config.workers <= 2
+
+
+def test_the_runner_keeps_a_grid_to_its_jobs_workers(tmp_path):
+    from ease_jupyter.service import runner
+
+    seen = {}
+
+    def evaluate(candidate, grid, data, classification, engine, threads=1, fan_out=None):
+        seen.update(threads=threads, fan_out=fan_out)
+        raise RuntimeError("stop here")
+
+    store, blobs = open_store("memory://")
+    try:
+        task, version = flat_task((store, blobs), "t", 60)
+        spec = Costs(store, torch_epochs=None).configs(task)[ARM]
+        for tagged, expected in ((None, None), (Resources(threads=1, workers=3), 3)):
+            job = store.create_job(task.id, version.id, spec.model, spec.config())
+            if tagged is not None:
+                store.set_tag("job", job.id, TAG_RESOURCES, tagged.to_json())
+            original, runner.evaluate_grid = runner.evaluate_grid, evaluate
+            try:
+                runner.run_sklearn_job(store, blobs, job.id, engine=None)
+            finally:
+                runner.evaluate_grid = original
+            assert seen["fan_out"] == expected  # no tag: every worker, as before
+    finally:
+        store.close()
 
 
 def test_a_torch_pick_on_a_gpu_pool_is_provisioned_on_the_gpu(stores):
@@ -212,8 +260,8 @@ def test_a_torch_pick_on_a_gpu_pool_is_provisioned_on_the_gpu(stores):
     spec = next(s for s in costs.configs(task).values() if s.engine is Engine.TORCH)
     gpu = [False]
     provisioner = PickProvisioner(store, ProfileBook(store), pools=service_pools(cpus=2, sklearn_slots=1,
-                                                                                 torch_partitions=2),
-                                  flops=lambda *a: 1.0, gpu_pool=lambda: gpu[0])
+                                                                                 mop_workers=2),
+                                  flops=lambda task, spec, n, res: 1.0 / res.workers, gpu_pool=lambda: gpu[0])
     assert provisioner.provision(task, spec, version.n_examples).choice.config.device == "cpu"
     gpu[0] = True
     provisioner.forget()  # the loop forgets its choices when the devices are measured
@@ -341,8 +389,8 @@ def test_a_user_models_plan_is_its_measured_seconds_not_a_flops_guess(tmp_path):
 
 
 def test_threads_per_fit_are_offered_only_where_each_job_slot_is_a_process():
-    assert service_pools(cpus=8, sklearn_slots=2, torch_partitions=1, own_processes=True).sklearn.cores == 4
-    assert service_pools(cpus=8, sklearn_slots=2, torch_partitions=1, own_processes=False).sklearn.cores == 1
+    assert service_pools(cpus=8, sklearn_slots=2, own_processes=True).sklearn.cores == 4
+    assert service_pools(cpus=8, sklearn_slots=2, own_processes=False).sklearn.cores == 1
 
 
 def test_the_loop_searches_again_each_turn(stores):

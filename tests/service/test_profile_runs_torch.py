@@ -188,3 +188,16 @@ def test_one_epoch_trains_every_example_once_at_the_threads_it_is_given(torch_ta
     with profile_runs.torch_threads(2):
         seconds = profile_runs.one_epoch(spec, X, y, Hooks(train_fn=train_fn))
     assert seconds > 0 and calls == [(40, 2, 40.0, True)]
+
+
+def test_a_torch_job_trains_on_the_partitions_it_was_provisioned(torch_task):
+    """The provisioner's partitions, unless the admin fixed them (--mop-partitions)."""
+    from ease_jupyter.service.mop import PROGRESS_TAG
+
+    store, blobs, engine, task, version = torch_task
+    for provisioned, fixed, expected in ((3, None, 3), (3, 2, 2)):
+        job = store.create_job(task.id, version.id, "lenet", CONFIG)
+        store.set_tag("job", job.id, TAG_RESOURCES, Resources(workers=provisioned, partitions=provisioned).to_json())
+        done = run_torch_job(store, blobs, engine, job.id, partitions=fixed)
+        assert done.status is JobStatus.SUCCEEDED, done.error
+        assert json.loads(store.tags("job", job.id)[PROGRESS_TAG])["partitions"] == expected

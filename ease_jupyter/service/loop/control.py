@@ -64,7 +64,7 @@ class ControlLoop:
                            else None, service_epochs=self.torch_epochs, profile=self.profile)
         # Each pick's resources: the auto-provisioner's choice (ACAI §4.2.4), priced at ``prices``.
         self.provisioner = PickProvisioner(
-            store, self.profile, flops=lambda task, spec, n, _res: self.costs.flops_seconds(task, spec, n),
+            store, self.profile, flops=lambda task, spec, n, res: self.costs.flops_seconds(task, spec, n, res),
             pools=pools, prices=prices, gpu_pool=lambda: self.gpu_pool,
             owners=lambda: len({t.owner_id for t in list(self.state.tenants.values())}),
             limits=lambda owner: self.budget.limits(owner),

@@ -37,7 +37,7 @@ from ...selection.profiler import Prediction
 from ...store import Job, JobStatus, Store, Task
 from ...zoo import Engine, candidates
 from ..candidates import arm_specs, task_candidates
-from ..profiling import FLOPS_SOURCE, TAG_NOTE, TAG_RESOURCES, ProfileBook, Resources, full_seconds
+from ..profiling import FLOPS_SOURCE, TAG_NOTE, TAG_RESOURCES, ProfileBook, Resources, full_seconds, job_resources
 from ..task_epochs import pick_epochs, task_max_epochs
 from .provision import PickProvisioner
 
@@ -67,6 +67,13 @@ def catalogue() -> tuple[list[str], np.ndarray]:
     spread = d.std(axis=0)
     d = (d - d.mean(axis=0)) / np.where(spread > 0, spread, 1.0)
     return keys, d
+
+
+def fan_out(spec: JobSpec, resources: Resources) -> int:
+    """How many of a pick's configs run side by side on ``resources``: its
+    grid's points over the workers (a Seneca grid), or its configs over the
+    MOP workload's partitions, one worker each (Cerebro §3.1)."""
+    return max(1, min(resources.workers, len(spec.points())))
 
 
 def spec_flops(task: Task, spec: JobSpec, n: int, epochs: int | None = None) -> float:
@@ -152,14 +159,17 @@ class Costs:
         can predict the pick, else :meth:`flops_seconds`."""
         prediction = self.prediction(task, spec, n)
         if prediction is None:
-            return self.flops_seconds(task, spec, n)
+            return self.flops_seconds(task, spec, n, self.resources(task, spec, n))
         return max(prediction.seconds, 1e-3)
 
-    def flops_seconds(self, task: Task, spec: JobSpec, n: int) -> float:
+    def flops_seconds(self, task: Task, spec: JobSpec, n: int, resources: Resources | None = None) -> float:
         """The FLOPs proxy: the pick's predicted seconds times its engine's
         correction (once the engine has finished jobs: its FLOPs times their
-        median measured seconds per FLOP)."""
-        return max(self.predicted(task, spec, n) * self.correction(spec.engine), 1e-3)
+        median measured seconds per FLOP), over its fan-out on ``resources``
+        (:func:`fan_out`: its grid's configs, or a MOP workload's, run side
+        by side on that many workers; threads it cannot tell apart)."""
+        seconds = self.predicted(task, spec, n) * self.correction(spec.engine)
+        return max(seconds / (fan_out(spec, resources) if resources is not None else 1), 1e-3)
 
     def prediction(self, task: Task, spec: JobSpec, n: int) -> Prediction | None:
         """The profiler's prediction of the pick on the resources it will run
@@ -194,7 +204,7 @@ class Costs:
             out.update(predicted_seconds=self.seconds(task, spec, n),
                        source=prediction.source if prediction is not None else FLOPS_SOURCE,
                        log_sd=prediction.log_sd if prediction is not None else None,
-                       flops_seconds=self.flops_seconds(task, spec, n))
+                       flops_seconds=self.flops_seconds(task, spec, n, self.resources(task, spec, n)))
         if self.provisioner is not None:
             provisioned = self.provisioner.provision(task, spec, n).json()
             out.update({k: provisioned[k] for k in ("cost", "goal", "feasible", "note")},
@@ -228,7 +238,7 @@ class Costs:
             self.profile.store.set_tag("job", job.id, TAG_RESOURCES, resources.to_json())
             return
         prediction = self.prediction(task, spec, n)
-        self.profile.record_prediction(job, prediction, fallback_seconds=self.flops_seconds(task, spec, n),
+        self.profile.record_prediction(job, prediction, fallback_seconds=self.flops_seconds(task, spec, n, resources),
                                        resources=resources)
         note = self.provisioner.provision(task, spec, n).json()["note"] if self.provisioner is not None else ""
         if note:  # why the pick runs where it does: a prediction that failed, a budget nothing fits
@@ -248,8 +258,10 @@ class Costs:
         spec = parse_job(job.model, job.config)
         if spec.is_user_model:  # a user model: no FLOP estimate to correct
             return
-        seconds = full_seconds(job, self.store.tags("job", job.id))  # without its profiling runs, if any
-        self._rate[spec.engine].append(seconds / spec_flops(task, spec, n))
+        tags = self.store.tags("job", job.id)
+        seconds = full_seconds(job, tags)  # without its profiling runs, if any
+        # per FLOP on one worker: the proxy divides by the fan-out of the pick it prices
+        self._rate[spec.engine].append(seconds * fan_out(spec, job_resources(tags)) / spec_flops(task, spec, n))
         self._update_corrections()
 
     def _update_corrections(self) -> None:

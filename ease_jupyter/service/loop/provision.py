@@ -51,15 +51,26 @@ class Pools:
         return self.torch if engine is Engine.TORCH else self.sklearn
 
 
-def service_pools(*, cpus: int, sklearn_slots: int, torch_partitions: int, own_processes: bool = True) -> Pools:
-    """This service's space: a scikit-learn job slot may use its share of
-    the ``cpus`` as threads per fit where each slot is a process of its own
-    (``own_processes``: BLAS's thread limit holds per process, so slots that
-    are threads of one process would set each other's); a torch pick trains
-    on the service's partitions (the MOP engine's, fixed per service)."""
-    cores = max(1, cpus // max(1, sklearn_slots)) if own_processes else 1
-    return Pools(sklearn=Pool(cores=cores, workers=1),
-                 torch=Pool(cores=1, workers=1, partitions=(max(1, torch_partitions),)))
+def service_pools(*, cpus: int, sklearn_slots: int, own_processes: bool = True, grid_workers: int = 1,
+                  mop_workers: int = 1, mop_partitions: int | None = None) -> Pools:
+    """This service's space.
+
+    scikit-learn picks: a grid fans out to 1..``grid_workers`` workers (the
+    Dask cluster's; a local engine's job slot has one), and on a local
+    engine a slot may use its share of the ``cpus`` as threads per fit
+    where each slot is a process of its own (``own_processes``: BLAS's
+    thread limit holds per process, so slots that are threads of one
+    process, or grids sharing a Dask worker, would set each other's).
+
+    torch picks: a MOP workload on 1..``mop_workers`` partitions, one
+    worker each (Cerebro §3.1); an admin's ``--mop-partitions`` fixes it."""
+    if grid_workers > 1:
+        sklearn = Pool(cores=1, workers=grid_workers)
+    else:
+        sklearn = Pool(cores=max(1, cpus // max(1, sklearn_slots)) if own_processes else 1, workers=1)
+    torch = (Pool(cores=1, workers=1, partitions=(mop_partitions,)) if mop_partitions is not None
+             else Pool(cores=1, workers=max(1, mop_workers)))
+    return Pools(sklearn=sklearn, torch=torch)
 
 
 class PickProvisioner:
