@@ -292,21 +292,22 @@ def _sklearn_onnx(plain: Any, inputs: SklearnInputs, classification: bool) -> by
     except ImportError:
         raise DataError("format", "'onnx' on a service without skl2onnx",
                         "joblib, or skl2onnx installed (pip install 'ease_jupyter[export]')") from None
-    text = [name for name, kind in inputs.columns if kind == "text"]
-    if text:
-        raise DataError("format", f"'onnx' for a table with the text column {text[0]!r}",
-                        "joblib for this task (skl2onnx cannot convert a text column's steps before its TF-IDF "
-                        "vectorizer, and onnxruntime's tokenizer depends on the machine's locales)")
-    from .onnx_converters import register
+    from .onnx_converters import onnx_text_vectorizers, register
 
     register()
-    options = {"zipmap": False} if classification else None  # probabilities as a plain (n, k) array
+    plain = copy.deepcopy(plain)  # the text steps and string imputers are adjusted for ONNX below
+    try:
+        options: dict[int, dict[str, Any]] = onnx_text_vectorizers(plain)
+    except ValueError as error:
+        raise DataError("format", f"'onnx' for a model with the {error}", "joblib for this model") from None
+    if classification:
+        options[id(plain)] = {"zipmap": False}  # probabilities as a plain (n, k) array
     if inputs.columns:
-        plain = _strings_missing_as_empty(copy.deepcopy(plain))
+        plain = _strings_missing_as_empty(plain)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            model = to_onnx(plain, initial_types=_onnx_types(inputs), options=options)
+            model = to_onnx(plain, initial_types=_onnx_types(inputs), options=options or None)
     except Exception as error:  # noqa: BLE001 - skl2onnx raises many kinds; the user needs its reason
         reason = _reason(error)
         raise DataError("format", f"'onnx' for {_class_path(plain)}, which skl2onnx cannot convert ({reason})",

@@ -8,7 +8,17 @@ A table task's candidates are scikit-learn estimators behind one
 * categorical columns: most-frequent imputation, then one-hot encoding
   (a category not seen in training encodes as all zeros);
 * free-text columns: missing text is the empty document, then a TF-IDF
-  vector of at most ``TEXT_FEATURES`` words.
+  vector of at most ``TEXT_FEATURES`` words. A word is a run of two or
+  more characters other than ASCII spaces, punctuation and control
+  characters (``TEXT_TOKEN_PATTERN``), after ASCII letters are lowercased
+  (``ascii_lowercase``; other letters keep their case). Both rules have
+  exact ONNX equivalents (onnxruntime's ``StringNormalizer`` in the "C"
+  locale and its RE2 ``Tokenizer``), so an exported ONNX model splits and
+  folds text as the scikit-learn pipeline does. scikit-learn's defaults
+  (Python's Unicode ``str.lower`` and ``\\b\\w\\w+\\b``) have none: RE2's
+  ``\\w`` and ``\\b`` are ASCII-only and onnxruntime's Unicode lowercasing
+  follows the machine's locale, so "CAFÉ" or "İ" would split or fold
+  differently.
 
 The whole ``Pipeline([("preprocess", ...), ("model", estimator)])`` is
 fitted on the training rows only (the grid fits it on the training side of
@@ -27,9 +37,23 @@ from typing import Any, Callable, Sequence
 
 from ease_jupyter.schema.table import ColumnKind, TableSchema
 
-__all__ = ["TEXT_FEATURES", "preprocessor", "table_pipeline", "to_frame", "TableBuilder"]
+__all__ = ["TEXT_FEATURES", "TEXT_TOKEN_PATTERN", "ascii_lowercase", "preprocessor", "table_pipeline", "to_frame",
+           "TableBuilder"]
 
 TEXT_FEATURES = 1000  # words of a text column's TF-IDF vocabulary
+# Two or more characters, none of them an ASCII control, space, punctuation or
+# symbol character (every non-ASCII character counts as part of a word).
+TEXT_TOKEN_PATTERN = r"[^\x00-\x2f\x3a-\x40\x5b-\x60\x7b-\x7f]{2,}"
+
+
+def ascii_lowercase() -> Any:
+    """A text column's preprocessor: ``str.translate`` of A-Z to a-z, a
+    picklable standard-library callable (the exported pipeline loads with
+    scikit-learn alone)."""
+    import operator
+    import string
+
+    return operator.methodcaller("translate", str.maketrans(string.ascii_uppercase, string.ascii_lowercase))
 
 
 def preprocessor(schema: TableSchema) -> Any:
@@ -61,7 +85,8 @@ def preprocessor(schema: TableSchema) -> Any:
             steps.append((f"text_{len(steps)}", Pipeline([
                 ("impute", SimpleImputer(strategy="constant", fill_value="", keep_empty_features=True)),
                 ("flatten", FunctionTransformer(np.ravel)),
-                ("tfidf", TfidfVectorizer(max_features=TEXT_FEATURES)),
+                ("tfidf", TfidfVectorizer(max_features=TEXT_FEATURES, lowercase=False,
+                                          preprocessor=ascii_lowercase(), token_pattern=TEXT_TOKEN_PATTERN)),
             ]), [name]))
     return ColumnTransformer(steps, remainder="drop", sparse_threshold=0.0)
 

@@ -355,26 +355,38 @@ def test_the_export_magic(trained, tmp_path):
         InteractiveShell.clear_instance()
 
 
+# A note's words per species: they differ only in the case of non-ASCII
+# letters, or are split by ASCII punctuation, where ONNX's and Python's text
+# rules would part if the export did not keep them the same.
+NOTE_WORDS = {"Adelie": ["CAFÉ", "Éclair-DOCK"], "Chinstrap": ["café", "éclair;dock"], "Gentoo": ["naïve", "ΣΟΦΙΑ"]}
+
+
 def penguins(n: int = 150, seed: int = 0):
     """A penguins-like table: a numeric and a categorical column with missing
-    values, a boolean one, and class names as the target."""
+    values, a boolean one, a free-text note (mixed case, non-ASCII, missing)
+    and class names as the target."""
     import pandas as pd
 
     rng = np.random.default_rng(seed)
     species = rng.choice(["Adelie", "Chinstrap", "Gentoo"], n)
     bill = np.where(species == "Adelie", 38.0, np.where(species == "Gentoo", 47.0, 49.0)) + rng.normal(0, 1.5, n)
     island = np.where(species == "Gentoo", "Biscoe", rng.choice(["Dream", "Torgersen"], n)).astype(object)
+    note = [f"{rng.choice(NOTE_WORDS[s])} Seen NEAR the pier" for s in species]
     frame = pd.DataFrame({"bill_length": bill, "island": island, "male": rng.integers(0, 2, n).astype(bool),
-                          "species": species})
+                          "note": note, "species": species})
     frame.loc[::9, "bill_length"] = np.nan
     frame.loc[::13, "island"] = np.nan
+    frame.loc[::11, "note"] = np.nan
     return frame
 
 
 def test_a_table_task_exports_a_dataframe_pipeline_and_per_column_onnx(tmp_path):
     """A table task's model takes the DataFrame as its owner has it (joblib),
     or one ONNX input per column (a missing string as ""), and both predict
-    what infer does, as class indices into the card's class names."""
+    what infer does, as class indices into the card's class names, free
+    text (mixed case, non-ASCII, missing) included."""
+    import pandas as pd
+
     from ease_jupyter.zoo import Engine
 
     from .conftest import ManualExecutor
@@ -391,9 +403,15 @@ def test_a_table_task_exports_a_dataframe_pipeline_and_per_column_onnx(tmp_path)
         task = running.client("alice").task("penguins", like=frame, target="species")
         task.feed(frame)
         stored = _stored(running, "alice", "penguins")
-        assert train_now(store, blobs, stored, "logreg", {"C": 1.0}).status.value == "succeeded"
-        features = frame.drop(columns="species")
+        assert train_now(store, blobs, stored, "logreg", {"C": 100.0}).status.value == "succeeded"
+        # and rows where only the note tells Adelie from Chinstrap
+        notes = [f"{w} Seen NEAR the pier" for words in NOTE_WORDS.values() for w in words] + [
+            "Café seen near THE PIER", "ÉCLAIR dock", None, ""]
+        only_notes = pd.DataFrame({"bill_length": np.nan, "island": "Dream", "male": False, "note": notes})
+        features = pd.concat([frame.drop(columns="species"), only_notes], ignore_index=True)
         expected = task.infer(features)
+        # ("CAFÉ" and "café" differ: a Unicode-lowercasing ONNX graph would read them as one word)
+        assert list(expected[-len(notes):][:4]) == ["Adelie", "Adelie", "Chinstrap", "Chinstrap"]
         cards = {fmt: task.export(tmp_path / f"penguins.{fmt}", format=fmt) for fmt in ("joblib", "onnx")}
         report, (from_joblib, from_onnx) = load_elsewhere(
             [(fmt, tmp_path / f"penguins.{fmt}", features) for fmt in ("joblib", "onnx")], tmp_path)
@@ -405,8 +423,8 @@ def test_a_table_task_exports_a_dataframe_pipeline_and_per_column_onnx(tmp_path)
         card = cards["onnx"]
         assert card["task"]["table_schema"]["target"] == "species"
         assert [(i["name"], i["dtype"]) for i in card["inputs"]] == [
-            ("bill_length", "float32"), ("island", "string"), ("male", "float32")]
-        assert [c["name"] for c in card["preprocessing"][0]["columns"]] == ["numeric", "categorical"]
+            ("bill_length", "float32"), ("island", "string"), ("male", "float32"), ("note", "string")]
+        assert [c["name"] for c in card["preprocessing"][0]["columns"]] == ["numeric", "categorical", "text_2"]
     finally:
         running.thread.stop()
 
@@ -466,16 +484,52 @@ def test_the_zoos_standardised_target_regressors_export_to_onnx(maker, option):
     np.testing.assert_allclose(out.ravel(), model.predict(X), rtol=1e-4, atol=1e-4)
 
 
-def test_onnx_of_a_table_with_text_is_a_named_error():
-    """A text column's TF-IDF steps have no faithful ONNX form here: the
-    error names the format and the column, before any conversion."""
-    from sklearn.dummy import DummyClassifier
+def test_a_text_columns_onnx_splits_and_lowercases_as_scikit_learn_does():
+    """The zoo's text step in onnxruntime: the same TF-IDF features, hence
+    the same probabilities, on text that Python's Unicode rules and
+    onnxruntime's would treat differently (non-ASCII capitals, the Kelvin
+    sign and dotted I that Python lowercases to ASCII, punctuation, emoji,
+    empty and missing notes)."""
+    import onnxruntime
+    import pandas as pd
+    from sklearn.linear_model import LogisticRegression
 
-    model = DummyClassifier().fit(np.zeros((4, 1)), [0, 1, 0, 1])
-    inputs = export.SklearnInputs(columns=(("bill", "numeric"), ("note", "text")))
+    from ease_jupyter.tabular import infer_schema
+    from ease_jupyter.zoo.preprocess import table_pipeline
+
+    rng = np.random.default_rng(0)
+    words = ["CAFÉ", "café", "Café", "\u212aelvin", "kelvin", "xİ", "ÉCLAIR-dock", "naïve", "ΣΟΦΙΑ", "σοφια",
+             "bird_ROCK", "Ω😀", "x9", "a.b", "\u00a0nbsp", "ﬁne"]
+    notes = [" ".join(rng.choice(words, size=rng.integers(0, 4))) for _ in range(120)]
+    notes[::17] = [None] * len(notes[::17])
+    frame = pd.DataFrame({"bill": rng.normal(size=120), "note": notes})
+    y = rng.integers(0, 3, 120)
+    schema = infer_schema(frame.assign(y=y), "y", kinds={"note": "text"})
+    model = table_pipeline(schema, LogisticRegression(C=100.0)).fit(frame, y)
+    assert len(model["preprocess"].named_transformers_["text_1"]["tfidf"].vocabulary_) > 15
+    artifact = export.sklearn_artifact(model, "onnx", export.SklearnInputs(columns=(("bill", "numeric"),
+                                                                                     ("note", "text"))), True)
+    session = onnxruntime.InferenceSession(artifact.data, providers=["CPUExecutionProvider"])
+    labels, probabilities = session.run(None, {"bill": frame[["bill"]].to_numpy(np.float32),
+                                               "note": frame[["note"]].fillna("").to_numpy(object)})
+    np.testing.assert_array_equal(labels, model.predict(frame))
+    np.testing.assert_allclose(probabilities, model.predict_proba(frame), atol=1e-5)
+
+
+def test_a_text_step_onnxruntime_would_read_differently_is_a_named_error():
+    """A TF-IDF step with scikit-learn's Unicode defaults (a user's own
+    pipeline, say) has no faithful ONNX form: the error names the step and
+    the setting, and joblib as the way out."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import Pipeline
+
+    model = Pipeline([("words", TfidfVectorizer()), ("clf", LogisticRegression())])
+    model.fit(["Café au lait", "CAFÉ noir", "the bird", "a BIRD"], [0, 0, 1, 1])
     with pytest.raises(DataError) as error:
-        export.sklearn_artifact(model, "onnx", inputs, classification=True)
-    assert error.value.field == "format" and "'note'" in error.value.found and "joblib" in error.value.expected
+        export.sklearn_artifact(model, "onnx", export.SklearnInputs(n_features=1), classification=True)
+    assert error.value.field == "format" and "'words'" in error.value.found and "preprocessor" in error.value.found
+    assert "joblib" in error.value.expected
 
 
 def test_unknown_formats_list_the_valid_ones():
