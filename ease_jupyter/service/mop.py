@@ -247,9 +247,11 @@ def run_torch_job(store: Store, blobs: BlobStore, engine: Any, job_id: int, *,
 @dataclass(frozen=True)
 class _OwnModel:
     """What changes for a job of a user's own model: its deadline, checked
-    between units (a unit past it is given up on inside it, ``user_models.guarded``),
-    no retries of a unit that raised (her code fails the same way again), and
-    unit deadlines past her limit, so that her limit decides."""
+    between units and made the deadline of every unit (``MOPRunner.deadline``:
+    a unit still running then, e.g. in a ``forward`` that never returns, is
+    given up on and its worker replaced by the engine, and the job fails
+    with ``UserModelTimeout``), and no retries of a unit that raised (her
+    code fails the same way again)."""
 
     name: str
     limit: float
@@ -259,8 +261,14 @@ class _OwnModel:
         if time.time() > self.deadline:
             raise user_models.UserModelTimeout(f"{self.name}: the job ran past its limit of {self.limit:g} s")
 
+    def timed_out(self) -> None:
+        raise user_models.UserModelTimeout(
+            f"{self.name}: a training unit (her forward, loss or backward) was still running at the job's "
+            f"limit of {self.limit:g} s, expected it to return; it was given up on and its worker replaced")
+
     def runner_options(self) -> dict[str, Any]:
-        return {"max_unit_retries": 0, "unit_timeout": max(300.0, self.limit + 60.0)}
+        return {"max_unit_retries": 0, "unit_timeout": self.limit + 60.0, "deadline": self.deadline,
+                "on_deadline": self.timed_out}
 
 
 def _own_model(spec: TorchWorkload) -> _OwnModel | None:

@@ -30,8 +30,10 @@ with the user's own traceback (``UserModelError``), and an output of the
 wrong shape is a ``DataError`` naming the model. A timeout, not a sandbox:
 unpickling what the child returns (her estimator, her net), pickling her
 estimator to send it, and ``forward`` during training (autograd cannot cross
-processes; on a thread given up on at the deadline, ``guarded``) run her code
-in the worker (docs/models.md lists them).
+processes) run her code in the worker (docs/models.md lists them). A training
+unit still running at the job's deadline is given up on by the engine, which
+replaces its worker (a fresh thread of a local engine; a restarted Dask
+worker process), and the job fails with ``UserModelTimeout``.
 
 Permission. User code runs on shared workers: the service takes it only
 from users allowed to (:func:`check_allowed`): ``--allow-user-models``
@@ -45,7 +47,6 @@ import base64
 import binascii
 import json
 import math
-import threading
 import time
 import traceback
 from dataclasses import asdict, dataclass
@@ -228,49 +229,6 @@ def neutral_seconds(store: Store, task: Task, name: str, others: Iterable[float]
 # -- in the worker: user code as a candidate ---------------------------------------------------------
 
 
-def guarded(fn: Callable[..., Any], *args: Any, deadline: float, what: str, **kwargs: Any) -> Any:
-    """``fn(*args, **kwargs)`` on a thread of its own, given up on at
-    ``deadline`` (``time.time()``): ``UserModelTimeout``; an error it raises
-    comes back as ``UserModelError`` with its traceback."""
-    box: dict[str, Any] = {}
-    grad = _grad_mode()
-
-    def run() -> None:
-        try:
-            if grad is None:
-                box["value"] = fn(*args, **kwargs)
-            else:
-                import torch
-
-                with torch.set_grad_enabled(grad):  # grad mode is per thread
-                    box["value"] = fn(*args, **kwargs)
-        except BaseException as error:  # noqa: BLE001 - handed to the caller
-            box["error"] = error
-            box["traceback"] = traceback.format_exc()
-
-    left = deadline - time.time()
-    if left <= 0:
-        raise UserModelTimeout(f"{what}: the job's time limit had passed before it started")
-    thread = threading.Thread(target=run, name="easeml-user-code", daemon=True)
-    thread.start()
-    thread.join(left)
-    if thread.is_alive():
-        raise UserModelTimeout(f"{what}: still running at the job's time limit, expected it to return "
-                               "(the limit is the model's `limit`, at most the service's --user-model-timeout)")
-    if "error" in box:
-        if isinstance(box["error"], (UserModelError, UserModelTimeout)):
-            raise box["error"]
-        raise UserModelError(f"{what} raised:\n{box['traceback'][-MAX_TRACEBACK_CHARS:]}")
-    return box["value"]
-
-
-def _grad_mode() -> bool | None:
-    import sys
-
-    torch = sys.modules.get("torch")
-    return None if torch is None else bool(torch.is_grad_enabled())
-
-
 def _classification(task: Task) -> bool:
     from ..datasets import program_of
 
@@ -435,7 +393,7 @@ def user_net(name: str, factory: Callable[..., Any], input_shape: tuple[int, ...
         def __init__(self) -> None:
             super().__init__(input_shape, output_shape)
             self.task = "classification" if classification else "regression"
-            self._deadline, self._name = deadline, name
+            self._name = name
             # built, and run once, in the job's child process: a factory or net that hangs there is killed
             net = run_user_code(build_net, factory, tuple(input_shape), tuple(output_shape), dict(options),
                                 deadline=deadline, what=f"{name}(input_shape, output_shape, **{dict(options)}) "
@@ -445,7 +403,13 @@ def user_net(name: str, factory: Callable[..., Any], input_shape: tuple[int, ...
             self.net = net
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            out = guarded(self.net, x, deadline=self._deadline, what=f"{self._name}.forward")
+            # in the worker, on its thread: a forward that never returns is given up on with its unit at
+            # the job's deadline, and its worker replaced (``MOPRunner.deadline``, ``mop._OwnModel``)
+            try:
+                out = self.net(x)
+            except Exception as error:  # noqa: BLE001 - her own traceback, for her
+                raise UserModelError(f"{self._name}.forward raised:\n"
+                                     f"{traceback.format_exc()[-MAX_TRACEBACK_CHARS:]}") from error
             want = (x.shape[0], *self.output_shape)
             if not isinstance(out, torch.Tensor) or tuple(out.shape) != want:
                 found = f"shape {tuple(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
@@ -495,7 +459,7 @@ def fail_any_job(store: Store, job: Job, error: BaseException) -> Job:
 def fail_user_job(store: Store, job_id: int, error: BaseException) -> Job:
     """Fail a user model's job with an error its owner can act on: the
     job's error, then the user code's own (``UserModelError`` carries her
-    traceback, ``guarded``), not the service's frames; a storage failure as
+    traceback), not the service's frames; a storage failure as
     any job's."""
     from .failures import fail_job, storage_code
 

@@ -11,6 +11,7 @@ import pytest
 from ease_jupyter.jobspec import TorchWorkload, best_point
 from ease_jupyter.widgets import Curves, Leaderboard
 from ease_jupyter.widgets import _plot_style as style
+from ease_jupyter.widgets._hub import wait_until
 
 
 def test_a_scikit_learn_task_shows_its_grid_scores(service, iris):
@@ -22,7 +23,8 @@ def test_a_scikit_learn_task_shows_its_grid_scores(service, iris):
     assert task.wait(timeout=120)
     history = [j for j in task.history() if j["status"] == "succeeded"]
     assert len(history) >= 3 and all("grid" in j["config"] for j in history)
-    assert set(curves.grid_traces) == {j["id"] for j in history}  # every pick, live
+    # every pick, live: its last job's event may reach the widget just after wait() returns
+    assert wait_until(lambda: set(curves.grid_traces) == {j["id"] for j in history}, 10), curves.grid_traces
     board = Leaderboard(task, live=False)
     winners = {r["job_id"]: r["best_config"] for r in board.rows}
     for job in history:

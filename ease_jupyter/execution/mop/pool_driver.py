@@ -40,7 +40,11 @@ Faults (§5.6): a lost worker leaves the pool once; each workload's
 placement forgets it and re-places its partitions, and its unit in flight
 (of whichever workload) goes back to that workload's Q. An error of one
 workload (a unit that keeps failing, no worker left for its partitions)
-fails that workload only. A unit whose device failed
+fails that workload only. A workload with a deadline of its own
+(``MOPRunner.deadline``, a user's model's time limit) gives each unit no
+later engine deadline, so the engine gives up on a unit that hangs then and
+replaces its worker; the workload fails (``on_deadline``'s error) and its
+lost unit is not run again. A unit whose device failed
 (``DeviceFailedError``) goes back to Q the same way and its worker leaves
 the pool for good, as a lost one; a unit that ran out of device memory
 (``DeviceOutOfMemoryError``) runs again with half its trial's batch size,
@@ -96,6 +100,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_OWNER = "-"  # the owner of workloads submitted without one
 EVENT_WAIT = 0.2  # seconds the loop waits for an event when nothing happens
+DEADLINE_SLACK = 1.0  # seconds: the engine's clock (monotonic) and a workload's deadline (time.time()) may differ
 
 
 @dataclass(frozen=True)
@@ -374,6 +379,11 @@ class PoolDriver:
                 return
             fn, key, args = runner._pool_unit(unit)
             timeout = runner.unit_timeout if worker in self._warm else runner.first_unit_timeout
+            if getattr(runner, "deadline", None) is not None:  # no unit outlives its workload's deadline
+                left = runner.deadline - time.time()
+                if left <= 0:
+                    self._past_deadline(entry)
+                timeout = min(timeout, left)
             h = self.engine.submit_pinned(fn, key, *args, worker=worker, timeout=timeout)
         except EngineError as error:  # the engine saw the worker go first
             runner._faults.note(f"could not submit {unit} to {worker}: {error}")
@@ -431,10 +441,19 @@ class PoolDriver:
             runner._requeued += 1
         elif isinstance(ev, UnitLost):
             runner._faults.note(f"{kind} unit {unit} lost on {worker} ({ev.reason})")
+            if getattr(runner, "deadline", None) is not None and time.time() >= runner.deadline - DEADLINE_SLACK:
+                self._guard(entry, self._past_deadline, entry)  # given up on, its worker replaced: not run again
+                return
             running = self._pool.running.get(worker)
             if running is not None and running.workload == name and running.unit == unit:
                 self._pool.requeue(name, unit)
             runner._requeued += 1
+
+    def _past_deadline(self, entry: _Entry) -> None:
+        """Raise the error of a workload past its deadline (``MOPRunner.deadline``)."""
+        if getattr(entry.runner, "on_deadline", None) is not None:
+            entry.runner.on_deadline()
+        raise RunnerError(f"workload {entry.name!r}: past its deadline, expected its units to finish before it")
 
     # -- workers (§5.5-5.6) -------------------------------------------------------------------------
     def _lose_worker(self, worker: str, reason: str, *, drop: bool = False) -> None:

@@ -77,7 +77,8 @@ calls it). The folder is removed when the run ends.
 Faults (§5.6). A unit that is lost (its worker died, its deadline passed,
 its input went away) goes back to Q and runs again from the same
 checkpoint, which never changed because only a completed unit moves a
-trial's checkpoint. Lost partitions are placed again (``placement``). Units
+trial's checkpoint (past the run's own ``deadline``, the run fails
+instead). Lost partitions are placed again (``placement``). Units
 are deterministic, so a run replayed with ``visit_order=result.visit_log``
 ends with the same weights with or without faults. A process that dies
 loses the run, not its work, if it kept :meth:`MOPRunner.resume_state`
@@ -179,6 +180,13 @@ class MOPRunner:
             (a fresh worker process imports torch first, which takes seconds);
             default: ``unit_timeout + 60``.
         max_unit_retries: re-runs of a unit whose function raised.
+        deadline: a ``time.time()`` after which the run's units are given
+            up on: no unit's engine deadline is later, so a unit that hangs
+            (a user's forward that never returns) is lost at this time and
+            its worker replaced (the engine's own rule for a unit past its
+            deadline), and the run fails instead of running it again.
+        on_deadline: raises the error the run fails with once ``deadline``
+            passed (default: a ``RunnerError``).
         visit_order: a previous run's ``visit_log`` to replay.
         on_metrics: called with each :class:`EpochMetrics` as it is known.
         on_unit: called with each completed unit's :class:`UnitRecord`, after
@@ -222,6 +230,8 @@ class MOPRunner:
         unit_timeout: float = 300.0,
         first_unit_timeout: float | None = None,
         max_unit_retries: int = 2,
+        deadline: float | None = None,
+        on_deadline: Callable[[], None] | None = None,
         visit_order: Mapping[tuple[str, int], Sequence[int]] | None = None,
         on_metrics: Callable[[EpochMetrics], None] | None = None,
         on_unit: Callable[[UnitRecord], None] | None = None,
@@ -260,6 +270,10 @@ class MOPRunner:
         if not (math.isfinite(self.first_unit_timeout) and self.first_unit_timeout > 0):
             raise EaseMLError(f"first_unit_timeout: found {first_unit_timeout!r}, expected a positive number of seconds")
         self.max_unit_retries = int(max_unit_retries)
+        if deadline is not None and not (isinstance(deadline, (int, float)) and math.isfinite(deadline)):
+            raise EaseMLError(f"deadline: found {deadline!r}, expected a time.time() in seconds or None")
+        self.deadline = None if deadline is None else float(deadline)
+        self.on_deadline = on_deadline
         self.visit_order = dict(visit_order) if visit_order is not None else None
         self.on_metrics = on_metrics
         self.on_unit = on_unit

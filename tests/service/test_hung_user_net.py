@@ -1,0 +1,203 @@
+"""A user's net whose ``forward`` hangs DURING MOP training (after its first
+calls, which ran in the job's child process, succeeded) fails her job at
+about her limit, and another user's torch job training on the same engine
+at the same time finishes normally: the engine gives up on the hung unit at
+her deadline and a fresh worker takes the place of the one it held."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from ease_jupyter.execution.automl import GridSearch
+from ease_jupyter.execution.engine import LocalEngine
+from ease_jupyter.execution.mop.pool_driver import PoolDriver
+from ease_jupyter.execution.mop.runner import MOPRunner
+from ease_jupyter.execution.units import Hooks, default_train_fn
+from ease_jupyter.jobspec import TorchWorkload, parse_job
+from ease_jupyter.zoo.templates import TorchBuilder
+from ease_jupyter.store import JobStatus
+
+from .conftest import start, until
+
+LIMIT = 12.0  # her model's limit (seconds)
+HANG_SECONDS = 150.0  # "forever": far past every limit and wait here
+
+
+@pytest.fixture(scope="module")
+def digits_images():
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    X = (d.images[:300] / 16.0).astype("float32")[..., None]  # [n, 8, 8, 1]
+    return X, d.target[:300].astype("int64")
+
+
+def _hangs_in_training(input_shape, output_shape):
+    """Builds a net whose forward returns for its first two calls (the child
+    process's first batch, then one in the worker) and then hangs."""
+    import math
+    import time as clock
+
+    from torch import nn
+
+    class HangsLater(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), output_shape[0]))
+            self.calls = 0
+
+        def forward(self, x):
+            self.calls += 1
+            started = clock.monotonic()
+            while self.calls > 2 and clock.monotonic() - started < HANG_SECONDS:  # ends, so no test leaks it
+                clock.sleep(0.2)
+            return self.net(x)
+
+    return HangsLater()
+
+
+@pytest.fixture
+def shared(tmp_path):
+    # one engine worker shared by both users' torch picks, several picks at once on one driver
+    running = start(tmp_path, torch=True, torch_epochs=1, allow_user_models=True, workers=1, max_torch_workloads=4)
+    running.user("ada")
+    running.user("bob")
+    try:
+        yield running
+    finally:
+        running.thread.stop()
+
+
+def _torch_engine(running):
+    from ease_jupyter.zoo import Engine
+
+    engines = running.service.loop.executors[Engine.TORCH].engines()
+    assert len(engines) == 1  # the job slots share one engine
+    return engines[0]
+
+
+def _finished(store, task, model=None):
+    jobs = [store.get_job(j["id"]) for j in task.jobs() if model is None or j["model"] == model]
+    return [j for j in jobs if j.status in (JobStatus.SUCCEEDED, JobStatus.FAILED)]
+
+
+def test_a_net_that_hangs_in_training_fails_its_job_at_its_limit_and_no_one_elses(shared, digits_images):
+    X, y = digits_images
+    store = shared.service.store
+    ada = shared.client("ada").task("digits-ada", input=[8, 8, 1], output=[10])
+    bob = shared.client("bob").task("digits-bob", input=[8, 8, 1], output=[10])
+    ada.add_model(_hangs_in_training, name="later", grid={"lr": [0.1]}, limit=LIMIT)
+    ada.feed(X, y)
+
+    def running_later():
+        return [j for j in ada.jobs() if j["model"] == "later" and j["status"] != "queued"]
+    assert until(running_later, 120, every=0.2), ada.jobs()
+    engine = _torch_engine(shared)
+    time.sleep(3)  # her first training unit is in its forward now, hung
+    before = engine.workers()
+    bob.feed(X, y)  # his torch picks join the same driver and engine while hers hangs
+    assert until(lambda: _finished(store, ada, "later"), 120, every=0.5), ada.jobs()
+    [hung] = _finished(store, ada, "later")
+    assert hung.status is JobStatus.FAILED
+    assert "UserModelTimeout" in hung.error and "later: a training unit" in hung.error, hung.error
+    took = (hung.finished_at - hung.started_at).total_seconds()
+    assert LIMIT - 1 <= took < LIMIT + 10, took  # her limit decides, not the units' 300 s floor
+
+    # A torch pick of bob's, started on the same engine while hers hung, finished.
+    def overlapping():
+        return [j for j in _finished(store, bob) if isinstance(parse_job(j.model, j.config), TorchWorkload)
+                and j.started_at < hung.finished_at]
+    assert until(overlapping, 200, every=0.5), bob.jobs()
+    assert all(j.status is JobStatus.SUCCEEDED for j in overlapping()), \
+        [(j.model, j.status, j.error) for j in overlapping()]
+    # The worker her unit held was replaced by a fresh one: the engine keeps its one worker.
+    after = engine.workers()
+    assert len(after) == len(before) == 1 and set(after).isdisjoint(before), (before, after)
+
+
+# -- the driver alone: a workload's deadline bounds its units ---------------------------------------
+
+class PastHerLimit(Exception):
+    pass
+
+
+def _hang(net, opt, X, y, spec, generator, **kwargs):
+    """A train_fn that returns long after any deadline here (then trains as usual)."""
+    time.sleep(HANG_SECONDS / 5)
+    return default_train_fn(net, opt, X, y, spec, generator, **kwargs)
+
+
+def _runner(engine, digits, lrs, **kwargs):
+    X, y = digits
+    return MOPRunner(engine, GridSearch("lenet", {"lr": list(lrs)}, epochs=1),
+                     {"lenet": TorchBuilder("lenet", "LeNet", ((8, 8), 10))}, X[..., 0], y, **kwargs)
+
+
+def _dask(n_workers):
+    from ease_jupyter.execution.engine.dask import DaskEngine
+
+    return DaskEngine(n_workers=n_workers)
+
+
+@pytest.mark.parametrize("make", [
+    LocalEngine,  # a fresh worker thread; the hung one is abandoned
+    pytest.param(_dask, marks=pytest.mark.slow),  # the worker process is restarted by its nanny
+])
+def test_a_hung_unit_is_given_up_at_its_workloads_deadline_and_its_worker_replaced(digits_images, make):
+    with make(1) as engine:
+        first = engine.workers()
+        pids = set(engine.worker_pids().values()) if make is _dask else set()
+        driver = PoolDriver(engine)
+
+        def timed_out():
+            raise PastHerLimit("her limit")
+
+        started = time.monotonic()
+        hung = _runner(engine, digits_images, (0.1,), hooks=Hooks(train_fn=_hang), max_unit_retries=0,
+                       deadline=time.time() + 3.0, on_deadline=timed_out)
+        f_hung = driver.submit(hung, owner="ada")
+        time.sleep(0.5)
+        f_ok = driver.submit(_runner(engine, digits_images, (0.1, 0.05)), owner="bob")
+        with pytest.raises(PastHerLimit):
+            f_hung.result(60)
+        assert time.monotonic() - started < 3.0 + 3.0  # at her deadline, not the units' 300 s
+        res = f_ok.result(120)  # his workload waited for the worker no longer than her deadline
+        assert sorted(t for t, _ in res.visit_log) == ["t0", "t1"]
+        def replaced():  # (an engine learns of workers as its events are read: the driver is idle now)
+            engine.events(0.1)
+            return len(engine.workers()) == 1 and engine.workers() != first
+        assert until(replaced, 60), (first, engine.workers())
+        # a fresh worker took the hung one's place (on Dask, in a new process: the hung one's was ended)
+        if make is _dask:
+            assert set(engine.worker_pids().values()).isdisjoint(pids)
+
+
+def _raises_in_training(input_shape, output_shape):
+    from torch import nn
+
+    class RaisesLater(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = nn.Linear(input_shape[0], output_shape[0])
+            self.calls = 0
+
+        def forward(self, x):
+            self.calls += 1
+            if self.calls > 1:
+                raise ValueError("my forward broke on purpose")
+            return self.linear(x)
+
+    return RaisesLater()
+
+
+def test_a_forward_that_raises_in_the_worker_gives_her_own_traceback():
+    import torch
+
+    from ease_jupyter.service.user_models import user_net
+    from ease_jupyter.user_sandbox import UserModelError
+
+    net = user_net("raises_later", _raises_in_training, (4,), (3,), True, {}, time.time() + 60)
+    with pytest.raises(UserModelError, match=r"(?s)raises_later\.forward raised:.*in forward.*my forward broke"):
+        net(torch.zeros(2, 4))  # its first call ran in the child process; this one runs here
