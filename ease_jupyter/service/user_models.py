@@ -215,13 +215,19 @@ def arm_specs(store: Store, task: Task, torch_epochs: int | None) -> dict[str, J
             if m.engine is Engine.SKLEARN or torch_epochs is not None}
 
 
+def last_measured_seconds(store: Store, task: Task, name: str) -> float | None:
+    """The seconds the arm ``name``'s last finished job on the task took; None before one."""
+    done = [j for j in store.list_jobs(task.id, status=JobStatus.SUCCEEDED) if j.model == name and j.cost_seconds]
+    return float(done[-1].cost_seconds) if done else None
+
+
 def neutral_seconds(store: Store, task: Task, name: str, others: Iterable[float]) -> float:
     """A user arm's cost before it ran on this task: the median of the
     task's other arms (a neutral prior, neither cheap nor dear); once it ran,
     its last measured seconds."""
-    done = [j for j in store.list_jobs(task.id, status=JobStatus.SUCCEEDED) if j.model == name and j.cost_seconds]
-    if done:
-        return max(float(done[-1].cost_seconds), 1e-3)
+    measured = last_measured_seconds(store, task, name)
+    if measured is not None:
+        return max(measured, 1e-3)
     values = sorted(others)
     return values[len(values) // 2] if values else 1.0
 

@@ -39,6 +39,7 @@ from ...zoo import Engine, candidates
 from ..candidates import arm_specs, task_candidates
 from ..profiling import FLOPS_SOURCE, TAG_NOTE, TAG_RESOURCES, ProfileBook, Resources, full_seconds, job_resources
 from ..task_epochs import pick_epochs, task_max_epochs
+from ..user_models import last_measured_seconds
 from .provision import PickProvisioner
 
 if TYPE_CHECKING:
@@ -195,16 +196,15 @@ class Costs:
         estimate: its seconds are its last measured ones, else unknown."""
         out: dict = {"model": spec.arm, "engine": spec.engine.value}
         if spec.is_user_model:
-            measured = [j.cost_seconds for j in self.store.list_jobs(task.id, status=JobStatus.SUCCEEDED)
-                        if j.model == spec.model and j.cost_seconds]
-            out.update(predicted_seconds=float(measured[-1]) if measured else None,
-                       source=MEASURED_SOURCE if measured else None, log_sd=None, flops_seconds=None)
+            measured = last_measured_seconds(self.store, task, spec.model)
+            out.update(predicted_seconds=measured, source=MEASURED_SOURCE if measured is not None else None,
+                       log_sd=None, flops_seconds=None)
         else:
-            prediction = self.prediction(task, spec, n)
-            out.update(predicted_seconds=self.seconds(task, spec, n),
+            prediction = self.prediction(task, spec, n)  # once: seconds() would predict again
+            flops = self.flops_seconds(task, spec, n, self.resources(task, spec, n))
+            out.update(predicted_seconds=max(prediction.seconds, 1e-3) if prediction is not None else flops,
                        source=prediction.source if prediction is not None else FLOPS_SOURCE,
-                       log_sd=prediction.log_sd if prediction is not None else None,
-                       flops_seconds=self.flops_seconds(task, spec, n, self.resources(task, spec, n)))
+                       log_sd=prediction.log_sd if prediction is not None else None, flops_seconds=flops)
         if self.provisioner is not None:
             provisioned = self.provisioner.provision(task, spec, n).json()
             out.update({k: provisioned[k] for k in ("cost", "goal", "feasible", "note")},
