@@ -379,7 +379,7 @@ class PoolDriver:
                 return
             fn, key, args = runner._pool_unit(unit)
             timeout = runner.unit_timeout if worker in self._warm else runner.first_unit_timeout
-            if getattr(runner, "deadline", None) is not None:  # no unit outlives its workload's deadline
+            if runner.deadline is not None:  # no unit outlives its workload's deadline
                 left = runner.deadline - time.time()
                 if left <= 0:
                     self._past_deadline(entry)
@@ -441,7 +441,7 @@ class PoolDriver:
             runner._requeued += 1
         elif isinstance(ev, UnitLost):
             runner._faults.note(f"{kind} unit {unit} lost on {worker} ({ev.reason})")
-            if getattr(runner, "deadline", None) is not None and time.time() >= runner.deadline - DEADLINE_SLACK:
+            if runner.deadline is not None and time.time() >= runner.deadline - DEADLINE_SLACK:
                 self._guard(entry, self._past_deadline, entry)  # given up on, its worker replaced: not run again
                 return
             running = self._pool.running.get(worker)
@@ -451,7 +451,7 @@ class PoolDriver:
 
     def _past_deadline(self, entry: _Entry) -> None:
         """Raise the error of a workload past its deadline (``MOPRunner.deadline``)."""
-        if getattr(entry.runner, "on_deadline", None) is not None:
+        if entry.runner.on_deadline is not None:
             entry.runner.on_deadline()
         raise RunnerError(f"workload {entry.name!r}: past its deadline, expected its units to finish before it")
 
