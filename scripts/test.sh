@@ -11,6 +11,7 @@
 # when scripts/jupyterhub.sh cannot install jupyterhub and its proxy).
 # Extra arguments go to pytest. When none of them is a path, the suite is
 # tests/ and notebooks/; `bash scripts/test.sh tests/store` runs just that.
+# The 40 slowest tests are listed at the end (CI must stay under 30 minutes).
 # pytest's exit code 5 ("no tests collected") is turned into a failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -35,7 +36,7 @@ for arg in "$@"; do
     break
   fi
 done
-python -m pytest --nbval-lax --nbval-current-env "${paths[@]}" "$@"
+python -m pytest --nbval-lax --nbval-current-env --durations=40 "${paths[@]}" "$@"
 status=$?
 if [ "$status" -eq 5 ]; then
   echo "scripts/test.sh: pytest collected no tests, which counts as a failure" >&2
