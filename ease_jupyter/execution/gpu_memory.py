@@ -67,7 +67,7 @@ from ease_jupyter.execution.device import (
     worker_device,
 )
 from ease_jupyter.execution.engine.base import GPU, Engine, gpu_workers
-from ease_jupyter.execution.units import DEVICE_PARTITION_SHARE, Hooks, UnitSpec, _Seeded, unit_seed
+from ease_jupyter.execution.units import DEVICE_PARTITION_SHARE, Hooks, UnitSpec, _Seeded, build_net, unit_seed
 
 __all__ = [
     "MIN_BATCH",
@@ -180,7 +180,7 @@ def _train_steps(spec: UnitSpec, X: Any, y: Any, batch_size: int, device: Any, h
     allocates is freed when it returns."""
     import torch
 
-    net = hooks.model_fn(spec)
+    net = build_net(hooks, spec)
     net.adapt(X, y)
     net.to(device)
     opt = net.make_optimizer(spec.lr)

@@ -83,6 +83,15 @@ original, whichever workers run the units. On one GPU model, with
 ``Hooks(deterministic=True)``, a unit re-run in fp32 gives bit-identical weights for nets whose kernels have deterministic
 CUDA versions (``device`` sets ``CUBLAS_WORKSPACE_CONFIG``); a GPU and a
 CPU, or two precisions, agree only to rounding (docs/gpus.md).
+
+torch's global generator is one per process, shared by its threads (an
+engine's worker threads, a unit still running on the thread of a worker
+that was killed, the driver). Every net this module builds is built while
+holding :data:`GLOBAL_RNG` (``build_net``), and the driver builds a trial's
+initial weights under it from the trial's seed, so those weights never
+depend on what other threads do meanwhile. A net that itself draws from the
+global generator while it trains (dropout) is reproducible only where one
+unit runs per process (a Dask worker process with one thread).
 """
 
 from __future__ import annotations
@@ -90,6 +99,7 @@ from __future__ import annotations
 import hashlib
 import io
 import math
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field, replace
@@ -116,8 +126,10 @@ __all__ = [
     "HOP_MODES",
     "HOP_MEASUREMENTS",
     "TRAIN_OPTIONS",
+    "GLOBAL_RNG",
     "Hooks",
     "UnitSpec",
+    "build_net",
     "UnitOutput",
     "combine_eval",
     "default_eval_fn",
@@ -159,6 +171,10 @@ DEVICE_PARTITION_SHARE = 0.25
 #: Trial params the units consume; the others go to the model builder.
 #: ``lr`` goes to both (the zoo's ``TorchBuilder`` accepts it and ignores it).
 TRAIN_OPTIONS = ("lr", "batch_size", "momentum", "weight_decay", "clip")
+
+#: Held while torch's global generator is seeded, restored, or drawn from to
+#: build a net (see "Determinism" above).
+GLOBAL_RNG = threading.RLock()
 
 
 # -- specs -----------------------------------------------------------------------
@@ -499,6 +515,15 @@ def _write(out_dir: str, spec: UnitSpec, data: bytes) -> str:
     return blob_io.write_atomic(out_dir, f"{trial_dir}/{name}", data)
 
 
+def build_net(hooks: "Hooks", spec: UnitSpec) -> Any:
+    """``hooks.model_fn(spec)``, built holding :data:`GLOBAL_RNG`: its random
+    initial weights (overwritten by a checkpoint, or seeded by
+    :func:`initial_checkpoint`) are drawn while no other thread uses the
+    global generator."""
+    with GLOBAL_RNG:
+        return hooks.model_fn(spec)
+
+
 class _Seeded:
     """One unit's torch settings: its seed in the global generators and in a
     private CPU ``torch.Generator`` (returned), one thread, and the kernels
@@ -514,14 +539,16 @@ class _Seeded:
     def __enter__(self) -> Any:
         import torch
 
-        self._state = torch.random.get_rng_state()
         self._cuda = self.device is not None and torch.device(self.device).type == "cuda"
+        with GLOBAL_RNG:
+            self._state = torch.random.get_rng_state()
+            if self._cuda:
+                self._cuda_state = torch.cuda.get_rng_state(self.device)
+            torch.manual_seed(self.seed)  # also seeds every CUDA device
         if self._cuda:
-            self._cuda_state = torch.cuda.get_rng_state(self.device)
             self._cudnn_benchmark = torch.backends.cudnn.benchmark
             torch.backends.cudnn.benchmark = not self.deterministic
         self._deterministic = torch.are_deterministic_algorithms_enabled()
-        torch.manual_seed(self.seed)  # also seeds every CUDA device
         torch.use_deterministic_algorithms(self.deterministic, warn_only=True)
         if torch.get_num_threads() != 1:
             torch.set_num_threads(1)
@@ -532,9 +559,11 @@ class _Seeded:
     def __exit__(self, *exc: object) -> None:
         import torch
 
-        torch.random.set_rng_state(self._state)
+        with GLOBAL_RNG:
+            torch.random.set_rng_state(self._state)
+            if self._cuda:
+                torch.cuda.set_rng_state(self._cuda_state, self.device)
         if self._cuda:
-            torch.cuda.set_rng_state(self._cuda_state, self.device)
             torch.backends.cudnn.benchmark = self._cudnn_benchmark
         torch.use_deterministic_algorithms(self._deterministic, warn_only=True)
 
@@ -543,7 +572,7 @@ def initial_checkpoint(spec: UnitSpec, X: Any, y: Any, hooks: Hooks = Hooks()) -
     """Fresh weights for a trial: build the net under the trial's seed, adapt
     it to the training data (input/target statistics become buffers), and
     save it with a fresh optimizer. Runs on the CPU, wherever it is called."""
-    with _Seeded(unit_seed(spec.seed, spec.trial, -1, -1)):
+    with GLOBAL_RNG, _Seeded(unit_seed(spec.seed, spec.trial, -1, -1)):
         net = hooks.model_fn(spec)
         X_t, y_t = hooks.input_fn((X, y))
         net.adapt(X_t, y_t)
@@ -552,7 +581,7 @@ def initial_checkpoint(spec: UnitSpec, X: Any, y: Any, hooks: Hooks = Hooks()) -
 
 def load_model(ref: bytes | str, spec: UnitSpec, hooks: Hooks = Hooks(), device: Any = "cpu") -> Any:
     """A net with a checkpoint's weights on ``device`` (default the CPU), in eval mode."""
-    net = hooks.model_fn(spec).to(device)
+    net = build_net(hooks, spec).to(device)
     load_checkpoint(net, None, ref)
     net.eval()
     return net
@@ -713,7 +742,7 @@ def train_unit(partition: Any, checkpoint: bytes | str, spec: UnitSpec, hooks: H
             t0 = time.perf_counter()
             X, y = _unit_tensors(partition, hooks, device)
             t1 = time.perf_counter()
-            net = hooks.model_fn(spec).to(device)
+            net = build_net(hooks, spec).to(device)
             opt = _make_optimizer(net, spec)
             scaler = amp.scaler()
             load_checkpoint(net, opt, checkpoint, spec.lr, scaler=scaler)
@@ -753,7 +782,7 @@ def eval_unit(partition: Any, checkpoint: bytes | str, spec: UnitSpec, hooks: Ho
         with _Seeded(unit_seed(spec.seed, spec.trial, spec.epoch, spec.partition), device,
                      hooks.deterministic_on(device)):
             X, y = _unit_tensors(partition, hooks, device)
-            net = hooks.model_fn(spec).to(device)
+            net = build_net(hooks, spec).to(device)
             load_checkpoint(net, None, checkpoint)
             for p in net.parameters():
                 p.requires_grad_(False)

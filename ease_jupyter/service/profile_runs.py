@@ -102,11 +102,12 @@ def one_epoch(spec: Any, X: np.ndarray, y: np.ndarray, hooks: Any) -> float:
     import torch
 
     from ..execution.device import mixed_precision, worker_device
+    from ..execution.units import build_net
 
     device = worker_device()
     started = time.perf_counter()
     X_t, y_t = hooks.input_fn((X, y))
-    net = hooks.model_fn(spec)
+    net = build_net(hooks, spec)
     net.adapt(X_t, y_t)
     net.to(device).train()
     options = spec.options

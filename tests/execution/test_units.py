@@ -204,3 +204,32 @@ def test_measure_hop_on_the_local_engine(tmp_path, digits):
             r = measure_hop(engine, spec(), (X[:32], y[:32]), mode, units=3, directory=str(tmp_path))
             assert r["median"] > 0 and r["checkpoint_bytes"] > 0
         assert engine.holders("hop-probe") == set()
+
+
+def test_initial_weights_do_not_depend_on_units_running_in_other_threads(digits):
+    """torch's global generator is one per process: a unit on another thread
+    (an engine's worker thread, or one abandoned after its worker was
+    killed) seeds and restores it while the driver builds a new trial's
+    initial weights, which must come out the same."""
+    import threading
+
+    X, y = digits
+    want = initial_checkpoint(spec("t1"), X, y)
+    init = initial_checkpoint(spec(), X, y)
+    stop = threading.Event()
+
+    def units_meanwhile():
+        while not stop.is_set():
+            train_unit((X[:16], y[:16]), init, spec().at(0, 1))
+            eval_unit((X[:16], y[:16]), init, spec().at(0, 1))
+
+    others = [threading.Thread(target=units_meanwhile, daemon=True) for _ in range(2)]
+    for t in others:
+        t.start()
+    try:
+        got = [initial_checkpoint(spec("t1"), X, y) for _ in range(30)]
+    finally:
+        stop.set()
+        for t in others:
+            t.join()
+    assert all(same_weights(g, want) for g in got)
