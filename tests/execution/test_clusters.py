@@ -379,6 +379,36 @@ def test_an_address_nobody_listens_on():
             make_engine("tcp://127.0.0.1:9")
 
 
+def test_a_client_whose_event_loop_thread_did_not_start_is_tried_again(cli_cluster, monkeypatch):
+    """distributed fails an ``assert`` when a new Client's event-loop thread
+    does not start within 10 s (a loaded machine); the engine tries again."""
+    starts = []
+
+    class SlowFirst(Client):
+        def __init__(self, *args, **kwargs):
+            starts.append(args)
+            if len(starts) == 1:
+                raise AssertionError
+            super().__init__(*args, **kwargs)
+
+    class NeverStarts(Client):
+        def __init__(self, *args, **kwargs):
+            starts.append(args)
+            raise AssertionError
+
+    monkeypatch.setattr(dask_engine, "Client", SlowFirst)
+    e = DaskEngine(cli_cluster)
+    try:
+        assert len(starts) == 2 and e.workers()
+    finally:
+        e.close()
+    starts.clear()
+    monkeypatch.setattr(dask_engine, "Client", NeverStarts)
+    with pytest.raises(EngineError, match=r"event-loop thread did not start \(3 tries\)"):
+        DaskEngine(cli_cluster)
+    assert len(starts) == dask_engine.CLIENT_STARTS
+
+
 # -- the engine contract on the command-line cluster (last: its fault tests restart workers) --------------
 
 from ease_jupyter.testing.engine_contract import *  # noqa: E402,F401,F403 - the suite's tests

@@ -141,6 +141,26 @@ def local_cluster(n_workers: int, *, memory_per_worker: int | None = None,
         )
 
 
+#: Tries at starting a Client whose event-loop thread did not start in time.
+CLIENT_STARTS = 3
+
+
+def _client(target: Any, security: Any) -> Client:
+    """``Client(target)``, tried again when its event-loop thread did not start:
+    distributed waits 10 s for that thread and then fails an ``assert`` (seen
+    on a loaded two-core machine), before it has tried to connect."""
+    tries = 1
+    while True:
+        try:
+            return Client(target, security=security, set_as_default=False)
+        except AssertionError as error:
+            if tries == CLIENT_STARTS:
+                raise EngineError(f"engine: the Dask client's event-loop thread did not start ({tries} tries); "
+                                  "expected a machine with some CPU time to spare") from error
+            logging.getLogger(__name__).warning("the Dask client's event-loop thread did not start; trying again")
+            tries += 1
+
+
 def _connect(cluster: Any, security: Any) -> tuple[Client, bool]:
     """A client of ``cluster`` (an address, a Client or a cluster object) and
     whether the engine made it (and so closes it)."""
@@ -162,7 +182,7 @@ def _connect(cluster: Any, security: Any) -> tuple[Client, bool]:
         raise EngineError(f"engine: found a {type(cluster).__name__}, expected None, a scheduler address, a "
                           "distributed.Client or a cluster object (with scheduler_address or get_client())")
     try:
-        return Client(target, security=security, set_as_default=False), True
+        return _client(target, security), True
     except (OSError, TimeoutError) as error:
         where = cluster if isinstance(cluster, str) else cluster.scheduler_address
         raise EngineError(f"engine: could not connect to the Dask scheduler at {where!r} ({error}); expected a "
