@@ -77,6 +77,8 @@ import json
 import os
 import platform
 import re
+import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -269,9 +271,12 @@ def cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def many_clients(service: Service, admin: Client, n_clients: int, n_feeds: int) -> dict[str, Any]:
+def many_clients(service: Service, admin: Client, n_clients: int, n_feeds: int,
+                 py_spy: Path | None = None) -> dict[str, Any]:
     """Step 5: ``n_clients`` users at once, each creating, feeding and polling
-    its own task; latencies on both sides, errors, and an exactly-once check."""
+    its own task; latencies on both sides, errors, and an exactly-once check.
+    ``py_spy``: record the service's GIL holders over the phase there
+    (py-spy's raw, collapsed-stack format)."""
     tokens = {f"c{i:03d}": admin.add_user(f"c{i:03d}")["token"] for i in range(n_clients)}
     log_start = service.log.stat().st_size
     client_ms: dict[str, list[float]] = {"create": [], "feed": [], "task": [], "other_reads": []}
@@ -311,12 +316,18 @@ def many_clients(service: Service, admin: Client, n_clients: int, n_feeds: int) 
 
     threads = [threading.Thread(target=one_client, args=(i, n, t), daemon=True)
                for i, (n, t) in enumerate(tokens.items())]
+    spy = None if py_spy is None else subprocess.Popen(
+        ["py-spy", "record", "--pid", str(service.pid), "--gil", "--threads", "--rate", "200", "--format", "raw",
+         "--output", str(py_spy)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     t0, cpu0, own0 = time.monotonic(), cpu_seconds(service.pid), time.process_time()
     for t in threads:
         t.start()
     for t in threads:
         t.join(600)
     wall, cpu1, own1 = time.monotonic() - t0, cpu_seconds(service.pid), time.process_time()
+    if spy is not None:
+        spy.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+        spy.wait(60)
     with open(service.log) as handle:
         handle.seek(log_start)
         server_ms = server_times(handle.read())
@@ -368,6 +379,8 @@ def main() -> None:
                         help="default: benchmarks/results/service[_quick][_clients][_postgres].json")
     parser.add_argument("--clients", type=int, default=200, help="step 5: concurrent clients (0: skip it)")
     parser.add_argument("--clients-only", action="store_true", help="run only step 5")
+    parser.add_argument("--py-spy", type=Path, default=None, metavar="FILE",
+                        help="step 5: record the service with py-spy (GIL holders, raw collapsed stacks) into FILE")
     parser.add_argument("--db", default=None, metavar="URL",
                         help="PostgreSQL server URL: run on a fresh database there (default: SQLite)")
     args = parser.parse_args()
@@ -384,7 +397,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="easeml-bench-") as tmp, fresh_database(args.db) as db_url:
             service = Service(Path(tmp), db_url=db_url)
             try:
-                many = many_clients(service, Client(service.url, service.admin), args.clients, n_feeds)
+                many = many_clients(service, Client(service.url, service.admin), args.clients, n_feeds, args.py_spy)
             finally:
                 service.stop()
         result = {"benchmark": "service", "mode": ("quick" if args.quick else "full") + ", step 5 only",
@@ -485,7 +498,7 @@ def main() -> None:
                     jobs_by_status[status] = jobs_by_status.get(status, 0) + count
 
             # 5. many clients at once
-            many = many_clients(service, admin, args.clients, n_feeds) if args.clients else None
+            many = many_clients(service, admin, args.clients, n_feeds, args.py_spy) if args.clients else None
         finally:
             service.stop()
 
