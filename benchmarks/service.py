@@ -317,7 +317,7 @@ def many_clients(service: Service, admin: Client, n_clients: int, n_feeds: int,
     threads = [threading.Thread(target=one_client, args=(i, n, t), daemon=True)
                for i, (n, t) in enumerate(tokens.items())]
     spy = None if py_spy is None else subprocess.Popen(
-        ["py-spy", "record", "--pid", str(service.pid), "--gil", "--threads", "--rate", "200", "--format", "raw",
+        ["py-spy", "record", "--pid", str(service.pid), *([] if os.environ.get("EASEML_BENCH_SPY_ALL") else ["--gil"]), "--threads", "--rate", "200", "--format", "raw",
          "--output", str(py_spy)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     t0, cpu0, own0 = time.monotonic(), cpu_seconds(service.pid), time.process_time()
     for t in threads:

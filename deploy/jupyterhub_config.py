@@ -57,6 +57,8 @@ c.Spawner.environment = {
     "DASK_GATEWAY__ADDRESS": f"{public_url}/services/dask-gateway",
     "DASK_GATEWAY__PROXY_ADDRESS": f"gateway://{gateway_proxy}",
     "DASK_GATEWAY__AUTH__TYPE": "jupyterhub",
+    # A kernel's heartbeat to the service (and how soon it registers again after a restart).
+    "EASEML_HEARTBEAT_SECONDS": os.environ.get("EASEML_DEPLOY_HEARTBEAT_SECONDS") or "30",
 }
 
 # -- services ------------------------------------------------------------------------------

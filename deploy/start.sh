@@ -31,6 +31,8 @@
 #   EASEML_DEPLOY_HUB_ADMINS    hub admins, space-separated (they are ease.ml admins too)
 #   EASEML_DEPLOY_EASEML_ADMINS members of the hub group easeml-admins: ease.ml admins only
 #   EASEML_DEPLOY_WORKERS       dask workers of the service's cluster (default 1)
+#   EASEML_DEPLOY_HEARTBEAT_SECONDS  notebooks' heartbeat to the service: a kernel registers
+#                               again within this after the service restarts (default 30)
 #   PYTHON                      the Python with ease_jupyter, jupyterhub, dask-gateway (default: python)
 set -euo pipefail
 # Everything this script writes (settings.env with the secrets, configs, logs) is the caller's alone.
@@ -109,6 +111,7 @@ EASEML_DEPLOY_GATEWAY_TOKEN=$(secret)$(secret)
 EASEML_DEPLOY_HUB_ADMINS="${EASEML_DEPLOY_HUB_ADMINS:-}"
 EASEML_DEPLOY_EASEML_ADMINS="${EASEML_DEPLOY_EASEML_ADMINS:-}"
 EASEML_DEPLOY_WORKERS=${EASEML_DEPLOY_WORKERS:-1}
+EASEML_DEPLOY_HEARTBEAT_SECONDS=${EASEML_DEPLOY_HEARTBEAT_SECONDS:-30}
 ENV
 }
 

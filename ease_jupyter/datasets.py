@@ -20,6 +20,7 @@ version over missing data could never be trained on.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import io
 import json
@@ -74,10 +75,18 @@ class FeedResult:
     new: int
     duplicates: int
     mode: str
+    chunk: NewChunk | None = None  # the arrays a created version added
 
 
 def program_of(task: Task) -> Program:
-    return parse(task.program)
+    return _parsed(task.program)
+
+
+@functools.lru_cache(maxsize=1024)
+def _parsed(text: str) -> Program:
+    # A task's program never changes, and a parsed program is immutable (frozen
+    # dataclasses): every feed of a task shares one parse.
+    return parse(text)
 
 
 def feed(store: Store, blobs: BlobStore, task: Task, X: Any, y: Any, *,
@@ -132,8 +141,8 @@ def _on_the_latest(attempt: Callable[[], T]) -> T:
 def _feed_once(store: Store, blobs: BlobStore, task: Task, checked: CheckedData,
                digests: tuple[np.ndarray, np.ndarray], mode: str, reserve: Callable[[int], None] | None) -> FeedResult:
     inputs, fed = digests  # of each fed row: its input, and its input with its label
-    parent = store.latest_dataset_version(task.id)
-    chunks = store.list_chunks(task.id)  # read once: the next example id, and the blobs to check
+    # One read: the parent, and its chunks (the next example id, and the blobs to check).
+    parent, chunks = store.feed_state(task.id)
     first_id = chunks[-1].first_example_id + chunks[-1].count if chunks else 0
     parent_members = None if parent is None else _readable_members(blobs, task, parent, chunks)
     held = np.empty(0, dtype=fed.dtype) if parent is None else _held_rows(blobs, task, parent, parent_members, chunks)
@@ -162,7 +171,7 @@ def _feed_once(store: Store, blobs: BlobStore, task: Task, checked: CheckedData,
             chunk=chunk,
         )
     row_identity.remember(chunk.x_blob, chunk.y_blob, inputs[keep], fed[keep])  # the next feed's and load's
-    return FeedResult(version, True, new, duplicates, mode)
+    return FeedResult(version, True, new, duplicates, mode, chunk)
 
 
 def _held_rows(blobs: BlobStore, task: Task, version: DatasetVersion, members: np.ndarray,

@@ -121,7 +121,8 @@ def deployment() -> Iterator[Deployment]:
     directory = Path(tempfile.mkdtemp(prefix="easeml-deploy-", dir="/tmp"))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("EASEML_", "JUPYTERHUB_", "CONFIGPROXY_"))}
     env.update(EASEML_DEPLOY_DIR=str(directory), EASEML_DEPLOY_PORT=str(_free_port()),
-               EASEML_DEPLOY_EASEML_ADMINS="carol", EASEML_PG_PORT=str(_free_port()), PYTHON=sys.executable)
+               EASEML_DEPLOY_EASEML_ADMINS="carol", EASEML_PG_PORT=str(_free_port()), PYTHON=sys.executable,
+               EASEML_DEPLOY_HEARTBEAT_SECONDS="5")  # kernels register again soon after the restart
     started = subprocess.run(["bash", str(SCRIPT), "start"], check=False, env=env, capture_output=True, text=True, timeout=300)
     exports = dict(line.removeprefix("export ").split("=", 1) for line in started.stdout.splitlines()
                    if line.startswith("export "))

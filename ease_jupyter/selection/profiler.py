@@ -121,11 +121,15 @@ class Profiler:
         self._pooled: BayesianRidge | None = None
         self._own: dict[str, BayesianRidge] = {}  # family -> its residuals' model
         self.counts: dict[str, int] = {}  # finished jobs per family
+        # Predictions of the current fit: the service prices every tenant's arms at
+        # several configurations after each refit, mostly at features seen before.
+        self._predicted: dict[JobFeatures, Prediction] = {}
 
     def fit(self, records: Iterable[tuple[JobFeatures, float]]) -> Profiler:
         """Fit from finished jobs (features, measured seconds > 0); records
         with no positive finite seconds are skipped. Returns self."""
         kept = [(f, float(s)) for f, s in records if math.isfinite(float(s)) and float(s) > 0]
+        self._predicted = {}
         self.counts = {}
         for f, _ in kept:
             self.counts[f.family] = self.counts.get(f.family, 0) + 1
@@ -151,6 +155,12 @@ class Profiler:
         the family, or too few records over all)."""
         if self._pooled is None or features.family not in self.counts:
             return Prediction.none()
+        found = self._predicted.get(features)
+        if found is None:
+            found = self._predicted[features] = self._predict(features)
+        return found
+
+    def _predict(self, features: JobFeatures) -> Prediction:
         mean, sd = self._pooled.predict(self._pooled_row(features)[None, :], return_std=True)
         own = self._own.get(features.family)
         if own is None:

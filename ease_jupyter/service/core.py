@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from .. import datasets
-from ..errors import AlreadyExistsError, DataError, InvalidStateError, NotFoundError, StoreCorruptError
+from ..errors import AlreadyExistsError, DataError, InvalidStateError, NotFoundError
 from ..schema import format_program, parse, program_from_shapes
 from ..schema.limits import check_program_size, check_program_text
 from ..store import DatasetVersion, Edge, Job, Node, NodeKind, Store, BlobStore, Task, User, open_store
@@ -28,8 +28,7 @@ from .auth import TokenCache, check_name, create_user, revoke_token
 from .config import ServiceConfig, engine_form
 from .events import EventBus
 from .notebooks import NotebookRegistry
-from .failures import error_code
-from .quota import Quota
+from .quota import Quota, added_version, forget_usage
 from .loop import ControlLoop
 from .loop.provision import service_pools
 from . import models
@@ -37,7 +36,7 @@ from . import export as model_export
 from . import budget_api
 from . import user_models
 from . import notify
-from . import profile_view
+from . import reads
 from .executors import JobExecutor, JobRunner, ProcessExecutor, ThreadExecutor
 from .mop import TorchJobs, measure_torch_pool
 from .runner import SklearnJobs
@@ -289,7 +288,7 @@ class Service:
         table = task_schema.table_program(body)  # (program, schema) of a table task declared from data
         text = table[0] if table is not None else _program_text(body)
         try:
-            existing = self.store.task_by_name(caller.id, name)
+            existing = self._task(caller, name)
         except NotFoundError:
             if text is None:
                 raise DataError("program", "nothing", "a program or input/output shapes for a new task") from None
@@ -298,7 +297,10 @@ class Service:
                 task_schema.store_table_schema(self.store, task, table[1])
             self.loop.notify(task.id)
             self.events.publish(caller.id, {"type": "task", "task_id": task.id, "name": name, "status": "created"})
-            return {**task_json(task), **task_schema.task_fields(self.store, task)}, True
+            # Its fields come from the table and class-name tags, which only its table
+            # (just stored) and feeds write: a tensor task made just now has none to read.
+            tags = self.store.tags("task", task.id) if table is not None else {}
+            return {**task_json(task), **reads.fields_from_tags(tags)}, True
         if table is not None:
             task_schema.check_same_table(self.store, existing, table[1])
         elif text is not None and existing.program != text:
@@ -306,27 +308,13 @@ class Service:
                 f"task {name!r} exists with program {existing.program}, not {text}: open it as it is with "
                 f"client.task({name!r}) or `%easeml task {name}` (no shapes), or replace it by deleting it first "
                 f"(task.delete() or `%easeml delete {name}`) and declaring it again")
-        return {**task_json(existing), **task_schema.task_fields(self.store, existing)}, False
+        return {**task_json(existing), **reads.fields_from_tags(self.store.tags("task", existing.id))}, False
 
     def list_tasks(self, caller: User) -> list[dict[str, Any]]:
         return [task_json(t) for t in self.store.list_tasks(caller.id)]
 
     def get_task(self, caller: User, name: str) -> dict[str, Any]:
-        task = self._task(caller, name)
-        out = {**task_json(task), **task_schema.task_fields(self.store, task)}
-        latest = self.store.latest_dataset_version(task.id)
-        out["latest_version"] = None if latest is None else version_json(latest)
-        counts: dict[str, int] = {}
-        for job in self.store.list_jobs(task.id):
-            counts[job.status.value] = counts.get(job.status.value, 0) + 1
-        out["jobs"] = counts
-        out.update(self.loop.task_status(task, latest is not None))  # idle, candidates, blocked, status, reason
-        # The configs the selector explores for the latest version (scikit-learn
-        # configs plus torch candidates, one arm each) follow from the program,
-        # so a read never waits for the control loop to take in a feed.
-        out["arms"] = out["candidates"] if latest is not None and not task.cancelled else 0
-        out["muted"] = notify.is_muted(self.store, task.id)
-        return out
+        return reads.task_page(self.store, self._task(caller, name), task_json, version_json, self.loop.task_status)
 
     def cancel(self, caller: User, name: str) -> dict[str, Any]:
         task = self._cached(self.store.set_task_cancelled(self._task(caller, name).id, True))
@@ -350,6 +338,7 @@ class Service:
         """Remove the task with its versions, jobs and the blobs only it used (``deletion.py``)."""
         task = self._cached(self.store.set_task_cancelled(self._task(caller, name).id, True))
         out = deletion.delete_task(self.store, self.blobs, self.loop, task)
+        forget_usage(self.store, task.owner_id)  # (quota.py: deleting may bring back a counted stamp)
         self._task_cache.pop((caller.id, name), None)
         self.events.publish(caller.id, {"type": "task", "task_id": task.id, "name": name, "status": "deleted"})
         return out
@@ -373,6 +362,8 @@ class Service:
                                         mode=datasets.DEDUPE if mode is None else mode)
             if result.created:
                 prepared.commit()
+                added_version(self.store, self.blobs, caller.id, result.version.id,
+                              [result.version.members_blob, result.chunk.x_blob, result.chunk.y_blob])
         for upload in consumed:
             self.uploads.delete(caller.id, upload)
         out = self._new_version(caller, task, result.version) if result.created else version_json(result.version)
@@ -423,12 +414,8 @@ class Service:
 
     # ------------------------------------------------------------ results
     def jobs(self, caller: User, name: str) -> list[dict[str, Any]]:
-        task = self._task(caller, name)
-        numbers = {v.id: v.number for v in self.store.list_dataset_versions(task.id)}
         # each with its predicted seconds beside the measured ones (profile_view.py)
-        return profile_view.with_predictions(self.store, [job_json(j, numbers.get(j.dataset_version_id),
-                                                                   error_code(self.store, j))
-                                                          for j in self.store.list_jobs(task.id)])
+        return reads.jobs_page(self.store, self._task(caller, name), job_json)
 
     def profile(self, caller: User, name: str) -> dict[str, Any]:
         """The profiler's predictions and the provisioner's chosen configuration for each candidate of the task."""
@@ -458,17 +445,7 @@ class Service:
         return models.best(self.store, self._task(caller, name), self.blobs)
 
     def leaderboard(self, caller: User) -> list[dict[str, Any]]:
-        rows = []
-        for task in self.store.list_tasks(caller.id):
-            row: dict[str, Any] = {"task": task.name, "best": None}
-            try:
-                row["best"] = models.best(self.store, task, self.blobs)
-            except NotFoundError:
-                pass
-            except StoreCorruptError as error:  # one lost model must not hide the other tasks' rows
-                row["error"] = {"code": error.code, "message": str(error)}
-            rows.append(row)
-        return rows
+        return reads.leaderboard(self.store, self.blobs, caller.id)  # models.best of each task, read at once
 
     def infer(self, caller: User, name: str, body: dict[str, Any]) -> dict[str, Any]:
         task = self._task(caller, name)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import json
 import pickle
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -22,7 +22,7 @@ from ..datasets import program_of
 from ..errors import NotFoundError
 from ..execution.units import Hooks, UnitSpec, load_model
 from ..jobspec import TorchWorkload, best_point, parse_job
-from ..store import BlobStore, Job, JobStatus, Store, Task
+from ..store import BlobStore, DatasetVersion, Job, JobStatus, Metric, Store, Task
 from ..zoo import Engine
 from . import task_schema
 from .candidates import candidate_of
@@ -39,9 +39,13 @@ def best_job(store: Store, task: Task) -> Job | None:
     Results on older versions are stale once new data arrives, but they stay
     the best available until the new version has a trained model.
     """
-    unusable = set(store.find_by_tag("job", UNUSABLE_TAG))
-    succeeded = [j for j in store.list_jobs(task.id, status=JobStatus.SUCCEEDED)
-                 if j.accuracy is not None and j.id not in unusable]
+    return pick_best(store.list_jobs(task.id, status=JobStatus.SUCCEEDED), store.find_by_tag("job", UNUSABLE_TAG))
+
+
+def pick_best(succeeded: Iterable[Job], unusable: Iterable[int]) -> Job | None:
+    """``best_job`` among a task's succeeded jobs, the unusable ones left out."""
+    unusable = set(unusable)
+    succeeded = [j for j in succeeded if j.accuracy is not None and j.id not in unusable]
     if not succeeded:
         return None
     newest = max(j.dataset_version_id for j in succeeded)
@@ -71,7 +75,15 @@ def best(store: Store, task: Task, blobs: BlobStore | None = None) -> dict[str, 
     if blobs is not None and job.artifact_blob is not None and not blobs.exists(job.artifact_blob):
         read_model(blobs, task, job)  # raises StoreCorruptError naming the task and job
     version = store.get_dataset_version(job.dataset_version_id)
-    per_config = [{m.name: m.value} for m in store.list_metrics(job.id)]
+    return best_json(job, version, store.list_metrics(job.id), task_schema.class_names(store, task),
+                     ProfileBook(store).prediction_of(job.id),
+                     None if blobs is None else validation_size(store, blobs, version))
+
+
+def best_json(job: Job, version: DatasetVersion, metrics: Iterable[Metric], class_names: list[Any] | None,
+              prediction: dict[str, Any], validation: int | None) -> dict[str, Any]:
+    """``best``'s summary from what was read (the leaderboard reads it for all tasks at once)."""
+    per_config = [{m.name: m.value} for m in metrics]
     return {
         "model": job.model,
         "config": dict(job.config),
@@ -80,12 +92,12 @@ def best(store: Store, task: Task, blobs: BlobStore | None = None) -> dict[str, 
         "accuracy": job.accuracy,
         "dataset_version": version.number,
         # how many held-out examples ``accuracy`` was measured on
-        "validation_size": None if blobs is None else validation_size(store, blobs, version),
+        "validation_size": validation,
         "job_id": job.id,
-        **task_schema.names_json(store, task),  # what the class indices stand for
+        "class_names": class_names,  # what the class indices stand for
         "cost_seconds": job.cost_seconds,
         # what the profiler (or, before it had data, the FLOPs proxy) predicted before it ran
-        "predicted_seconds": ProfileBook(store).prediction_of(job.id)["predicted_seconds"],
+        "predicted_seconds": prediction["predicted_seconds"],
     }
 
 

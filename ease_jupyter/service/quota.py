@@ -16,9 +16,12 @@ concurrent writes of one user may pass the limit by what they write at once.
 
 from __future__ import annotations
 
+import threading
+import weakref
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 from ..errors import QuotaExceededError
 from ..store import BlobStore, Job, Store, Task
@@ -48,13 +51,13 @@ class Quota:
     uploads_dir: Path | None = None
 
     def usage(self, store: Store, blobs: BlobStore, owner_id: int) -> Usage:
-        referenced = store.owner_blobs(owner_id)
+        data, models = _STORED.of(store, blobs, owner_id)
         uploads = 0
         if self.uploads_dir is not None:
             from .arrays import Uploads
 
             uploads = Uploads(self.uploads_dir).usage(owner_id)
-        return Usage(data=_total(blobs, referenced.data), models=_total(blobs, referenced.models), uploads=uploads)
+        return Usage(data=data, models=models, uploads=uploads)
 
     def check(self, store: Store, blobs: BlobStore, owner_id: int, adding: int, *, what: str,
               releasing: int = 0) -> None:
@@ -85,6 +88,85 @@ class Quota:
         return lambda adding: self.check(store, blobs, owner_id, adding, what=what, releasing=releasing)
 
 
-def _total(blobs: BlobStore, digests: frozenset[str]) -> int:
+class _StoredBytes:
+    """(data, models) bytes of each owner, recounted only when her rows may
+    have changed behind this process's back.
+
+    Every write that changes what an owner's rows reference adds or removes
+    a dataset version or a job's model: versions are immutable, a model is
+    stored once, when its job succeeds, and both go only with their task.
+    ``Store.owner_blobs_stamp`` (the count and the highest id of each, in
+    one statement) therefore changes with every such write, whichever
+    process made it (training workers store models; ``easeml fsck`` may
+    refine), and a count is reused only while the stamp is the one it was
+    counted at. This process's own feeds move the count on to the stamp
+    their version gives (``added``); if anyone else wrote meanwhile, the
+    stamp differs and the owner is counted again. The one write that could
+    bring an old stamp back, deleting a task and then reusing its ids
+    (SQLite may reuse the highest id), goes through ``forget``. Blobs are
+    content-addressed and never rewritten, so the size of a digest stays
+    right while the blob stays; the garbage collector deletes only blobs no
+    row references."""
+
+    MAX_OWNERS = 10_000  # per store; least recently counted owners go first
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        # store -> owner -> (stamp, {data digest: size}, {model digest: size}); a
+        # closed store's counts go with it
+        self._counted: weakref.WeakKeyDictionary[Store, OrderedDict[int, _Counted]] = weakref.WeakKeyDictionary()
+
+    def of(self, store: Store, blobs: BlobStore, owner_id: int) -> tuple[int, int]:
+        stamp = store.owner_blobs_stamp(owner_id)
+        with self._lock:
+            found = self._counted.get(store, {}).get(owner_id)
+            if stamp is not None and found is not None and found[0] == stamp:
+                return sum(found[1].values()), sum(found[2].values())
+        referenced = store.owner_blobs(owner_id)
+        data, models = _sizes(blobs, referenced.data), _sizes(blobs, referenced.models)
+        if stamp is not None:
+            with self._lock:
+                owners = self._counted.setdefault(store, OrderedDict())
+                owners[owner_id] = (stamp, data, models)
+                owners.move_to_end(owner_id)
+                while len(owners) > self.MAX_OWNERS:
+                    owners.popitem(last=False)
+        return sum(data.values()), sum(models.values())
+
+    def added(self, store: Store, blobs: BlobStore, owner_id: int, version_id: int, digests: list[str]) -> None:
+        with self._lock:
+            owners = self._counted.get(store, {})
+            found = owners.get(owner_id)
+            if found is None:
+                return
+            (versions, newest, *models_stamp), data, models = found
+            data = {**data, **_sizes(blobs, [d for d in digests if d not in data])}
+            stamp = (versions + 1, max(newest, version_id), *models_stamp)
+            owners[owner_id] = (stamp, data, {d: n for d, n in models.items() if d not in data})
+
+    def forget(self, store: Store, owner_id: int) -> None:
+        with self._lock:
+            self._counted.get(store, {}).pop(owner_id, None)
+
+
+_Counted = tuple[tuple[int, ...], dict[str, int], dict[str, int]]
+
+
+def _sizes(blobs: BlobStore, digests: Iterable[str]) -> dict[str, int]:
     # A missing blob counts nothing here; `easeml fsck` reports it.
-    return sum(size for size in map(blobs.size, digests) if size is not None)
+    return {digest: size for digest in digests if (size := blobs.size(digest)) is not None}
+
+
+_STORED = _StoredBytes()
+
+
+def added_version(store: Store, blobs: BlobStore, owner_id: int, version_id: int, digests: list[str]) -> None:
+    """Count the blobs (``digests``) of the version ``version_id`` that this
+    process just stored for ``owner_id`` without counting her again."""
+    _STORED.added(store, blobs, owner_id, version_id, digests)
+
+
+def forget_usage(store: Store, owner_id: int) -> None:
+    """Count ``owner_id``'s stored bytes again at the next check: call it when
+    her rows are deleted (``deletion.delete_task``)."""
+    _STORED.forget(store, owner_id)

@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..datasets import program_of
 from ..errors import AlreadyExistsError, DataError
 from ..schema import CheckedData, check_data, parse
 from ..schema.table import TableData, TableSchema, class_indices
@@ -33,15 +34,23 @@ __all__ = ["TABLE_TAG", "CLASSES_TAG", "table_schema", "class_names", "PreparedF
 
 def table_schema(store: Store, task: Task) -> TableSchema | None:
     """The task's table schema; None for a tensor task."""
-    text = store.tags("task", task.id).get(TABLE_TAG)
+    return _schema_in(store.tags("task", task.id))
+
+
+def _schema_in(tags: Any) -> TableSchema | None:
+    text = tags.get(TABLE_TAG)
     return None if text is None else TableSchema.from_json(text, field=TABLE_TAG)
+
+
+def _names_in(tags: Any) -> list[Any] | None:
+    text = tags.get(CLASSES_TAG)
+    return None if text is None else list(json.loads(text))
 
 
 def class_names(store: Store, task: Task) -> list[Any] | None:
     """The task's class names, index order; None while it has none (a
     regression task, or one fed class indices only)."""
-    text = store.tags("task", task.id).get(CLASSES_TAG)
-    return None if text is None else list(json.loads(text))
+    return _names_in(store.tags("task", task.id))
 
 
 def names_json(store: Store, task: Task) -> dict[str, Any]:
@@ -100,7 +109,7 @@ class PreparedFeed:
 
 
 def _num_classes(task: Task) -> int | None:
-    return parse(task.program).num_classes
+    return program_of(task).num_classes
 
 
 def _named_labels(y: Any) -> bool:
@@ -115,7 +124,8 @@ def _named_labels(y: Any) -> bool:
 def prepare_feed(store: Store, task: Task, X: Any, y: Any) -> PreparedFeed:
     """Check a table task's columns and map named labels to indices, before
     anything is written (DataError naming the column or label)."""
-    schema = table_schema(store, task)
+    tags = store.tags("task", task.id)  # read once: the schema and the class names
+    schema = _schema_in(tags)
     if schema is not None:
         table = _table_of(X)
         X = CheckedData(n=table.n, X=schema.stored_arrays(table))
@@ -125,7 +135,7 @@ def prepare_feed(store: Store, task: Task, X: Any, y: Any) -> PreparedFeed:
     elif isinstance(X, TableData):
         raise DataError("X", "a table (columns by name)", f"arrays for the tensor task {task.name!r}; declare a table "
                         "task with client.task(name, like=df, target=...) to feed tables")
-    names = class_names(store, task)
+    names = _names_in(tags)
     if _num_classes(task) is None or (names is None and not _named_labels(y)):
         return PreparedFeed(X, y)
     if y is None:

@@ -519,7 +519,7 @@ def api_add(service: Any, caller: User, name: str, body: Any) -> dict[str, Any]:
         raise DataError("body", type(body).__name__, "a JSON object")
     model = add_model(service.store, service.blobs, task, body, zoo_names=zoo_names(task),
                       max_limit=service.config.user_model_timeout, check_name=check_name)
-    service.loop.notify(task.id)
+    service.loop.models_changed(task.id)  # its arms are made again
     service.events.publish(caller.id, {"type": "task", "task_id": task.id, "name": task.name,
                                        "status": "model_added", "model": model.name})
     return model.to_json()

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Iterable, Iterator, Mapping
 
-from ease_jupyter.errors import DataError
+from ease_jupyter.errors import DataError, NotFoundError
 
 
 class JobStatus(str, enum.Enum):
@@ -323,6 +323,51 @@ class Store(abc.ABC):
         chunks = self.list_chunks(task_id)
         return chunks[-1].first_example_id + chunks[-1].count if chunks else 0
 
+    def feed_state(self, task_id: int) -> tuple[DatasetVersion | None, tuple[ExampleChunk, ...]]:
+        """(the latest version or None, every chunk of the task): what a feed
+        reads before it writes, in one read where the store can."""
+        return self.latest_dataset_version(task_id), self.list_chunks(task_id)
+
+    def task_overview(self, task_id: int) -> tuple[Mapping[str, str], DatasetVersion | None, dict[str, int]]:
+        """(the task's tags, its latest version or None, {job status: count}
+        in order of each status's first job): what ``GET /tasks/{name}``
+        shows, in one read where the store can."""
+        counts: dict[str, int] = {}
+        for job in self.list_jobs(task_id):
+            counts[job.status.value] = counts.get(job.status.value, 0) + 1
+        return self.tags("task", task_id), self.latest_dataset_version(task_id), counts
+
+    def task_jobs(self, task_id: int) -> tuple[dict[int, int], tuple[Job, ...], dict[int, Mapping[str, str]]]:
+        """({version id: number}, the task's jobs by id, {job id: its tags}):
+        what ``GET /tasks/{name}/jobs`` shows, in one read where the store can."""
+        numbers = {version.id: version.number for version in self.list_dataset_versions(task_id)}
+        jobs = self.list_jobs(task_id)
+        return numbers, jobs, {job.id: self.tags("job", job.id) for job in jobs}
+
+    def owner_results(self, owner_id: int, *, skip_tag: str | None = None
+                      ) -> tuple[tuple[Task, ...], dict[int, tuple[Job, ...]], dict[int, Mapping[str, str]]]:
+        """(the owner's tasks by id, {task id: its succeeded jobs by id, less
+        those with tag ``skip_tag``}, {task id: its tags}): what the
+        leaderboard picks from, in one read where the store can."""
+        tasks = self.list_tasks(owner_id)
+        skip = set(self.find_by_tag("job", skip_tag)) if skip_tag is not None else set()
+        return (tasks, {t.id: tuple(j for j in self.list_jobs(t.id, status=JobStatus.SUCCEEDED) if j.id not in skip)
+                        for t in tasks}, {t.id: self.tags("task", t.id) for t in tasks})
+
+    def job_results(self, job_ids: Iterable[int]) -> tuple[dict[int, DatasetVersion], dict[int, tuple[Metric, ...]],
+                                                             dict[int, Mapping[str, str]]]:
+        """({version id: version} of the jobs' versions, {job id: its metrics},
+        {job id: its tags}), in one read where the store can; jobs that are
+        not there (deleted meanwhile) are left out."""
+        jobs = []
+        for job_id in job_ids:
+            try:
+                jobs.append(self.get_job(job_id))
+            except NotFoundError:
+                pass
+        return ({job.dataset_version_id: self.get_dataset_version(job.dataset_version_id) for job in jobs},
+                {job.id: self.list_metrics(job.id) for job in jobs}, {job.id: self.tags("job", job.id) for job in jobs})
+
     # -- jobs and metrics ---------------------------------------------------
     @abc.abstractmethod
     def create_job(self, task_id: int, dataset_version_id: int, model: str, config: Mapping[str, Any]) -> Job:
@@ -396,6 +441,14 @@ class Store(abc.ABC):
                 data.update((chunk.x_blob, chunk.y_blob))
             models.update(j.artifact_blob for j in self.list_jobs(task.id) if j.artifact_blob is not None)
         return OwnerBlobs(frozenset(data), frozenset(models - data))
+
+    def owner_blobs_stamp(self, owner_id: int) -> tuple[int, ...] | None:
+        """Numbers that change whenever ``owner_blobs(owner_id)`` may have
+        changed (the count and the highest id of her dataset versions and of
+        her jobs with a model), in one cheap read; None where a store has no
+        cheap way (then callers ask ``owner_blobs`` every time).
+        NotFoundError for an unknown user."""
+        return None
 
     # -- metadata tags (ACAI §3.2) --------------------------------------------
     @abc.abstractmethod

@@ -90,3 +90,18 @@ def test_design_row_and_bad_features():
         JobFeatures("m", "sklearn", n=10, d=5, device="tpu")
     with pytest.raises(DataError, match="threads"):
         JobFeatures("m", "sklearn", n=10, d=5, threads=-1)
+
+
+def test_a_refit_predicts_from_the_new_records_only(rng):
+    """Predictions are kept per fit (the service asks for the same features
+    many times after each refit); a refit must not answer from the last one."""
+    records = log(rng, "rf", 60)
+    asked = records[0][0]
+    profiler = Profiler().fit(records)
+    first = profiler.predict(asked)
+    assert profiler.predict(asked) == first
+    later = [(f, 5.0 * s) for f, s in records]  # the same jobs, five times slower
+    profiler.fit(later)
+    again = profiler.predict(asked)
+    assert again == Profiler().fit(later).predict(asked)
+    assert again.seconds == pytest.approx(5.0 * first.seconds, rel=0.05)

@@ -56,3 +56,28 @@ def test_each_launched_pick_is_announced_with_its_own_explanation():
     assert {d["phase"] for d in decisions[:3]} == {"initial"}  # ease.ml Alg. 2 lines 1-4: everyone once
     assert len({d["task_id"] for d in decisions[:3]}) == 3
     assert any(d["phase"] == "greedy" and d["candidates"] for d in decisions)
+
+
+def test_free_torch_slots_are_not_offered_to_tasks_without_torch_models():
+    """With the scikit-learn worker busy and torch slots free, flat tasks
+    (no torch arms) get no pick: the loop does not ask the selector for them
+    (each ask scores every tenant's arms, and would only hold picks back)."""
+    store, blobs = InMemoryStore(), MemoryBlobStore()
+    rng = np.random.default_rng(0)
+    user = store.create_user("ada", "a" * 64)
+    for i in range(3):
+        task = store.create_task(user.id, f"t{i}", format_program(program_from_shapes([4], [3])))
+        datasets.feed(store, blobs, task, rng.normal(size=(30, 4)).astype("float32"), rng.integers(0, 3, 30))
+    flat = ManualExecutor(store, workers=1)
+    torch_slots = ManualExecutor(store, workers=4)
+    loop = ControlLoop(store, blobs, executors={Engine.SKLEARN: flat, Engine.TORCH: torch_slots},
+                       max_running_per_user=5)
+    loop.recover()
+    asked: list[int] = []
+    next_picks = loop.selector.next_picks
+    loop.selector.next_picks = lambda n: (asked.append(n), next_picks(n))[1]
+    loop.step()  # one flat job starts; the torch slots stay free
+    assert len(loop.state.running) == 1 and asked == [1]
+    loop.step()
+    loop.stop()
+    assert asked == [1] and len(loop.state.running) == 1

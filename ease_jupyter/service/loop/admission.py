@@ -87,9 +87,15 @@ class Admission:
         held: list[Pick] = []
         waiting = WaitingTasks(state)
         launched = False
+        # Only the free slots of engines that some tenant has arms for can take a pick:
+        # asking for more would only hold back picks (a flat task's models while a
+        # torch slot is free), each ask scoring every tenant's arms.
+        engines = {spec.engine for name, t in state.tenants.items()
+                   if not (per_owner[t.owner_id] >= state.cap or self.holds.on_hold(name) or budget.holds(t.owner_id))
+                   for spec in t.configs.values()}
         try:
             for _ in range(len(state.tenants) + sum(len(t.configs) for t in state.tenants.values())):
-                free = state.free()
+                free = min(state.free(), sum(state.free_slots(e) for e in engines))
                 if free <= 0:
                     break
                 picks = selector.next_picks(free)  # each pick carries its own explanation

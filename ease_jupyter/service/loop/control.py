@@ -139,8 +139,9 @@ class ControlLoop:
         known = set(selector.model_names)
         for name, tenant in self.state.tenants.items():
             try:
-                task = self.store.get_task(tenant.task_id)
-                n = self.store.get_dataset_version(tenant.version_id).n_examples
+                task = tenant.task or self.store.get_task(tenant.task_id)
+                n = (tenant.n_examples if tenant.n_examples is not None
+                     else self.store.get_dataset_version(tenant.version_id).n_examples)
             except NotFoundError:
                 continue
             arms = [k for k in tenant.configs if k in known]
@@ -153,6 +154,11 @@ class ControlLoop:
         if task_id is not None:
             self.view.mark((task_id,))
         self._wake.set()
+
+    def models_changed(self, task_id: int) -> None:
+        """A user model was added to the task: make its arms again, and take it in next turn."""
+        self.costs.forget(task_id)
+        self.notify(task_id)
 
     def budget_changed(self, owner_id: int) -> None:
         """A user's budget (or an admin's cap of it) changed: re-read it next turn, now."""

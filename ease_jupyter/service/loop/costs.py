@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import threading
 import time
 from collections import deque
 from queue import Empty, SimpleQueue
@@ -112,7 +113,13 @@ class Costs:
         self.provisioner = provisioner
         self.torch_epochs = torch_epochs  # None: no torch executor, so no torch arms
         self.service_epochs = service_epochs  # the operator's --torch-epochs (None: the rule by data size)
+        # A task's arms change only when a user model is added (``forget``, called by the
+        # service's own write) or the task is deleted; the program never changes. A
+        # build that a forget overtook is not kept (``_generation``), since HTTP
+        # threads build them too (``ControlLoop.candidates``).
         self._task_configs: dict[int, dict[str, JobSpec]] = {}
+        self._generation: dict[int, int] = {}
+        self._forgetting = threading.Lock()
         # measured seconds per estimated FLOP of finished jobs, per engine
         self._rate: dict[Engine, deque[float]] = {e: deque(maxlen=RATE_WINDOW) for e in Engine}
         self._correction: dict[Engine, float] = {}  # what each new tenant's arms ask (see correction)
@@ -135,12 +142,19 @@ class Costs:
         once per task, and again after :meth:`forget`."""
         found = self._task_configs.get(task.id)
         if found is None:
-            found = self._task_configs[task.id] = arm_specs(task, torch_epochs=self.torch_epochs, store=self.store)
+            generation = self._generation.get(task.id, 0)
+            found = arm_specs(task, torch_epochs=self.torch_epochs, store=self.store)
+            with self._forgetting:
+                if self._generation.get(task.id, 0) == generation:
+                    self._task_configs[task.id] = found
         return found
 
     def forget(self, task_id: int) -> None:
-        """Make the task's arms again at the next ``configs`` (a user model was added)."""
-        self._task_configs.pop(task_id, None)
+        """Make the task's arms again at the next ``configs`` (a user model
+        was added, or the task deleted); any thread."""
+        with self._forgetting:
+            self._generation[task_id] = self._generation.get(task_id, 0) + 1
+            self._task_configs.pop(task_id, None)
 
     def predicted(self, task: Task, spec: JobSpec, n: int) -> float:
         """The pick's FLOPs over its engine's device speed, in seconds; a

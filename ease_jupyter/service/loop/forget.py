@@ -41,6 +41,7 @@ def forget_task(loop: "ControlLoop", task_id: int, name: str, remove: Callable[[
             running = sorted(r.job_id for r in state.running.values() if r.task_id == task_id)
             if not running:
                 result = remove()
+                loop.costs.forget(task_id)  # a new task may get its id
                 for tenant in [n for n, t in state.tenants.items() if t.task_id == task_id]:
                     state.selector.remove_user(tenant)
                     del state.tenants[tenant]

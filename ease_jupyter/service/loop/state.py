@@ -9,7 +9,7 @@ from typing import Callable
 
 from ...jobspec import JobSpec, parse_job
 from ...selection.selector import Selector
-from ...store import BlobStore, Job, JobStatus, Store
+from ...store import BlobStore, Job, JobStatus, Store, Task
 from ...zoo import Engine
 from ..executors import JobExecutor
 
@@ -33,6 +33,10 @@ class Tenant:
     owner_id: int
     version_id: int
     configs: dict[str, JobSpec]  # arm key -> the job a pick of it trains
+    # As read when the tenant was made, so repricing needs no query: a task's id,
+    # owner and program never change, nor does a version's size (None: read them).
+    task: Task | None = None
+    n_examples: int | None = None
 
 
 @dataclass
@@ -69,13 +73,17 @@ class LoopState:
     def running_per_owner(self) -> Counter:
         return Counter(r.owner_id for r in self.running.values())
 
+    def free_slots(self, engine: Engine) -> int:
+        """Free slots of ``engine``'s executor (0 without one)."""
+        executor = self.executors.get(engine)
+        if executor is None:
+            return 0
+        return max(0, executor.workers - sum(r.engine is engine for r in self.running.values()))
+
     def engine_full(self, engine: Engine) -> bool:
         """Each executor has its own slots: a torch pick must not take a
         scikit-learn worker's place (it would only wait in the MOP queue)."""
-        executor = self.executors.get(engine)
-        if executor is None:
-            return True
-        return sum(r.engine is engine for r in self.running.values()) >= executor.workers
+        return self.free_slots(engine) <= 0
 
     def emit_job(self, job: Job, owner_id: int) -> None:
         """Announce a job's new status to its owner (with its metrics once it succeeded)."""

@@ -54,8 +54,7 @@ class TenantSync:
             # replay, and a feed of a task with nothing queued needs neither.
             jobs = state.store.list_jobs(task_id) if new_tenant or self._may_have_queued(task_id) else ()
             self._cancel_queued(task, jobs, keep_version=None if latest is None else latest.id)
-            self.costs.forget(task_id)  # its user models may have changed
-            configs = self.costs.configs(task)
+            configs = self.costs.configs(task)  # made again after a user model was added (Costs.forget)
             if not new_tenant:
                 if wanted is not None:
                     changed |= self._add_own(wanted, task, configs, latest.n_examples)
@@ -68,7 +67,8 @@ class TenantSync:
                 continue
             costs = self._arm_costs(task, configs, arms, own, latest.n_examples)
             selector.add_user(wanted, models=arms, costs=costs, own=own)
-            state.tenants[wanted] = Tenant(task_id, task.owner_id, latest.id, configs)
+            state.tenants[wanted] = Tenant(task_id, task.owner_id, latest.id, configs, task=task,
+                                           n_examples=latest.n_examples)
             self._replay(wanted, jobs, latest.id, set(arms) | set(own))
             self.added.append(wanted)
             changed = True

@@ -17,11 +17,13 @@ this up: a bug here would fail loudly, never store duplicates.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 from datetime import datetime
-from typing import Any, Iterator, Mapping, TypeVar
+from typing import Any, Iterable, Iterator, Mapping, TypeVar
 
-from sqlalchemy import delete, false, func, insert, or_, select, update
+from sqlalchemy import bindparam, delete, false, func, insert, literal, or_, select, union_all, update
+from sqlalchemy.engine import Connection
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
@@ -58,6 +60,7 @@ from ..base import (
 from ..base import HUB, LOCAL, check_origin
 from .engine import is_sqlite_memory, make_engine, upgrade, writer
 from .failures import mapped_errors
+from . import read_queries as q
 from .models import (
     Base,
     DatasetVersionRow,
@@ -81,6 +84,84 @@ _TAGGABLE: dict[str, tuple[type[Base], str]] = {
     "job": (JobRow, "job"),
     "user": (UserRow, "user"),
 }
+
+# Plain columns in the records' field order: reading them skips the ORM's
+# identity map, which a feed's reads never need.
+_VERSION_COLUMNS = tuple(DatasetVersionRow.__table__.c[name] for name in (
+    "id", "task_id", "number", "kind", "parent_id", "members_blob", "n_examples", "created_at"))
+_CHUNK_COLUMNS = tuple(ExampleChunkRow.__table__.c[name] for name in (
+    "id", "task_id", "version_id", "first_example_id", "count", "x_blob", "y_blob"))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Id:
+    """A row known to exist, by id (where its ORM object is not needed)."""
+
+    id: int
+
+
+def _edge_values(kind: EdgeKind, src: Node | None, dst: Node, job_id: int | None, now: datetime) -> dict[str, Any]:
+    return {"kind": kind.value, "src_kind": None if src is None else src.kind.value,
+            "src_id": None if src is None else src.id, "dst_kind": dst.kind.value, "dst_id": dst.id,
+            "job_id": job_id, "created_at": now}
+
+
+_EDGE_FIELDS = ("kind", "src_kind", "src_id", "dst_kind", "dst_id", "job_id", "created_at")
+
+
+# The statements of a feed's reads and writes, built once: building and keying a
+# statement costs SQLAlchemy several times what SQLite takes to run it.
+_TASK_ID, _OWNER_ID = bindparam("task_id"), bindparam("owner_id")
+_LATEST_VERSION = (select(*_VERSION_COLUMNS).where(DatasetVersionRow.task_id == _TASK_ID)
+                   .order_by(DatasetVersionRow.number.desc()).limit(1))
+_TASK_VERSIONS = (select(*_VERSION_COLUMNS).where(DatasetVersionRow.task_id == _TASK_ID)
+                  .order_by(DatasetVersionRow.number))
+_NEXT_EXAMPLE_ID = (select(func.max(ExampleChunkRow.first_example_id + ExampleChunkRow.count))
+                    .where(ExampleChunkRow.task_id == _TASK_ID))
+_TASK_CHUNKS = (select(*_CHUNK_COLUMNS).where(ExampleChunkRow.task_id == _TASK_ID)
+                .order_by(ExampleChunkRow.first_example_id))
+# (an entity's row with its tags: no row, no such entity)
+_ENTITY_TAGS = {
+    entity: select(model.id, TagRow.key, TagRow.value).where(model.id == bindparam("entity_id"))
+    .outerjoin(TagRow, (TagRow.entity == entity) & (TagRow.entity_id == model.id))
+    for entity, (model, _) in _TAGGABLE.items()
+}
+_OWNED = select(TaskRow.id).where(TaskRow.owner_id == _OWNER_ID).scalar_subquery()
+# One statement: every kind of blob reference of an owner, tagged "d" (data) or "m" (a model).
+_OWNER_BLOBS = union_all(
+    select(DatasetVersionRow.members_blob, literal("d")).where(DatasetVersionRow.task_id.in_(_OWNED)),
+    select(ExampleChunkRow.x_blob, literal("d")).where(ExampleChunkRow.task_id.in_(_OWNED)),
+    select(ExampleChunkRow.y_blob, literal("d")).where(ExampleChunkRow.task_id.in_(_OWNED)),
+    select(JobRow.artifact_blob, literal("m")).where(JobRow.task_id.in_(_OWNED), JobRow.artifact_blob.is_not(None)),
+)
+_OWNER_BLOBS_STAMP = select(
+    select(UserRow.id).where(UserRow.id == _OWNER_ID).scalar_subquery(),
+    select(func.count()).select_from(DatasetVersionRow).where(DatasetVersionRow.task_id.in_(_OWNED)).scalar_subquery(),
+    select(func.max(DatasetVersionRow.id)).where(DatasetVersionRow.task_id.in_(_OWNED)).scalar_subquery(),
+    select(func.count()).select_from(JobRow)
+    .where(JobRow.task_id.in_(_OWNED), JobRow.artifact_blob.is_not(None)).scalar_subquery(),
+    select(func.max(JobRow.id)).where(JobRow.task_id.in_(_OWNED), JobRow.artifact_blob.is_not(None)).scalar_subquery(),
+)
+# What a new version needs: the task's existence, the next number, the latest
+# version, the next example id, and the parent's task and number.
+_VERSION_SLOTS = select(
+    select(TaskRow.id).where(TaskRow.id == _TASK_ID).scalar_subquery(),
+    select(func.max(DatasetVersionRow.number)).where(DatasetVersionRow.task_id == _TASK_ID).scalar_subquery(),
+    select(DatasetVersionRow.id).where(DatasetVersionRow.task_id == _TASK_ID)
+    .order_by(DatasetVersionRow.number.desc()).limit(1).scalar_subquery(),
+    select(func.max(ExampleChunkRow.first_example_id + ExampleChunkRow.count))
+    .where(ExampleChunkRow.task_id == _TASK_ID).scalar_subquery(),
+    select(DatasetVersionRow.task_id).where(DatasetVersionRow.id == bindparam("parent_id")).scalar_subquery(),
+    select(DatasetVersionRow.number).where(DatasetVersionRow.id == bindparam("parent_id")).scalar_subquery(),
+)
+_LOCK_TASK = select(TaskRow.id).where(TaskRow.id == _TASK_ID).with_for_update()
+_INSERT_VERSION = insert(DatasetVersionRow.__table__)
+_INSERT_CHUNK = insert(ExampleChunkRow.__table__)
+_INSERT_EDGE = insert(EdgeRow.__table__)
+
+
+def _version_record(row: Any) -> DatasetVersion:
+    return DatasetVersion(row[0], row[1], row[2], VersionKind(row[3]), *row[4:])
 
 
 class SQLStore(Store):
@@ -106,7 +187,8 @@ class SQLStore(Store):
                 self.engine.dispose()
                 raise
         self._reads = sessionmaker(self.engine, expire_on_commit=False)
-        self._writes = sessionmaker(writer(self.engine), expire_on_commit=False)
+        self._write_engine = writer(self.engine)
+        self._writes = sessionmaker(self._write_engine, expire_on_commit=False)
         # An in-memory SQLite database is one connection shared by all threads;
         # two transactions on it would interleave, so take turns.
         self._turns = threading.RLock() if is_sqlite_memory(self.url) else contextlib.nullcontext()
@@ -116,6 +198,9 @@ class SQLStore(Store):
         # processes' writers still meet it there).
         self._write_turns = threading.RLock() if self.url.get_backend_name() == "sqlite" else contextlib.nullcontext()
         self._outage = False  # the last write failed as the database could not be written (see _writing)
+        # PostgreSQL queues writers of one task on its row (SELECT ... FOR UPDATE);
+        # SQLite's write transactions queue for the whole database (BEGIN IMMEDIATE).
+        self._row_locks = self.url.get_backend_name() != "sqlite"
 
     def __repr__(self) -> str:
         return f"SQLStore({self.url.render_as_string(hide_password=True)!r})"
@@ -131,14 +216,32 @@ class SQLStore(Store):
             yield session
 
     @contextlib.contextmanager
+    def _reading_rows(self) -> Iterator[Connection]:
+        """``_reading`` on a plain connection, for the hot reads of prebuilt
+        Core statements (no ORM objects, no session to set up)."""
+        with mapped_errors(), self._turns, self.engine.begin() as connection:
+            yield connection
+
+    @contextlib.contextmanager
     def _writing(self) -> Iterator[Session]:
+        with self._write_transaction(self._writes.begin) as session:
+            yield session
+
+    @contextlib.contextmanager
+    def _writing_rows(self) -> Iterator[Connection]:
+        """``_writing`` on a plain connection, for writes of prebuilt Core statements."""
+        with self._write_transaction(self._write_engine.begin) as connection:
+            yield connection
+
+    @contextlib.contextmanager
+    def _write_transaction(self, begin: Any) -> Iterator[Any]:
         if self._outage and not is_sqlite_memory(self.url):  # (that one connection is the database)
             # A SQLite connection opened while the file was read-only stays
             # read-only: write on fresh ones until a write has succeeded again.
             self.engine.dispose()
         try:
-            with mapped_errors(), self._turns, self._write_turns, self._writes.begin() as session:
-                yield session
+            with mapped_errors(), self._turns, self._write_turns, begin() as transaction:
+                yield transaction
         except StoreUnavailableError:
             self._outage = True
             raise
@@ -185,13 +288,21 @@ class SQLStore(Store):
         model, what = _TAGGABLE[entity]
         return self._row(session, model, entity_id, what=what, field="entity_id", lock=lock).id
 
+    # The hot paths (every feed, every sync of the control loop) run their main
+    # query first and look for the parent row only when it found nothing: an
+    # empty answer must still tell "no rows" from "no such task" (NotFoundError).
     @staticmethod
-    def _examples_known_at(session: Session, version: DatasetVersionRow) -> int:
-        """How many examples the task had when ``version`` was created."""
+    def _check_exists(session: Session | Connection, model: type[Base], ident: int, *, what: str) -> None:
+        if session.scalar(select(model.id).where(model.id == ident)) is None:
+            raise NotFoundError(f"{what} {ident}: not found")
+
+    @staticmethod
+    def _examples_known_at(session: Session | Connection, task_id: int, number: int) -> int:
+        """How many examples the task had when its version ``number`` was created."""
         end = session.scalar(
             select(func.max(ExampleChunkRow.first_example_id + ExampleChunkRow.count))
             .join(DatasetVersionRow, DatasetVersionRow.id == ExampleChunkRow.version_id)
-            .where(ExampleChunkRow.task_id == version.task_id, DatasetVersionRow.number <= version.number)
+            .where(ExampleChunkRow.task_id == task_id, DatasetVersionRow.number <= number)
         )
         return end or 0
 
@@ -381,120 +492,198 @@ class SQLStore(Store):
             kind=kind, parent_id=parent_id, members_blob=members_blob,
             n_examples=n_examples, chunk=chunk, toggles=toggles,
         )  # fmt: skip
-        with self._writing() as s:
-            # Locking the task queues concurrent creators of versions of this task.
-            task = self._task(s, task_id, lock=True)
-            # One statement for the version's number, the latest version, the chunk's
-            # first example id and the parent's task: the write lock is held for each round trip.
-            last, latest, end, parent_task = s.execute(select(
-                select(func.max(DatasetVersionRow.number)).where(DatasetVersionRow.task_id == task.id)
-                .scalar_subquery(),
-                select(DatasetVersionRow.id).where(DatasetVersionRow.task_id == task.id)
-                .order_by(DatasetVersionRow.number.desc()).limit(1).scalar_subquery(),
-                select(func.max(ExampleChunkRow.first_example_id + ExampleChunkRow.count))
-                .where(ExampleChunkRow.task_id == task.id).scalar_subquery(),
-                select(DatasetVersionRow.task_id).where(DatasetVersionRow.id == parent_id).scalar_subquery(),
-            )).one()
+        task_id = v.check_id("task_id", task_id)
+        # Core statements built once (see _VERSION_SLOTS) on a plain connection: no
+        # ORM session or unit of work, and the write lock is held for fewer round trips.
+        with self._writing_rows() as c:
+            if self._row_locks and c.scalar(_LOCK_TASK, {"task_id": task_id}) is None:
+                # (locking the task queues concurrent creators of versions of this task)
+                raise NotFoundError(f"task {task_id}: not found")
+            # One statement for the task's existence, the version's number, the latest
+            # version, the chunk's first example id and the parent's task and number.
+            found, last, latest, end, parent_task, parent_number = c.execute(
+                _VERSION_SLOTS, {"task_id": task_id, "parent_id": parent_id}).one()
+            if found is None:
+                raise NotFoundError(f"task {task_id}: not found")
+            task = _Id(task_id)
             if parent_id is not None and parent_task is None:
                 raise NotFoundError(f"dataset version {parent_id}: not found")
             if parent_id is not None and parent_task != task.id:
                 raise NotFoundError(f"dataset version {parent_id}: not found in task {task.id}")
-            parent = self._version(s, parent_id, field="parent_id") if toggles else None
             if toggles:
-                known = self._examples_known_at(s, parent)  # a refine always has a parent
+                known = self._examples_known_at(c, task.id, parent_number)  # a refine always has a parent
                 for example_id in toggles:
                     if example_id >= known:
                         raise NotFoundError(
-                            f"example {example_id}: not in task {task.id} at dataset version {parent.id}"
+                            f"example {example_id}: not in task {task.id} at dataset version {parent_id}"
                             f" (it had examples 0..{known - 1})"
                         )
             v.check_latest_parent(task.id, parent_id, latest)
             now = v.utcnow()
-            row = DatasetVersionRow(
-                task_id=task.id, number=(last or 0) + 1, kind=kind.value, parent_id=parent_id,
-                members_blob=members_blob, n_examples=int(n_examples), created_at=now,
-            )  # fmt: skip
-            s.add(row)
-            s.flush()  # assigns row.id
+            record = DatasetVersion(0, task.id, (last or 0) + 1, kind, parent_id, members_blob, int(n_examples), now)
+            values = {"task_id": record.task_id, "number": record.number, "kind": kind.value, "parent_id": parent_id,
+                      "members_blob": members_blob, "n_examples": record.n_examples, "created_at": now}
+            version_id = c.execute(_INSERT_VERSION, values).inserted_primary_key[0]
+            record = dataclasses.replace(record, id=version_id)
             if chunk is not None:
-                s.add(
-                    ExampleChunkRow(
-                        task_id=task.id, version_id=row.id, first_example_id=end or 0,
-                        count=int(chunk.count), x_blob=chunk.x_blob, y_blob=chunk.y_blob,
-                    )  # fmt: skip
-                )
+                c.execute(_INSERT_CHUNK, {
+                    "task_id": task.id, "version_id": version_id, "first_example_id": end or 0,
+                    "count": int(chunk.count), "x_blob": chunk.x_blob, "y_blob": chunk.y_blob,
+                })  # fmt: skip
             if toggles:
                 # One executemany: a refine may toggle many thousands of examples.
-                s.execute(
-                    insert(ToggleRow),
-                    [{"version_id": row.id, "example_id": e, "active": a} for e, a in sorted(toggles.items())],
+                c.execute(
+                    insert(ToggleRow.__table__),
+                    [{"version_id": version_id, "example_id": e, "active": a} for e, a in sorted(toggles.items())],
                 )
             src = None if parent_id is None else Node(NodeKind.DATASET, parent_id)
-            s.add(self._new_edge(EdgeKind(kind.value), src, Node(NodeKind.DATASET, row.id), None, now))
-            s.flush()
-            return row.to_record()
+            edge = self._new_edge(EdgeKind(kind.value), src, Node(NodeKind.DATASET, version_id), None, now)
+            c.execute(_INSERT_EDGE, {name: getattr(edge, name) for name in _EDGE_FIELDS})
+            return record
 
     @staticmethod
     def _new_edge(kind: EdgeKind, src: Node | None, dst: Node, job_id: int | None, now: datetime) -> EdgeRow:
-        return EdgeRow(
-            kind=kind.value,
-            src_kind=None if src is None else src.kind.value,
-            src_id=None if src is None else src.id,
-            dst_kind=dst.kind.value,
-            dst_id=dst.id,
-            job_id=job_id,
-            created_at=now,
-        )
+        return EdgeRow(**_edge_values(kind, src, dst, job_id, now))
 
     def get_dataset_version(self, version_id: int) -> DatasetVersion:
         with self._reading() as s:
             return self._version(s, version_id).to_record()
 
     def list_dataset_versions(self, task_id: int) -> tuple[DatasetVersion, ...]:
-        with self._reading() as s:
-            task = self._task(s, task_id)
-            query = select(DatasetVersionRow).where(DatasetVersionRow.task_id == task.id)
-            return tuple(r.to_record() for r in s.scalars(query.order_by(DatasetVersionRow.number)))
+        task_id = v.check_id("task_id", task_id)
+        with self._reading_rows() as c:
+            versions = tuple(map(_version_record, c.execute(_TASK_VERSIONS, {"task_id": task_id})))
+            if not versions:
+                self._check_exists(c, TaskRow, task_id, what="task")
+            return versions
 
     def list_chunks(self, task_id: int, *, up_to_version: int | None = None) -> tuple[ExampleChunk, ...]:
+        task_id = v.check_id("task_id", task_id)
+        if up_to_version is None:
+            with self._reading_rows() as c:
+                chunks = tuple(ExampleChunk(*r) for r in c.execute(_TASK_CHUNKS, {"task_id": task_id}))
+                if not chunks:
+                    self._check_exists(c, TaskRow, task_id, what="task")
+                return chunks
         with self._reading() as s:
-            task = self._task(s, task_id)
-            query = select(ExampleChunkRow).where(ExampleChunkRow.task_id == task.id)
-            if up_to_version is not None:
-                limit = self._version(s, up_to_version, field="up_to_version", task_id=task.id)
-                query = query.join(DatasetVersionRow, DatasetVersionRow.id == ExampleChunkRow.version_id).where(
-                    DatasetVersionRow.number <= limit.number
-                )
-            return tuple(r.to_record() for r in s.scalars(query.order_by(ExampleChunkRow.first_example_id)))
+            self._task(s, task_id)
+            limit = self._version(s, up_to_version, field="up_to_version", task_id=task_id)
+            query = (select(*_CHUNK_COLUMNS).where(ExampleChunkRow.task_id == task_id)
+                     .join(DatasetVersionRow, DatasetVersionRow.id == ExampleChunkRow.version_id)
+                     .where(DatasetVersionRow.number <= limit.number))
+            return tuple(ExampleChunk(*r) for r in s.execute(query.order_by(ExampleChunkRow.first_example_id)))
 
     # The three below answer what the base class computes from whole lists,
     # each in one transaction: every feed (and the control loop's reaction
     # to it) asks them, and a task's history only grows.
+    def feed_state(self, task_id: int) -> tuple[DatasetVersion | None, tuple[ExampleChunk, ...]]:
+        task_id = v.check_id("task_id", task_id)
+        with self._reading_rows() as c:
+            latest = c.execute(_LATEST_VERSION, {"task_id": task_id}).first()
+            chunks = tuple(ExampleChunk(*r) for r in c.execute(_TASK_CHUNKS, {"task_id": task_id}))
+            if latest is None and not chunks:
+                self._check_exists(c, TaskRow, task_id, what="task")
+            return None if latest is None else _version_record(latest), chunks
+
     def latest_dataset_version(self, task_id: int) -> DatasetVersion | None:
+        task_id = v.check_id("task_id", task_id)
+        with self._reading_rows() as c:
+            row = c.execute(_LATEST_VERSION, {"task_id": task_id}).first()
+            if row is None:
+                self._check_exists(c, TaskRow, task_id, what="task")
+                return None
+            return _version_record(row)
+
+    # The four below answer the pages every polling client reads (the task,
+    # its jobs, the leaderboard: ``Store.task_overview`` and the others) in
+    # one transaction each, with statements built once (``read_queries``).
+    @staticmethod
+    def _exists(s: Session, query: Any, ident: Any, *, what: str, field: str) -> int:
+        ident = v.check_id(field, ident)
+        if s.scalar(query, {"id": ident}) is None:
+            raise NotFoundError(f"{what} {ident}: not found")
+        return ident
+
+    def task_overview(self, task_id: int) -> tuple[Mapping[str, str], DatasetVersion | None, dict[str, int]]:
         with self._reading() as s:
-            task = self._task(s, task_id)
-            query = select(DatasetVersionRow).where(DatasetVersionRow.task_id == task.id)
-            row = s.scalars(query.order_by(DatasetVersionRow.number.desc()).limit(1)).first()
-            return None if row is None else row.to_record()
+            task_id = self._exists(s, q.TASK_EXISTS, task_id, what="task", field="task_id")
+            tags = FrozenDict(sorted((key, value) for key, value in s.execute(q.TASK_TAGS, {"id": task_id})))
+            latest = s.scalars(q.LATEST_VERSION, {"id": task_id}).first()
+            counts = {status: n for status, n in s.execute(q.JOB_COUNTS, {"id": task_id})}
+            return tags, None if latest is None else latest.to_record(), counts
+
+    def task_jobs(self, task_id: int) -> tuple[dict[int, int], tuple[Job, ...], dict[int, Mapping[str, str]]]:
+        with self._reading() as s:
+            task_id = self._exists(s, q.TASK_EXISTS, task_id, what="task", field="task_id")
+            numbers = {version_id: number for version_id, number in s.execute(q.VERSION_NUMBERS, {"id": task_id})}
+            jobs = tuple(r.to_record() for r in s.scalars(q.TASK_JOBS, {"id": task_id}))
+            found: dict[int, list[tuple[str, str]]] = {job.id: [] for job in jobs}
+            for job_id, key, value in s.execute(q.TASK_JOB_TAGS, {"id": task_id}):
+                if job_id in found:  # (a job created since the jobs were read has no row here)
+                    found[job_id].append((key, value))
+            return numbers, jobs, {job_id: FrozenDict(sorted(pairs)) for job_id, pairs in found.items()}
+
+    def owner_results(self, owner_id: int, *, skip_tag: str | None = None
+                      ) -> tuple[tuple[Task, ...], dict[int, tuple[Job, ...]], dict[int, Mapping[str, str]]]:
+        with self._reading() as s:
+            owner_id = self._exists(s, q.USER_EXISTS, owner_id, what="user", field="user_id")
+            tasks = tuple(r.to_record() for r in s.scalars(q.OWNER_TASKS, {"id": owner_id}))
+            skip = set() if skip_tag is None else set(s.scalars(q.OWNER_SUCCEEDED_TAGGED, {"id": owner_id, "key": skip_tag}))
+            jobs: dict[int, list[Job]] = {task.id: [] for task in tasks}
+            for row in s.scalars(q.OWNER_SUCCEEDED, {"id": owner_id}):
+                if row.id not in skip:
+                    jobs.setdefault(row.task_id, []).append(row.to_record())
+            tags: dict[int, list[tuple[str, str]]] = {task.id: [] for task in tasks}
+            for task_id, key, value in s.execute(q.OWNER_TASK_TAGS, {"id": owner_id}):
+                tags.setdefault(task_id, []).append((key, value))
+            return (tasks, {task.id: tuple(jobs[task.id]) for task in tasks},
+                    {task.id: FrozenDict(sorted(tags[task.id])) for task in tasks})
+
+    def job_results(self, job_ids: Iterable[int]) -> tuple[dict[int, DatasetVersion], dict[int, tuple[Metric, ...]],
+                                                             dict[int, Mapping[str, str]]]:
+        job_ids = [v.check_id("job_id", job_id) for job_id in job_ids]
+        if not job_ids:
+            return {}, {}, {}
+        with self._reading() as s:
+            rows = {row.id: row for row in s.scalars(q.JOBS, {"ids": job_ids})}
+            job_ids = [job_id for job_id in job_ids if job_id in rows]  # (deleted meanwhile: left out)
+            version_ids = sorted({row.dataset_version_id for row in rows.values()})
+            versions = {r.id: r.to_record() for r in s.scalars(q.VERSIONS, {"ids": version_ids})}
+            metrics: dict[int, list[Metric]] = {job_id: [] for job_id in job_ids}
+            for r in s.scalars(q.METRICS, {"ids": job_ids}):
+                metrics[r.job_id].append(r.to_record())
+            tags: dict[int, list[tuple[str, str]]] = {job_id: [] for job_id in job_ids}
+            for job_id, key, value in s.execute(q.JOB_TAGS, {"ids": job_ids}):
+                tags[job_id].append((key, value))
+            return (versions, {job_id: tuple(found) for job_id, found in metrics.items()},
+                    {job_id: FrozenDict(sorted(found)) for job_id, found in tags.items()})
 
     def next_example_id(self, task_id: int) -> int:
-        with self._reading() as s:
-            task = self._task(s, task_id)
-            end = s.scalar(select(func.max(ExampleChunkRow.first_example_id + ExampleChunkRow.count))
-                           .where(ExampleChunkRow.task_id == task.id))
+        task_id = v.check_id("task_id", task_id)
+        with self._reading_rows() as c:
+            end = c.scalar(_NEXT_EXAMPLE_ID, {"task_id": task_id})
+            if end is None:
+                self._check_exists(c, TaskRow, task_id, what="task")
             return end or 0
 
     def owner_blobs(self, owner_id: int) -> OwnerBlobs:
-        with self._reading() as s:
-            owner = self._user(s, owner_id).id
-            owned = select(TaskRow.id).where(TaskRow.owner_id == owner).scalar_subquery()
-            data = set(s.scalars(select(DatasetVersionRow.members_blob).where(DatasetVersionRow.task_id.in_(owned))))
-            for x_blob, y_blob in s.execute(select(ExampleChunkRow.x_blob, ExampleChunkRow.y_blob)
-                                            .where(ExampleChunkRow.task_id.in_(owned))):
-                data.update((x_blob, y_blob))
-            models = set(s.scalars(select(JobRow.artifact_blob).where(JobRow.task_id.in_(owned),
-                                                                      JobRow.artifact_blob.is_not(None))))
+        owner = v.check_id("user_id", owner_id)
+        with self._reading_rows() as c:
+            data: set[str] = set()
+            models: set[str] = set()
+            for digest, kind in c.execute(_OWNER_BLOBS, {"owner_id": owner}):
+                (data if kind == "d" else models).add(digest)
+            if not data and not models:
+                self._check_exists(c, UserRow, owner, what="user")
             return OwnerBlobs(frozenset(data), frozenset(models - data))
+
+    def owner_blobs_stamp(self, owner_id: int) -> tuple[int, ...]:
+        owner = v.check_id("user_id", owner_id)
+        with self._reading_rows() as c:
+            row = c.execute(_OWNER_BLOBS_STAMP, {"owner_id": owner}).one()
+            if row[0] is None:
+                raise NotFoundError(f"user {owner}: not found")
+            return tuple(0 if x is None else int(x) for x in row[1:])
 
     def list_toggles(self, version_id: int) -> tuple[Toggle, ...]:
         with self._reading() as s:
@@ -593,20 +782,30 @@ class SQLStore(Store):
         v.check_text("key", key)
         if not isinstance(value, str):
             raise DataError("value", repr(value), "a string")
+        entity_id = v.check_id("entity_id", entity_id)
+        tags = TagRow.__table__
+        overwrite = update(tags).where(tags.c.entity == entity, tags.c.entity_id == entity_id,
+                                       tags.c.key == key).values(value=value)
         with self._writing() as s:
-            entity_id = self._entity(s, entity, entity_id, lock=True)  # queues concurrent setters
-            row = s.get(TagRow, (entity, entity_id, key))
-            if row is None:
-                s.add(TagRow(entity=entity, entity_id=entity_id, key=key, value=value))
-            else:
-                row.value = value
+            # A tag that is there already proves its entity exists (delete_task removes
+            # the tags with their rows): one statement overwrites it.
+            if s.execute(overwrite).rowcount:
+                return
+            self._entity(s, entity, entity_id, lock=True)  # queues concurrent setters of a new key
+            # A setter that held the lock before this one may have added the key meanwhile (PostgreSQL).
+            if not s.execute(overwrite).rowcount:
+                s.execute(insert(tags).values(entity=entity, entity_id=entity_id, key=key, value=value))
 
     def tags(self, entity: str, entity_id: int) -> Mapping[str, str]:
         v.check_entity(entity)
-        with self._reading() as s:
-            entity_id = self._entity(s, entity, entity_id)
-            query = select(TagRow.key, TagRow.value).where(TagRow.entity == entity, TagRow.entity_id == entity_id)
-            return FrozenDict(sorted((key, value) for key, value in s.execute(query)))
+        model, what = _TAGGABLE[entity]
+        entity_id = v.check_id("entity_id", entity_id)
+        # One statement: the entity's row (NotFoundError without one) with its tags.
+        with self._reading_rows() as c:
+            rows = c.execute(_ENTITY_TAGS[entity], {"entity_id": entity_id}).all()
+            if not rows:
+                raise NotFoundError(f"{what} {entity_id}: not found")
+            return FrozenDict(sorted((key, value) for _, key, value in rows if key is not None))
 
     def find_by_tag(self, entity: str, key: str, value: str | None = None) -> tuple[int, ...]:
         v.check_entity(entity)

@@ -1,0 +1,104 @@
+"""The task and jobs pages from one store read each.
+
+``GET /tasks/{name}`` and ``GET /tasks/{name}/jobs`` are the reads every
+polling client repeats. Each part of their JSON used to be its own store
+call (a transaction with an existence check of the task or job, e.g. the
+task's tags read three times: table schema, class names, mute flag); here
+the store hands back everything at once (``Store.task_overview``,
+``Store.task_jobs``) and the JSON is built from it, field for field as the
+single-purpose helpers build it. The leaderboard reads all of the owner's
+tasks' results in two reads, where ``models.best`` makes six per task.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Mapping
+
+from ..errors import NotFoundError, StoreCorruptError
+from ..store import BlobStore, Job, JobStatus, Store, Task
+from . import models
+from .failures import ERROR_CODE_TAG
+from .notify import MUTED_TAG
+from .profile_view import PREDICTION_FIELDS
+from .profiling import prediction_in, profiling_runs
+from .task_schema import CLASSES_TAG, TABLE_TAG, TableSchema
+from .validation import validation_size
+
+
+def fields_from_tags(tags: Mapping[str, str]) -> dict[str, Any]:
+    """``task_schema.task_fields`` from the task's tags already read."""
+    text = tags.get(TABLE_TAG)
+    schema = None if text is None else TableSchema.from_json(text, field=TABLE_TAG)
+    return {"table": None if schema is None else schema.to_dict(), "class_names": _class_names(tags)}
+
+
+def _class_names(tags: Mapping[str, str]) -> list[Any] | None:
+    """``task_schema.class_names`` from the task's tags already read."""
+    classes = tags.get(CLASSES_TAG)
+    return None if classes is None else list(json.loads(classes))
+
+
+def task_page(store: Store, task: Task, task_json: Callable[[Task], dict[str, Any]],
+              version_json: Callable[[Any], dict[str, Any]], status: Callable[[Task, bool], dict[str, Any]]
+              ) -> dict[str, Any]:
+    """What ``Service.get_task`` answers; ``status`` is the control loop's ``task_status``."""
+    tags, latest, counts = store.task_overview(task.id)
+    out = {**task_json(task), **fields_from_tags(tags)}
+    out["latest_version"] = None if latest is None else version_json(latest)
+    out["jobs"] = counts
+    out.update(status(task, latest is not None))  # idle, candidates, blocked, status, reason
+    # The configs the selector explores for the latest version (scikit-learn
+    # configs plus torch candidates, one arm each) follow from the program,
+    # so a read never waits for the control loop to take in a feed.
+    out["arms"] = out["candidates"] if latest is not None and not task.cancelled else 0
+    out["muted"] = tags.get(MUTED_TAG) == "true"  # as notify.is_muted
+    return out
+
+
+def jobs_page(store: Store, task: Task, job_json: Callable[..., dict[str, Any]]) -> list[dict[str, Any]]:
+    """What ``Service.jobs`` answers: each job's row with its error code
+    (``failures.error_code``) and its prediction and profiling seconds
+    (``profile_view.with_predictions``), all from the one read."""
+    numbers, jobs, tags = store.task_jobs(task.id)
+    rows = []
+    for job in jobs:
+        job_tags = tags.get(job.id, {})
+        row = job_json(job, numbers.get(job.dataset_version_id), _error_code(job, job_tags))
+        found = prediction_in(job_tags)
+        row.update({key: found[key] for key in PREDICTION_FIELDS})
+        runs = profiling_runs(job_tags)
+        row["profiling_seconds"] = sum(r["seconds"] for r in runs) if runs else None
+        rows.append(row)
+    return rows
+
+
+def _error_code(job: Job, tags: Mapping[str, str]) -> str | None:
+    return tags.get(ERROR_CODE_TAG) if job.status is JobStatus.FAILED else None
+
+
+def leaderboard(store: Store, blobs: BlobStore, owner_id: int) -> list[dict[str, Any]]:
+    """What ``Service.leaderboard`` answers: per task of the owner, by id,
+    ``models.best`` (None without a trained model), or the error of a model
+    whose artifact is lost, so that it does not hide the other rows."""
+    tasks, succeeded, task_tags = store.owner_results(owner_id, skip_tag=models.UNUSABLE_TAG)
+    picks = {task.id: models.pick_best(succeeded[task.id], ()) for task in tasks}
+    versions, metrics, job_tags = store.job_results([job.id for job in picks.values() if job is not None])
+    rows = []
+    for task in tasks:
+        row: dict[str, Any] = {"task": task.name, "best": None}
+        job = picks[task.id]
+        try:
+            if job is None or job.id not in metrics:  # (no model, or its job deleted meanwhile)
+                raise NotFoundError(f"task {task.name!r} has no trained model yet")
+            if job.artifact_blob is not None and not blobs.exists(job.artifact_blob):
+                models.read_model(blobs, task, job)  # raises StoreCorruptError naming the task and job
+            version = versions[job.dataset_version_id]
+            row["best"] = models.best_json(job, version, metrics[job.id], _class_names(task_tags[task.id]),
+                                           prediction_in(job_tags[job.id]), validation_size(store, blobs, version))
+        except NotFoundError:
+            pass
+        except StoreCorruptError as error:
+            row["error"] = {"code": error.code, "message": str(error)}
+        rows.append(row)
+    return rows

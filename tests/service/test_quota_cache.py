@@ -1,0 +1,81 @@
+"""The quota's per-owner count of stored bytes (``quota._StoredBytes``) is
+reused only while nothing changed: a write by another process (a training
+worker storing a model) or a task deletion makes the next check count again,
+and the service's own feeds move the count on exactly."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+
+from ease_jupyter import datasets
+from ease_jupyter.service import ServiceConfig
+from ease_jupyter.service.auth import create_user
+from ease_jupyter.service.core import Service
+from ease_jupyter.store import JobStatus, JobUpdate, open_store
+
+
+@pytest.fixture
+def service(tmp_path):
+    svc = Service(ServiceConfig(data_dir=tmp_path, executor="thread", tick_seconds=3600, torch=False))
+    yield svc
+    svc.store.close()
+
+
+def _feed(svc: Service, user, name: str, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    return svc.feed(user, name, {"X": rng.normal(size=(12, 4)).astype("float32").tolist(),
+                                 "y": rng.integers(0, 3, 12).tolist()})
+
+
+def _counted_afresh(svc: Service, owner_id: int) -> int:
+    referenced = svc.store.owner_blobs(owner_id)
+    return sum(svc.blobs.size(d) or 0 for d in referenced.data | referenced.models)
+
+
+def _usage(svc: Service, owner_id: int) -> int:
+    usage = svc.quota.usage(svc.store, svc.blobs, owner_id)
+    return usage.data + usage.models
+
+
+def test_own_feeds_move_the_count_on(service) -> None:
+    user, _ = create_user(service.store, "alice")
+    service.create_task(user, {"name": "t", "input": [4], "output": [3]})
+    for seed in range(3):
+        _feed(service, user, "t", seed)
+        assert _usage(service, user.id) == _counted_afresh(service, user.id) > 0
+
+
+def test_a_model_stored_by_another_process_is_counted(service, tmp_path) -> None:
+    user, _ = create_user(service.store, "alice")
+    service.create_task(user, {"name": "t", "input": [4], "output": [3]})
+    version = _feed(service, user, "t", 0)
+    before = _usage(service, user.id)
+    # A worker process: its own connection to the same database and blob store.
+    store, blobs = open_store(f"sqlite:///{tmp_path / 'easeml.sqlite'}", tmp_path)
+    try:
+        task = store.task_by_name(user.id, "t")
+        job = store.create_job(task.id, version["id"], "m", {})
+        store.update_job(job.id, JobStatus.RUNNING)
+        model = blobs.put_bytes(b"a trained model" * 100)
+        store.update_job(job.id, JobStatus.SUCCEEDED, JobUpdate(accuracy=0.5, artifact_blob=model))
+    finally:
+        store.close()
+    assert _usage(service, user.id) == before + 1500 == _counted_afresh(service, user.id)
+
+
+def test_deleting_a_task_forgets_the_count(service) -> None:
+    user, _ = create_user(service.store, "alice")
+    for name in ("kept", "gone"):
+        service.create_task(user, {"name": name, "input": [4], "output": [3]})
+    _feed(service, user, "kept", 0)
+    _feed(service, user, "gone", 1)  # the newest version: its id is the highest
+    _usage(service, user.id)
+    service.delete_task(user, "gone")
+    # A refine (no quota check) then takes the deleted version's id (SQLite
+    # reuses the highest), so the owner's stamp is the one counted before.
+    kept = service.store.task_by_name(user.id, "kept")
+    datasets.refine(service.store, service.blobs, kept, drop=[0])
+    assert _usage(service, user.id) == _counted_afresh(service, user.id)
