@@ -415,8 +415,12 @@ class SQLStore(Store):
             raise AlreadyExistsError(f"task {name!r}: created by a concurrent call") from None
 
     def get_task(self, task_id: int) -> Task:
-        with self._reading() as s:
-            return self._task(s, task_id).to_record()
+        task_id = v.check_id("task_id", task_id)
+        with self._reading_rows() as c:
+            row = c.execute(q.TASK, {"id": task_id}).first()
+            if row is None:
+                raise NotFoundError(f"task {task_id}: not found")
+            return q.task_record(row)
 
     def task_by_name(self, owner_id: int, name: str) -> Task:
         with self._reading() as s:
@@ -598,43 +602,44 @@ class SQLStore(Store):
     # its jobs, the leaderboard: ``Store.task_overview`` and the others) in
     # one transaction each, with statements built once (``read_queries``).
     @staticmethod
-    def _exists(s: Session, query: Any, ident: Any, *, what: str, field: str) -> int:
+    def _exists(c: Connection, query: Any, ident: Any, *, what: str, field: str) -> int:
         ident = v.check_id(field, ident)
-        if s.scalar(query, {"id": ident}) is None:
+        if c.scalar(query, {"id": ident}) is None:
             raise NotFoundError(f"{what} {ident}: not found")
         return ident
 
     def task_overview(self, task_id: int) -> tuple[Mapping[str, str], DatasetVersion | None, dict[str, int]]:
-        with self._reading() as s:
-            task_id = self._exists(s, q.TASK_EXISTS, task_id, what="task", field="task_id")
-            tags = FrozenDict(sorted((key, value) for key, value in s.execute(q.TASK_TAGS, {"id": task_id})))
-            latest = s.scalars(q.LATEST_VERSION, {"id": task_id}).first()
-            counts = {status: n for status, n in s.execute(q.JOB_COUNTS, {"id": task_id})}
-            return tags, None if latest is None else latest.to_record(), counts
+        with self._reading_rows() as c:
+            task_id = self._exists(c, q.TASK_EXISTS, task_id, what="task", field="task_id")
+            tags = FrozenDict(sorted((key, value) for key, value in c.execute(q.TASK_TAGS, {"id": task_id})))
+            latest = c.execute(q.LATEST_VERSION, {"id": task_id}).first()
+            counts = {status: n for status, n in c.execute(q.JOB_COUNTS, {"id": task_id})}
+            return tags, None if latest is None else q.version_record(latest), counts
 
     def task_jobs(self, task_id: int) -> tuple[dict[int, int], tuple[Job, ...], dict[int, Mapping[str, str]]]:
-        with self._reading() as s:
-            task_id = self._exists(s, q.TASK_EXISTS, task_id, what="task", field="task_id")
-            numbers = {version_id: number for version_id, number in s.execute(q.VERSION_NUMBERS, {"id": task_id})}
-            jobs = tuple(r.to_record() for r in s.scalars(q.TASK_JOBS, {"id": task_id}))
+        with self._reading_rows() as c:
+            task_id = self._exists(c, q.TASK_EXISTS, task_id, what="task", field="task_id")
+            numbers = {version_id: number for version_id, number in c.execute(q.VERSION_NUMBERS, {"id": task_id})}
+            jobs = tuple(map(q.job_record, c.execute(q.TASK_JOBS, {"id": task_id})))
             found: dict[int, list[tuple[str, str]]] = {job.id: [] for job in jobs}
-            for job_id, key, value in s.execute(q.TASK_JOB_TAGS, {"id": task_id}):
+            for job_id, key, value in c.execute(q.TASK_JOB_TAGS, {"id": task_id}):
                 if job_id in found:  # (a job created since the jobs were read has no row here)
                     found[job_id].append((key, value))
             return numbers, jobs, {job_id: FrozenDict(sorted(pairs)) for job_id, pairs in found.items()}
 
     def owner_results(self, owner_id: int, *, skip_tag: str | None = None
                       ) -> tuple[tuple[Task, ...], dict[int, tuple[Job, ...]], dict[int, Mapping[str, str]]]:
-        with self._reading() as s:
-            owner_id = self._exists(s, q.USER_EXISTS, owner_id, what="user", field="user_id")
-            tasks = tuple(r.to_record() for r in s.scalars(q.OWNER_TASKS, {"id": owner_id}))
-            skip = set() if skip_tag is None else set(s.scalars(q.OWNER_SUCCEEDED_TAGGED, {"id": owner_id, "key": skip_tag}))
+        with self._reading_rows() as c:
+            owner_id = self._exists(c, q.USER_EXISTS, owner_id, what="user", field="user_id")
+            tasks = tuple(map(q.task_record, c.execute(q.OWNER_TASKS, {"id": owner_id})))
+            skip = set() if skip_tag is None else set(c.scalars(q.OWNER_SUCCEEDED_TAGGED, {"id": owner_id, "key": skip_tag}))
             jobs: dict[int, list[Job]] = {task.id: [] for task in tasks}
-            for row in s.scalars(q.OWNER_SUCCEEDED, {"id": owner_id}):
-                if row.id not in skip:
-                    jobs.setdefault(row.task_id, []).append(row.to_record())
+            for row in c.execute(q.OWNER_SUCCEEDED, {"id": owner_id}):
+                job = q.job_record(row)
+                if job.id not in skip:
+                    jobs.setdefault(job.task_id, []).append(job)
             tags: dict[int, list[tuple[str, str]]] = {task.id: [] for task in tasks}
-            for task_id, key, value in s.execute(q.OWNER_TASK_TAGS, {"id": owner_id}):
+            for task_id, key, value in c.execute(q.OWNER_TASK_TAGS, {"id": owner_id}):
                 tags.setdefault(task_id, []).append((key, value))
             return (tasks, {task.id: tuple(jobs[task.id]) for task in tasks},
                     {task.id: FrozenDict(sorted(tags[task.id])) for task in tasks})
@@ -644,16 +649,16 @@ class SQLStore(Store):
         job_ids = [v.check_id("job_id", job_id) for job_id in job_ids]
         if not job_ids:
             return {}, {}, {}
-        with self._reading() as s:
-            rows = {row.id: row for row in s.scalars(q.JOBS, {"ids": job_ids})}
+        with self._reading_rows() as c:
+            rows = {job.id: job for job in map(q.job_record, c.execute(q.JOBS, {"ids": job_ids}))}
             job_ids = [job_id for job_id in job_ids if job_id in rows]  # (deleted meanwhile: left out)
-            version_ids = sorted({row.dataset_version_id for row in rows.values()})
-            versions = {r.id: r.to_record() for r in s.scalars(q.VERSIONS, {"ids": version_ids})}
+            version_ids = sorted({job.dataset_version_id for job in rows.values()})
+            versions = {r.id: r for r in map(q.version_record, c.execute(q.VERSIONS, {"ids": version_ids}))}
             metrics: dict[int, list[Metric]] = {job_id: [] for job_id in job_ids}
-            for r in s.scalars(q.METRICS, {"ids": job_ids}):
-                metrics[r.job_id].append(r.to_record())
+            for metric in map(q.metric_record, c.execute(q.METRICS, {"ids": job_ids})):
+                metrics[metric.job_id].append(metric)
             tags: dict[int, list[tuple[str, str]]] = {job_id: [] for job_id in job_ids}
-            for job_id, key, value in s.execute(q.JOB_TAGS, {"ids": job_ids}):
+            for job_id, key, value in c.execute(q.JOB_TAGS, {"ids": job_ids}):
                 tags[job_id].append((key, value))
             return (versions, {job_id: tuple(found) for job_id, found in metrics.items()},
                     {job_id: FrozenDict(sorted(found)) for job_id, found in tags.items()})
@@ -712,10 +717,16 @@ class SQLStore(Store):
 
     def list_jobs(self, task_id: int | None = None, *, status: JobStatus | None = None) -> tuple[Job, ...]:
         status = None if status is None else v.check_status(status)
+        if task_id is not None:  # every sync of the control loop: prebuilt, the task looked for only if no job
+            task_id = v.check_id("task_id", task_id)
+            with self._reading_rows() as c:
+                jobs = tuple(map(q.job_record, c.execute(q.TASK_JOBS, {"id": task_id}) if status is None
+                                 else c.execute(q.TASK_JOBS_WITH_STATUS, {"id": task_id, "status": status.value})))
+                if not jobs:
+                    self._check_exists(c, TaskRow, task_id, what="task")
+                return jobs
         with self._reading() as s:
             query = select(JobRow).order_by(JobRow.id)
-            if task_id is not None:
-                query = query.where(JobRow.task_id == self._task(s, task_id).id)
             if status is not None:
                 query = query.where(JobRow.status == status.value)
             return tuple(r.to_record() for r in s.scalars(query))
