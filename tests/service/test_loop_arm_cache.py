@@ -7,21 +7,16 @@ from __future__ import annotations
 import numpy as np
 
 from ease_jupyter import datasets
-from ease_jupyter.schema import format_program, program_from_shapes
 from ease_jupyter.service.loop import ControlLoop
 from ease_jupyter.service.user_models import UserModel, UserModels
-from ease_jupyter.store import InMemoryStore, MemoryBlobStore
 from ease_jupyter.zoo import Engine
 
 from .conftest import ManualExecutor
+from .test_loop_recovery import fed_task
 
 
 def _loop_with_task():
-    store, blobs = InMemoryStore(), MemoryBlobStore()
-    user = store.create_user("ada", "a" * 64)
-    task = store.create_task(user.id, "t", format_program(program_from_shapes([4], [3])))
-    rng = np.random.default_rng(0)
-    datasets.feed(store, blobs, task, rng.normal(size=(12, 4)).astype("float32"), rng.integers(0, 3, 12))
+    store, blobs, task = fed_task()  # 30 examples
     loop = ControlLoop(store, blobs, executors={Engine.SKLEARN: ManualExecutor(store, workers=1)})
     loop.recover()
     return store, blobs, task, loop
@@ -55,7 +50,7 @@ def test_a_new_version_reuses_the_arms_without_reading_the_user_models_again(mon
     loop.notify(task.id)
     loop.step()
     assert reads == []
-    assert [t.n_examples for t in loop.state.tenants.values()] == [24]
+    assert [t.n_examples for t in loop.state.tenants.values()] == [42]
     loop.stop()
 
 
