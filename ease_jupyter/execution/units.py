@@ -89,7 +89,8 @@ engine's worker threads, a unit still running on the thread of a worker
 that was killed, the driver). Every net this module builds is built while
 holding :data:`GLOBAL_RNG` (``build_net``), and the driver builds a trial's
 initial weights under it from the trial's seed, so those weights never
-depend on what other threads do meanwhile. A net that itself draws from the
+depend on what other threads do meanwhile (a user's net is built in its own
+child process, without the lock). A net that itself draws from the
 global generator while it trains (dropout) is reproducible only where one
 unit runs per process (a Dask worker process with one thread).
 """
@@ -515,12 +516,20 @@ def _write(out_dir: str, spec: UnitSpec, data: bytes) -> str:
     return blob_io.write_atomic(out_dir, f"{trial_dir}/{name}", data)
 
 
-def build_net(hooks: "Hooks", spec: UnitSpec) -> Any:
-    """``hooks.model_fn(spec)``, built holding :data:`GLOBAL_RNG`: its random
-    initial weights (overwritten by a checkpoint, or seeded by
-    :func:`initial_checkpoint`) are drawn while no other thread uses the
-    global generator."""
+def build_net(hooks: "Hooks", spec: UnitSpec, *, seed: int | None = None) -> Any:
+    """``hooks.model_fn(spec)``, built holding :data:`GLOBAL_RNG` (after
+    seeding the global generator with ``seed``, if given), so that its random
+    initial weights are drawn while no other thread uses the generator. A
+    builder whose class says ``draws_global_rng = False`` (a user's net,
+    built in its own child process) is built without the lock: user code
+    must never hold up the other units of the process."""
+    if not getattr(spec.builder, "draws_global_rng", True):
+        return hooks.model_fn(spec)
+    import torch
+
     with GLOBAL_RNG:
+        if seed is not None:
+            torch.manual_seed(seed)
         return hooks.model_fn(spec)
 
 
@@ -572,8 +581,9 @@ def initial_checkpoint(spec: UnitSpec, X: Any, y: Any, hooks: Hooks = Hooks()) -
     """Fresh weights for a trial: build the net under the trial's seed, adapt
     it to the training data (input/target statistics become buffers), and
     save it with a fresh optimizer. Runs on the CPU, wherever it is called."""
-    with GLOBAL_RNG, _Seeded(unit_seed(spec.seed, spec.trial, -1, -1)):
-        net = hooks.model_fn(spec)
+    seed = unit_seed(spec.seed, spec.trial, -1, -1)
+    with _Seeded(seed):
+        net = build_net(hooks, spec, seed=seed)  # the seed again, under the lock: no thread draws between
         X_t, y_t = hooks.input_fn((X, y))
         net.adapt(X_t, y_t)
         return save_checkpoint(net, _make_optimizer(net, spec))

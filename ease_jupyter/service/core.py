@@ -287,8 +287,8 @@ class Service:
         name = check_name("name", body.get("name"))
         table = task_schema.table_program(body)  # (program, schema) of a table task declared from data
         text = table[0] if table is not None else _program_text(body)
-        try:
-            existing = self._task(caller, name)
+        try:  # the store, not the cache: a deleted task's name must be free again at once
+            existing = self.store.task_by_name(caller.id, name)
         except NotFoundError:
             if text is None:
                 raise DataError("program", "nothing", "a program or input/output shapes for a new task") from None

@@ -115,8 +115,12 @@ class _StoredBytes:
         # store -> owner -> (stamp, {data digest: size}, {model digest: size}); a
         # closed store's counts go with it
         self._counted: weakref.WeakKeyDictionary[Store, OrderedDict[int, _Counted]] = weakref.WeakKeyDictionary()
+        # owner -> deletes of her rows so far: a count read across a delete is not kept
+        self._forgotten: dict[int, int] = {}
 
     def of(self, store: Store, blobs: BlobStore, owner_id: int) -> tuple[int, int]:
+        with self._lock:
+            forgotten = self._forgotten.get(owner_id, 0)
         stamp = store.owner_blobs_stamp(owner_id)
         with self._lock:
             found = self._counted.get(store, {}).get(owner_id)
@@ -126,6 +130,8 @@ class _StoredBytes:
         data, models = _sizes(blobs, referenced.data), _sizes(blobs, referenced.models)
         if stamp is not None:
             with self._lock:
+                if self._forgotten.get(owner_id, 0) != forgotten:  # a delete came between the two reads
+                    return sum(data.values()), sum(models.values())
                 owners = self._counted.setdefault(store, OrderedDict())
                 owners[owner_id] = (stamp, data, models)
                 owners.move_to_end(owner_id)
@@ -147,6 +153,7 @@ class _StoredBytes:
     def forget(self, store: Store, owner_id: int) -> None:
         with self._lock:
             self._counted.get(store, {}).pop(owner_id, None)
+            self._forgotten[owner_id] = self._forgotten.get(owner_id, 0) + 1
 
 
 _Counted = tuple[tuple[int, ...], dict[str, int], dict[str, int]]

@@ -89,7 +89,8 @@ def leaderboard(store: Store, blobs: BlobStore, owner_id: int) -> list[dict[str,
         row: dict[str, Any] = {"task": task.name, "best": None}
         job = picks[task.id]
         try:
-            if job is None or job.id not in metrics:  # (no model, or its job deleted meanwhile)
+            # (no model, or its job or version deleted meanwhile: PostgreSQL reads each statement at its own time)
+            if job is None or job.id not in metrics or job.dataset_version_id not in versions:
                 raise NotFoundError(f"task {task.name!r} has no trained model yet")
             if job.artifact_blob is not None and not blobs.exists(job.artifact_blob):
                 models.read_model(blobs, task, job)  # raises StoreCorruptError naming the task and job

@@ -51,7 +51,7 @@ import time
 import traceback
 from dataclasses import asdict, dataclass
 from types import MappingProxyType
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, ClassVar, Iterable, Mapping
 
 from sklearn.base import BaseEstimator
 
@@ -366,6 +366,10 @@ class NetBuilder:
     """The user's net for one config: ``factory(input_shape, output_shape,
     **options)``, the options being the config's less the training ones
     (``lr``, ``batch_size``, ...), wrapped as a zoo net (``UserNet``)."""
+
+    # Built in the job's child process (``run_user_code``): no draws from this
+    # process's global generator, so ``units.build_net`` takes no lock for it.
+    draws_global_rng: ClassVar[bool] = False
 
     name: str
     code: bytes

@@ -233,3 +233,38 @@ def test_initial_weights_do_not_depend_on_units_running_in_other_threads(digits)
         for t in others:
             t.join()
     assert all(same_weights(g, want) for g in got)
+
+
+def test_a_builder_that_draws_nothing_here_is_built_without_the_generators_lock(digits):
+    """A user's net is built in its own child process (``draws_global_rng =
+    False``): its build must not wait for, or hold up, other units' seeding."""
+    import threading
+
+    from ease_jupyter.execution.units import GLOBAL_RNG, build_net
+
+    class OwnBuilder:
+        draws_global_rng = False
+
+        def __call__(self, config):
+            return LENET(config)
+
+    own = UnitSpec.of("t0", "lenet", {"lr": 0.05}, OwnBuilder(), seed=7)
+    held, release = threading.Event(), threading.Event()
+
+    def hold_the_lock():
+        with GLOBAL_RNG:
+            held.set()
+            release.wait(30)
+
+    other = threading.Thread(target=hold_the_lock, daemon=True)
+    other.start()
+    held.wait(10)
+    try:
+        built = []
+        builder = threading.Thread(target=lambda: built.append(build_net(Hooks(), own)), daemon=True)
+        builder.start()
+        builder.join(10)
+        assert built, "a net that draws nothing from this process's generator waited for its lock"
+    finally:
+        release.set()
+        other.join()

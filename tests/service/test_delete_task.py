@@ -174,3 +174,17 @@ def test_feeding_the_same_rows_over_http_answers_200_and_counts_them(svc):
                           {"X": X, "y": y})
     assert "fed 0 new row(s), 16 already there, no new version" in shown.title
     assert until(lambda: t.refresh()["idle"], 120)
+
+
+def test_a_deleted_tasks_name_can_be_declared_again_even_if_a_reader_cached_it(svc):
+    """A read racing the delete may put the deleted task back in the
+    service's by-name cache; declaring the name again must still create it."""
+    alice = svc.client("alice")
+    alice.task("again", input=[2], output=[2])
+    caller = svc.service.store.user_by_name("alice")
+    stale = svc.service._task(caller, "again")
+    assert svc.call("DELETE", "/tasks/again", "alice").status == 200
+    svc.service._task_cache[(caller.id, "again")] = stale  # the racing reader's late write
+    made = svc.call("POST", "/tasks", "alice", body={"name": "again", "input": [3], "output": [2]})
+    assert made.status == 201, made.body
+    assert made.body["id"] != stale.id or made.body["program"] != stale.program

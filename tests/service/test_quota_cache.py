@@ -79,3 +79,29 @@ def test_deleting_a_task_forgets_the_count(service) -> None:
     kept = service.store.task_by_name(user.id, "kept")
     datasets.refine(service.store, service.blobs, kept, drop=[0])
     assert _usage(service, user.id) == _counted_afresh(service, user.id)
+
+
+def test_a_count_read_across_a_delete_is_not_kept(service, monkeypatch):
+    """A delete (``forget_usage``) between the stamp and the blobs it counts
+    leaves nothing cached: the next check counts again."""
+    from ease_jupyter.service import quota
+
+    ada, _ = create_user(service.store, "ada")
+    service.create_task(ada, {"name": "t", "input": [4], "output": [3]})
+    _feed(service, ada, "t", 0)
+    quota.forget_usage(service.store, ada.id)
+    owner_blobs = service.store.owner_blobs
+
+    def deleted_meanwhile(owner_id):
+        found = owner_blobs(owner_id)
+        quota.forget_usage(service.store, owner_id)
+        return found
+
+    monkeypatch.setattr(service.store, "owner_blobs", deleted_meanwhile)
+    _usage(service, ada.id)
+    monkeypatch.setattr(service.store, "owner_blobs", owner_blobs)
+    expected = _counted_afresh(service, ada.id)
+    asked = []
+    monkeypatch.setattr(service.store, "owner_blobs", lambda owner_id: (asked.append(owner_id), owner_blobs(owner_id))[1])
+    assert _usage(service, ada.id) == expected
+    assert asked == [ada.id]  # counted again, not taken from a count made across the delete

@@ -147,8 +147,9 @@ CLIENT_STARTS = 3
 
 def _client(target: Any, security: Any) -> Client:
     """``Client(target)``, tried again when its event-loop thread did not start:
-    distributed waits 10 s for that thread and then fails an ``assert`` (seen
-    on a loaded two-core machine), before it has tried to connect."""
+    distributed waits 10 s for that thread and then fails a bare ``assert``
+    (seen on a loaded two-core machine), before it has tried to connect; the
+    thread of a failed try, if it starts later, is left idle."""
     tries = 1
     while True:
         try:
