@@ -12,7 +12,6 @@ tasks' results in two reads, where ``models.best`` makes six per task.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Callable, Mapping
 
 from ..errors import NotFoundError, StoreCorruptError
@@ -22,21 +21,14 @@ from .failures import ERROR_CODE_TAG
 from .notify import MUTED_TAG
 from .profile_view import PREDICTION_FIELDS
 from .profiling import prediction_in, profiling_runs
-from .task_schema import CLASSES_TAG, TABLE_TAG, TableSchema
+from .task_schema import names_in, schema_in
 from .validation import validation_size
 
 
 def fields_from_tags(tags: Mapping[str, str]) -> dict[str, Any]:
     """``task_schema.task_fields`` from the task's tags already read."""
-    text = tags.get(TABLE_TAG)
-    schema = None if text is None else TableSchema.from_json(text, field=TABLE_TAG)
-    return {"table": None if schema is None else schema.to_dict(), "class_names": _class_names(tags)}
-
-
-def _class_names(tags: Mapping[str, str]) -> list[Any] | None:
-    """``task_schema.class_names`` from the task's tags already read."""
-    classes = tags.get(CLASSES_TAG)
-    return None if classes is None else list(json.loads(classes))
+    schema = schema_in(tags)
+    return {"table": None if schema is None else schema.to_dict(), "class_names": names_in(tags)}
 
 
 def task_page(store: Store, task: Task, task_json: Callable[[Task], dict[str, Any]],
@@ -95,7 +87,7 @@ def leaderboard(store: Store, blobs: BlobStore, owner_id: int) -> list[dict[str,
             if job.artifact_blob is not None and not blobs.exists(job.artifact_blob):
                 models.read_model(blobs, task, job)  # raises StoreCorruptError naming the task and job
             version = versions[job.dataset_version_id]
-            row["best"] = models.best_json(job, version, metrics[job.id], _class_names(task_tags[task.id]),
+            row["best"] = models.best_json(job, version, metrics[job.id], names_in(task_tags[task.id]),
                                            prediction_in(job_tags[job.id]), validation_size(store, blobs, version))
         except NotFoundError:
             pass

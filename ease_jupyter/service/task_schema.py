@@ -34,15 +34,17 @@ __all__ = ["TABLE_TAG", "CLASSES_TAG", "table_schema", "class_names", "PreparedF
 
 def table_schema(store: Store, task: Task) -> TableSchema | None:
     """The task's table schema; None for a tensor task."""
-    return _schema_in(store.tags("task", task.id))
+    return schema_in(store.tags("task", task.id))
 
 
-def _schema_in(tags: Any) -> TableSchema | None:
+def schema_in(tags: Any) -> TableSchema | None:
+    """The table schema from a task's tags already read (None: a tensor task)."""
     text = tags.get(TABLE_TAG)
     return None if text is None else TableSchema.from_json(text, field=TABLE_TAG)
 
 
-def _names_in(tags: Any) -> list[Any] | None:
+def names_in(tags: Any) -> list[Any] | None:
+    """The class names from a task's tags already read (None: none yet)."""
     text = tags.get(CLASSES_TAG)
     return None if text is None else list(json.loads(text))
 
@@ -50,7 +52,7 @@ def _names_in(tags: Any) -> list[Any] | None:
 def class_names(store: Store, task: Task) -> list[Any] | None:
     """The task's class names, index order; None while it has none (a
     regression task, or one fed class indices only)."""
-    return _names_in(store.tags("task", task.id))
+    return names_in(store.tags("task", task.id))
 
 
 def names_json(store: Store, task: Task) -> dict[str, Any]:
@@ -125,7 +127,7 @@ def prepare_feed(store: Store, task: Task, X: Any, y: Any) -> PreparedFeed:
     """Check a table task's columns and map named labels to indices, before
     anything is written (DataError naming the column or label)."""
     tags = store.tags("task", task.id)  # read once: the schema and the class names
-    schema = _schema_in(tags)
+    schema = schema_in(tags)
     if schema is not None:
         table = _table_of(X)
         X = CheckedData(n=table.n, X=schema.stored_arrays(table))
@@ -135,7 +137,7 @@ def prepare_feed(store: Store, task: Task, X: Any, y: Any) -> PreparedFeed:
     elif isinstance(X, TableData):
         raise DataError("X", "a table (columns by name)", f"arrays for the tensor task {task.name!r}; declare a table "
                         "task with client.task(name, like=df, target=...) to feed tables")
-    names = _names_in(tags)
+    names = names_in(tags)
     if _num_classes(task) is None or (names is None and not _named_labels(y)):
         return PreparedFeed(X, y)
     if y is None:
