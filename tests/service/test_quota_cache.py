@@ -5,7 +5,6 @@ and the service's own feeds move the count on exactly."""
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 
