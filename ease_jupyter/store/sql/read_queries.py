@@ -20,7 +20,7 @@ from .models import DatasetVersionRow, JobRow, MetricRow, TagRow, TaskRow, UserR
 
 # Each record type's fields, in the order of its constructor, and the row to record.
 _TASK = tuple(TaskRow.__table__.c[n] for n in ("id", "owner_id", "name", "program", "created_at", "cancelled"))
-_VERSION = tuple(DatasetVersionRow.__table__.c[n] for n in (
+VERSION_COLUMNS = tuple(DatasetVersionRow.__table__.c[n] for n in (
     "id", "task_id", "number", "kind", "parent_id", "members_blob", "n_examples", "created_at"))
 _JOB = tuple(JobRow.__table__.c[n] for n in (
     "id", "task_id", "dataset_version_id", "model", "config", "status", "created_at", "started_at", "finished_at",
@@ -48,9 +48,10 @@ _IDS = bindparam("ids", expanding=True)
 
 TASK_EXISTS = select(TaskRow.id).where(TaskRow.id == _ID)
 USER_EXISTS = select(UserRow.id).where(UserRow.id == _ID)
+EXISTS = {TaskRow: TASK_EXISTS, UserRow: USER_EXISTS}
 
 TASK_TAGS = select(TagRow.key, TagRow.value).where(TagRow.entity == "task", TagRow.entity_id == _ID)
-LATEST_VERSION = (select(*_VERSION).where(DatasetVersionRow.task_id == _ID)
+LATEST_VERSION = (select(*VERSION_COLUMNS).where(DatasetVersionRow.task_id == _ID)
                   .order_by(DatasetVersionRow.number.desc()).limit(1))
 # {status: count} in the order of each status's first job, as counting a list by id gives
 JOB_COUNTS = (select(JobRow.status, func.count()).where(JobRow.task_id == _ID)
@@ -65,19 +66,19 @@ TASK_JOB_TAGS = (select(TagRow.entity_id, TagRow.key, TagRow.value)
                  .where(TagRow.entity == "job",
                         TagRow.entity_id.in_(select(JobRow.id).where(JobRow.task_id == _ID).scalar_subquery())))
 
-_OWNED = select(TaskRow.id).where(TaskRow.owner_id == _ID).scalar_subquery()
+OWNED = select(TaskRow.id).where(TaskRow.owner_id == _ID).scalar_subquery()
 OWNER_TASKS = select(*_TASK).where(TaskRow.owner_id == _ID).order_by(TaskRow.id)
-OWNER_SUCCEEDED = (select(*_JOB).where(JobRow.task_id.in_(_OWNED), JobRow.status == JobStatus.SUCCEEDED.value)
+OWNER_SUCCEEDED = (select(*_JOB).where(JobRow.task_id.in_(OWNED), JobRow.status == JobStatus.SUCCEEDED.value)
                    .order_by(JobRow.id))
 OWNER_SUCCEEDED_TAGGED = select(TagRow.entity_id).where(
     TagRow.entity == "job", TagRow.key == bindparam("key"),
-    TagRow.entity_id.in_(select(JobRow.id).where(JobRow.task_id.in_(_OWNED),
+    TagRow.entity_id.in_(select(JobRow.id).where(JobRow.task_id.in_(OWNED),
                                                  JobRow.status == JobStatus.SUCCEEDED.value).scalar_subquery()))
 OWNER_TASK_TAGS = select(TagRow.entity_id, TagRow.key, TagRow.value).where(TagRow.entity == "task",
-                                                                            TagRow.entity_id.in_(_OWNED))
+                                                                            TagRow.entity_id.in_(OWNED))
 
 JOBS = select(*_JOB).where(JobRow.id.in_(_IDS))
-VERSIONS = select(*_VERSION).where(DatasetVersionRow.id.in_(_IDS))
+VERSIONS = select(*VERSION_COLUMNS).where(DatasetVersionRow.id.in_(_IDS))
 METRICS = select(*_METRIC).where(MetricRow.job_id.in_(_IDS)).order_by(MetricRow.job_id, MetricRow.epoch,
                                                                        MetricRow.name)
 JOB_TAGS = select(TagRow.entity_id, TagRow.key, TagRow.value).where(TagRow.entity == "job",

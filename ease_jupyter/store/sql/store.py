@@ -17,7 +17,6 @@ this up: a bug here would fail loudly, never store duplicates.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import threading
 from datetime import datetime
 from typing import Any, Iterable, Iterator, Mapping, TypeVar
@@ -87,17 +86,8 @@ _TAGGABLE: dict[str, tuple[type[Base], str]] = {
 
 # Plain columns in the records' field order: reading them skips the ORM's
 # identity map, which a feed's reads never need.
-_VERSION_COLUMNS = tuple(DatasetVersionRow.__table__.c[name] for name in (
-    "id", "task_id", "number", "kind", "parent_id", "members_blob", "n_examples", "created_at"))
 _CHUNK_COLUMNS = tuple(ExampleChunkRow.__table__.c[name] for name in (
     "id", "task_id", "version_id", "first_example_id", "count", "x_blob", "y_blob"))
-
-
-@dataclasses.dataclass(frozen=True)
-class _Id:
-    """A row known to exist, by id (where its ORM object is not needed)."""
-
-    id: int
 
 
 def _edge_values(kind: EdgeKind, src: Node | None, dst: Node, job_id: int | None, now: datetime) -> dict[str, Any]:
@@ -111,10 +101,8 @@ _EDGE_FIELDS = ("kind", "src_kind", "src_id", "dst_kind", "dst_id", "job_id", "c
 
 # The statements of a feed's reads and writes, built once: building and keying a
 # statement costs SQLAlchemy several times what SQLite takes to run it.
-_TASK_ID, _OWNER_ID = bindparam("task_id"), bindparam("owner_id")
-_LATEST_VERSION = (select(*_VERSION_COLUMNS).where(DatasetVersionRow.task_id == _TASK_ID)
-                   .order_by(DatasetVersionRow.number.desc()).limit(1))
-_TASK_VERSIONS = (select(*_VERSION_COLUMNS).where(DatasetVersionRow.task_id == _TASK_ID)
+_TASK_ID = bindparam("task_id")
+_TASK_VERSIONS = (select(*q.VERSION_COLUMNS).where(DatasetVersionRow.task_id == _TASK_ID)
                   .order_by(DatasetVersionRow.number))
 _NEXT_EXAMPLE_ID = (select(func.max(ExampleChunkRow.first_example_id + ExampleChunkRow.count))
                     .where(ExampleChunkRow.task_id == _TASK_ID))
@@ -126,21 +114,20 @@ _ENTITY_TAGS = {
     .outerjoin(TagRow, (TagRow.entity == entity) & (TagRow.entity_id == model.id))
     for entity, (model, _) in _TAGGABLE.items()
 }
-_OWNED = select(TaskRow.id).where(TaskRow.owner_id == _OWNER_ID).scalar_subquery()
 # One statement: every kind of blob reference of an owner, tagged "d" (data) or "m" (a model).
 _OWNER_BLOBS = union_all(
-    select(DatasetVersionRow.members_blob, literal("d")).where(DatasetVersionRow.task_id.in_(_OWNED)),
-    select(ExampleChunkRow.x_blob, literal("d")).where(ExampleChunkRow.task_id.in_(_OWNED)),
-    select(ExampleChunkRow.y_blob, literal("d")).where(ExampleChunkRow.task_id.in_(_OWNED)),
-    select(JobRow.artifact_blob, literal("m")).where(JobRow.task_id.in_(_OWNED), JobRow.artifact_blob.is_not(None)),
+    select(DatasetVersionRow.members_blob, literal("d")).where(DatasetVersionRow.task_id.in_(q.OWNED)),
+    select(ExampleChunkRow.x_blob, literal("d")).where(ExampleChunkRow.task_id.in_(q.OWNED)),
+    select(ExampleChunkRow.y_blob, literal("d")).where(ExampleChunkRow.task_id.in_(q.OWNED)),
+    select(JobRow.artifact_blob, literal("m")).where(JobRow.task_id.in_(q.OWNED), JobRow.artifact_blob.is_not(None)),
 )
 _OWNER_BLOBS_STAMP = select(
-    select(UserRow.id).where(UserRow.id == _OWNER_ID).scalar_subquery(),
-    select(func.count()).select_from(DatasetVersionRow).where(DatasetVersionRow.task_id.in_(_OWNED)).scalar_subquery(),
-    select(func.max(DatasetVersionRow.id)).where(DatasetVersionRow.task_id.in_(_OWNED)).scalar_subquery(),
+    select(UserRow.id).where(UserRow.id == bindparam("id")).scalar_subquery(),  # (q.OWNED's owner)
+    select(func.count()).select_from(DatasetVersionRow).where(DatasetVersionRow.task_id.in_(q.OWNED)).scalar_subquery(),
+    select(func.max(DatasetVersionRow.id)).where(DatasetVersionRow.task_id.in_(q.OWNED)).scalar_subquery(),
     select(func.count()).select_from(JobRow)
-    .where(JobRow.task_id.in_(_OWNED), JobRow.artifact_blob.is_not(None)).scalar_subquery(),
-    select(func.max(JobRow.id)).where(JobRow.task_id.in_(_OWNED), JobRow.artifact_blob.is_not(None)).scalar_subquery(),
+    .where(JobRow.task_id.in_(q.OWNED), JobRow.artifact_blob.is_not(None)).scalar_subquery(),
+    select(func.max(JobRow.id)).where(JobRow.task_id.in_(q.OWNED), JobRow.artifact_blob.is_not(None)).scalar_subquery(),
 )
 # What a new version needs: the task's existence, the next number, the latest
 # version, the next example id, and the parent's task and number.
@@ -158,10 +145,6 @@ _LOCK_TASK = select(TaskRow.id).where(TaskRow.id == _TASK_ID).with_for_update()
 _INSERT_VERSION = insert(DatasetVersionRow.__table__)
 _INSERT_CHUNK = insert(ExampleChunkRow.__table__)
 _INSERT_EDGE = insert(EdgeRow.__table__)
-
-
-def _version_record(row: Any) -> DatasetVersion:
-    return DatasetVersion(row[0], row[1], row[2], VersionKind(row[3]), *row[4:])
 
 
 class SQLStore(Store):
@@ -292,8 +275,8 @@ class SQLStore(Store):
     # query first and look for the parent row only when it found nothing: an
     # empty answer must still tell "no rows" from "no such task" (NotFoundError).
     @staticmethod
-    def _check_exists(session: Session | Connection, model: type[Base], ident: int, *, what: str) -> None:
-        if session.scalar(select(model.id).where(model.id == ident)) is None:
+    def _check_exists(c: Connection, model: type[Base], ident: int, *, what: str) -> None:
+        if c.scalar(q.EXISTS[model], {"id": ident}) is None:
             raise NotFoundError(f"{what} {ident}: not found")
 
     @staticmethod
@@ -509,29 +492,29 @@ class SQLStore(Store):
                 _VERSION_SLOTS, {"task_id": task_id, "parent_id": parent_id}).one()
             if found is None:
                 raise NotFoundError(f"task {task_id}: not found")
-            task = _Id(task_id)
             if parent_id is not None and parent_task is None:
                 raise NotFoundError(f"dataset version {parent_id}: not found")
-            if parent_id is not None and parent_task != task.id:
-                raise NotFoundError(f"dataset version {parent_id}: not found in task {task.id}")
+            if parent_id is not None and parent_task != task_id:
+                raise NotFoundError(f"dataset version {parent_id}: not found in task {task_id}")
             if toggles:
-                known = self._examples_known_at(c, task.id, parent_number)  # a refine always has a parent
+                known = self._examples_known_at(c, task_id, parent_number)  # a refine always has a parent
                 for example_id in toggles:
                     if example_id >= known:
                         raise NotFoundError(
-                            f"example {example_id}: not in task {task.id} at dataset version {parent_id}"
+                            f"example {example_id}: not in task {task_id} at dataset version {parent_id}"
                             f" (it had examples 0..{known - 1})"
                         )
-            v.check_latest_parent(task.id, parent_id, latest)
+            v.check_latest_parent(task_id, parent_id, latest)
             now = v.utcnow()
-            record = DatasetVersion(0, task.id, (last or 0) + 1, kind, parent_id, members_blob, int(n_examples), now)
-            values = {"task_id": record.task_id, "number": record.number, "kind": kind.value, "parent_id": parent_id,
-                      "members_blob": members_blob, "n_examples": record.n_examples, "created_at": now}
-            version_id = c.execute(_INSERT_VERSION, values).inserted_primary_key[0]
-            record = dataclasses.replace(record, id=version_id)
+            number = (last or 0) + 1
+            version_id = c.execute(_INSERT_VERSION, {
+                "task_id": task_id, "number": number, "kind": kind.value, "parent_id": parent_id,
+                "members_blob": members_blob, "n_examples": int(n_examples), "created_at": now,
+            }).inserted_primary_key[0]  # fmt: skip
+            record = DatasetVersion(version_id, task_id, number, kind, parent_id, members_blob, int(n_examples), now)
             if chunk is not None:
                 c.execute(_INSERT_CHUNK, {
-                    "task_id": task.id, "version_id": version_id, "first_example_id": end or 0,
+                    "task_id": task_id, "version_id": version_id, "first_example_id": end or 0,
                     "count": int(chunk.count), "x_blob": chunk.x_blob, "y_blob": chunk.y_blob,
                 })  # fmt: skip
             if toggles:
@@ -556,7 +539,7 @@ class SQLStore(Store):
     def list_dataset_versions(self, task_id: int) -> tuple[DatasetVersion, ...]:
         task_id = v.check_id("task_id", task_id)
         with self._reading_rows() as c:
-            versions = tuple(map(_version_record, c.execute(_TASK_VERSIONS, {"task_id": task_id})))
+            versions = tuple(map(q.version_record, c.execute(_TASK_VERSIONS, {"task_id": task_id})))
             if not versions:
                 self._check_exists(c, TaskRow, task_id, what="task")
             return versions
@@ -583,34 +566,33 @@ class SQLStore(Store):
     def feed_state(self, task_id: int) -> tuple[DatasetVersion | None, tuple[ExampleChunk, ...]]:
         task_id = v.check_id("task_id", task_id)
         with self._reading_rows() as c:
-            latest = c.execute(_LATEST_VERSION, {"task_id": task_id}).first()
+            latest = c.execute(q.LATEST_VERSION, {"id": task_id}).first()
             chunks = tuple(ExampleChunk(*r) for r in c.execute(_TASK_CHUNKS, {"task_id": task_id}))
             if latest is None and not chunks:
                 self._check_exists(c, TaskRow, task_id, what="task")
-            return None if latest is None else _version_record(latest), chunks
+            return None if latest is None else q.version_record(latest), chunks
 
     def latest_dataset_version(self, task_id: int) -> DatasetVersion | None:
         task_id = v.check_id("task_id", task_id)
         with self._reading_rows() as c:
-            row = c.execute(_LATEST_VERSION, {"task_id": task_id}).first()
+            row = c.execute(q.LATEST_VERSION, {"id": task_id}).first()
             if row is None:
                 self._check_exists(c, TaskRow, task_id, what="task")
                 return None
-            return _version_record(row)
+            return q.version_record(row)
 
     # The four below answer the pages every polling client reads (the task,
     # its jobs, the leaderboard: ``Store.task_overview`` and the others) in
     # one transaction each, with statements built once (``read_queries``).
-    @staticmethod
-    def _exists(c: Connection, query: Any, ident: Any, *, what: str, field: str) -> int:
+    @classmethod
+    def _exists(cls, c: Connection, model: type[Base], ident: Any, *, what: str, field: str) -> int:
         ident = v.check_id(field, ident)
-        if c.scalar(query, {"id": ident}) is None:
-            raise NotFoundError(f"{what} {ident}: not found")
+        cls._check_exists(c, model, ident, what=what)
         return ident
 
     def task_overview(self, task_id: int) -> tuple[Mapping[str, str], DatasetVersion | None, dict[str, int]]:
         with self._reading_rows() as c:
-            task_id = self._exists(c, q.TASK_EXISTS, task_id, what="task", field="task_id")
+            task_id = self._exists(c, TaskRow, task_id, what="task", field="task_id")
             tags = FrozenDict(sorted((key, value) for key, value in c.execute(q.TASK_TAGS, {"id": task_id})))
             latest = c.execute(q.LATEST_VERSION, {"id": task_id}).first()
             counts = {status: n for status, n in c.execute(q.JOB_COUNTS, {"id": task_id})}
@@ -618,7 +600,7 @@ class SQLStore(Store):
 
     def task_jobs(self, task_id: int) -> tuple[dict[int, int], tuple[Job, ...], dict[int, Mapping[str, str]]]:
         with self._reading_rows() as c:
-            task_id = self._exists(c, q.TASK_EXISTS, task_id, what="task", field="task_id")
+            task_id = self._exists(c, TaskRow, task_id, what="task", field="task_id")
             numbers = {version_id: number for version_id, number in c.execute(q.VERSION_NUMBERS, {"id": task_id})}
             jobs = tuple(map(q.job_record, c.execute(q.TASK_JOBS, {"id": task_id})))
             found: dict[int, list[tuple[str, str]]] = {job.id: [] for job in jobs}
@@ -630,7 +612,7 @@ class SQLStore(Store):
     def owner_results(self, owner_id: int, *, skip_tag: str | None = None
                       ) -> tuple[tuple[Task, ...], dict[int, tuple[Job, ...]], dict[int, Mapping[str, str]]]:
         with self._reading_rows() as c:
-            owner_id = self._exists(c, q.USER_EXISTS, owner_id, what="user", field="user_id")
+            owner_id = self._exists(c, UserRow, owner_id, what="user", field="user_id")
             tasks = tuple(map(q.task_record, c.execute(q.OWNER_TASKS, {"id": owner_id})))
             skip = set() if skip_tag is None else set(c.scalars(q.OWNER_SUCCEEDED_TAGGED, {"id": owner_id, "key": skip_tag}))
             jobs: dict[int, list[Job]] = {task.id: [] for task in tasks}
@@ -676,7 +658,7 @@ class SQLStore(Store):
         with self._reading_rows() as c:
             data: set[str] = set()
             models: set[str] = set()
-            for digest, kind in c.execute(_OWNER_BLOBS, {"owner_id": owner}):
+            for digest, kind in c.execute(_OWNER_BLOBS, {"id": owner}):
                 (data if kind == "d" else models).add(digest)
             if not data and not models:
                 self._check_exists(c, UserRow, owner, what="user")
@@ -685,7 +667,7 @@ class SQLStore(Store):
     def owner_blobs_stamp(self, owner_id: int) -> tuple[int, ...]:
         owner = v.check_id("user_id", owner_id)
         with self._reading_rows() as c:
-            row = c.execute(_OWNER_BLOBS_STAMP, {"owner_id": owner}).one()
+            row = c.execute(_OWNER_BLOBS_STAMP, {"id": owner}).one()
             if row[0] is None:
                 raise NotFoundError(f"user {owner}: not found")
             return tuple(0 if x is None else int(x) for x in row[1:])
