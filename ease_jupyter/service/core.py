@@ -300,7 +300,7 @@ class Service:
             # Its fields come from the table and class-name tags, which only its table
             # (just stored) and feeds write: a tensor task made just now has none to read.
             tags = self.store.tags("task", task.id) if table is not None else {}
-            return {**task_json(task), **reads.fields_from_tags(tags)}, True
+            return {**task_json(task), **task_schema.fields_in(tags)}, True
         if table is not None:
             task_schema.check_same_table(self.store, existing, table[1])
         elif text is not None and existing.program != text:
@@ -308,7 +308,7 @@ class Service:
                 f"task {name!r} exists with program {existing.program}, not {text}: open it as it is with "
                 f"client.task({name!r}) or `%easeml task {name}` (no shapes), or replace it by deleting it first "
                 f"(task.delete() or `%easeml delete {name}`) and declaring it again")
-        return {**task_json(existing), **reads.fields_from_tags(self.store.tags("task", existing.id))}, False
+        return {**task_json(existing), **task_schema.fields_in(self.store.tags("task", existing.id))}, False
 
     def list_tasks(self, caller: User) -> list[dict[str, Any]]:
         return [task_json(t) for t in self.store.list_tasks(caller.id)]

@@ -15,6 +15,7 @@ API shows as the job's ``error_code`` (``error_code``).
 from __future__ import annotations
 
 import traceback
+from typing import Mapping
 
 from ..errors import EaseMLError, StorageError
 from ..store import Job, JobStatus, JobUpdate, Store
@@ -60,9 +61,12 @@ def _own_code(error: BaseException | None) -> str | None:
 
 def error_code(store: Store, job: Job) -> str | None:
     """The code of a failed job's error, where it has one."""
-    if job.status is not JobStatus.FAILED:
-        return None
-    return store.tags("job", job.id).get(ERROR_CODE_TAG)
+    return error_code_in(job, store.tags("job", job.id)) if job.status is JobStatus.FAILED else None
+
+
+def error_code_in(job: Job, tags: Mapping[str, str]) -> str | None:
+    """``error_code`` from the job's tags already read."""
+    return tags.get(ERROR_CODE_TAG) if job.status is JobStatus.FAILED else None
 
 
 def failure_code(store: Store, job: Job) -> str | None:

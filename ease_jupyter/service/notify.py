@@ -27,7 +27,7 @@ import logging
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from ..errors import DataError, NotFoundError
 from ..store import JobStatus, Store
@@ -69,7 +69,12 @@ class Notification:
 
 # ------------------------------------------------------------------ mute
 def is_muted(store: Store, task_id: int) -> bool:
-    return store.tags("task", task_id).get(MUTED_TAG) == "true"
+    return muted_in(store.tags("task", task_id))
+
+
+def muted_in(tags: Mapping[str, str]) -> bool:
+    """Whether a task's tags, already read, say it is muted."""
+    return tags.get(MUTED_TAG) == "true"
 
 
 def set_muted(store: Store, task_id: int, muted: bool) -> None:

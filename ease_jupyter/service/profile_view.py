@@ -7,9 +7,8 @@ per-candidate plans are the control loop's (``ControlLoop.profile``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
-from ..store import Store
 from .profiling import prediction_in, profiling_runs
 
 # The fields a job's row gains: what was predicted before it ran, by which
@@ -18,15 +17,12 @@ from .profiling import prediction_in, profiling_runs
 PREDICTION_FIELDS = ("predicted_seconds", "source", "log_error")
 
 
-def with_predictions(store: Store, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``rows`` (``core.job_json`` dicts) with each job's stored prediction
-    added, and ``profiling_seconds``: what its profiling runs took, part of
-    its ``cost_seconds`` (None where it was not profiled; the prediction is
-    for the rest)."""
-    for row in rows:
-        tags = store.tags("job", row["id"])
-        found = prediction_in(tags)
-        row.update({key: found[key] for key in PREDICTION_FIELDS})
-        runs = profiling_runs(tags)
-        row["profiling_seconds"] = sum(r["seconds"] for r in runs) if runs else None
-    return rows
+def prediction_fields(tags: Mapping[str, str]) -> dict[str, Any]:
+    """What a job's row (``core.job_json``) adds from its tags: its stored
+    prediction, and ``profiling_seconds``: what its profiling runs took,
+    part of its ``cost_seconds`` (None where it was not profiled; the
+    prediction is for the rest)."""
+    found = prediction_in(tags)
+    runs = profiling_runs(tags)
+    return {**{key: found[key] for key in PREDICTION_FIELDS},
+            "profiling_seconds": sum(r["seconds"] for r in runs) if runs else None}

@@ -12,23 +12,17 @@ tasks' results in two reads, where ``models.best`` makes six per task.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 from ..errors import NotFoundError, StoreCorruptError
-from ..store import BlobStore, Job, JobStatus, Store, Task
+from ..store import BlobStore, Store, Task
 from . import models
-from .failures import ERROR_CODE_TAG
-from .notify import MUTED_TAG
-from .profile_view import PREDICTION_FIELDS
-from .profiling import prediction_in, profiling_runs
-from .task_schema import names_in, schema_in
+from .failures import error_code_in
+from .notify import muted_in
+from .profile_view import prediction_fields
+from .profiling import prediction_in
+from .task_schema import fields_in, names_in
 from .validation import validation_size
-
-
-def fields_from_tags(tags: Mapping[str, str]) -> dict[str, Any]:
-    """``task_schema.task_fields`` from the task's tags already read."""
-    schema = schema_in(tags)
-    return {"table": None if schema is None else schema.to_dict(), "class_names": names_in(tags)}
 
 
 def task_page(store: Store, task: Task, task_json: Callable[[Task], dict[str, Any]],
@@ -36,7 +30,7 @@ def task_page(store: Store, task: Task, task_json: Callable[[Task], dict[str, An
               ) -> dict[str, Any]:
     """What ``Service.get_task`` answers; ``status`` is the control loop's ``task_status``."""
     tags, latest, counts = store.task_overview(task.id)
-    out = {**task_json(task), **fields_from_tags(tags)}
+    out = {**task_json(task), **fields_in(tags)}
     out["latest_version"] = None if latest is None else version_json(latest)
     out["jobs"] = counts
     out.update(status(task, latest is not None))  # idle, candidates, blocked, status, reason
@@ -44,29 +38,21 @@ def task_page(store: Store, task: Task, task_json: Callable[[Task], dict[str, An
     # configs plus torch candidates, one arm each) follow from the program,
     # so a read never waits for the control loop to take in a feed.
     out["arms"] = out["candidates"] if latest is not None and not task.cancelled else 0
-    out["muted"] = tags.get(MUTED_TAG) == "true"  # as notify.is_muted
+    out["muted"] = muted_in(tags)
     return out
 
 
 def jobs_page(store: Store, task: Task, job_json: Callable[..., dict[str, Any]]) -> list[dict[str, Any]]:
     """What ``Service.jobs`` answers: each job's row with its error code
-    (``failures.error_code``) and its prediction and profiling seconds
-    (``profile_view.with_predictions``), all from the one read."""
+    and its prediction and profiling seconds, all from the one read."""
     numbers, jobs, tags = store.task_jobs(task.id)
     rows = []
     for job in jobs:
         job_tags = tags.get(job.id, {})
-        row = job_json(job, numbers.get(job.dataset_version_id), _error_code(job, job_tags))
-        found = prediction_in(job_tags)
-        row.update({key: found[key] for key in PREDICTION_FIELDS})
-        runs = profiling_runs(job_tags)
-        row["profiling_seconds"] = sum(r["seconds"] for r in runs) if runs else None
+        row = job_json(job, numbers.get(job.dataset_version_id), error_code_in(job, job_tags))
+        row.update(prediction_fields(job_tags))
         rows.append(row)
     return rows
-
-
-def _error_code(job: Job, tags: Mapping[str, str]) -> str | None:
-    return tags.get(ERROR_CODE_TAG) if job.status is JobStatus.FAILED else None
 
 
 def leaderboard(store: Store, blobs: BlobStore, owner_id: int) -> list[dict[str, Any]]:

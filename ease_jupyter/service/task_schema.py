@@ -29,7 +29,7 @@ CLASSES_TAG = "easeml.classes"
 
 __all__ = ["TABLE_TAG", "CLASSES_TAG", "table_schema", "class_names", "PreparedFeed", "prepare_feed",
            "checked_inputs", "estimator_inputs", "table_program", "store_table_schema", "check_same_table",
-           "names_json", "task_fields", "table_job"]
+           "names_json", "fields_in", "table_job"]
 
 
 def table_schema(store: Store, task: Task) -> TableSchema | None:
@@ -183,10 +183,10 @@ def _numeric_target(y: Any, n: int) -> np.ndarray:
     return out
 
 
-def task_fields(store: Store, task: Task) -> dict[str, Any]:
-    """What a task's JSON adds: its table schema (or None) and class names."""
-    schema = table_schema(store, task)
-    return {"table": None if schema is None else schema.to_dict(), **names_json(store, task)}
+def fields_in(tags: Any) -> dict[str, Any]:
+    """What a task's JSON adds, from its tags already read: its table schema (or None) and class names."""
+    schema = schema_in(tags)
+    return {"table": None if schema is None else schema.to_dict(), "class_names": names_in(tags)}
 
 
 def checked_inputs(store: Store, task: Task, X: Any) -> Any:

@@ -16,8 +16,12 @@ from ease_jupyter.testing.store_contract import feed
 LOOP_FIELDS = {"idle", "candidates", "blocked", "status", "reason", "arms"}
 
 
+def _fields(store, task):
+    return task_schema.fields_in(store.tags("task", task.id))
+
+
 def _reference_task(store, task):
-    out = {**task_json(task), **task_schema.task_fields(store, task)}
+    out = {**task_json(task), **_fields(store, task)}
     latest = store.latest_dataset_version(task.id)
     out["latest_version"] = None if latest is None else version_json(latest)
     counts = {}
@@ -30,15 +34,15 @@ def _reference_task(store, task):
 
 def _reference_jobs(store, task):
     numbers = {v.id: v.number for v in store.list_dataset_versions(task.id)}
-    return profile_view.with_predictions(store, [job_json(j, numbers.get(j.dataset_version_id), error_code(store, j))
-                                                 for j in store.list_jobs(task.id)])
+    return [{**job_json(j, numbers.get(j.dataset_version_id), error_code(store, j)),
+             **profile_view.prediction_fields(store.tags("job", j.id))} for j in store.list_jobs(task.id)]
 
 
 def test_task_and_jobs_pages_equal_the_composed_helpers(svc):
     store = svc.service.store
     made = svc.call("POST", "/tasks", "alice", body={"name": "t", "input": [4], "output": [3]})
     task = store.task_by_name(store.user_by_name("alice").id, "t")
-    assert made.status == 201 and made.body == {**task_json(task), **task_schema.task_fields(store, task)}
+    assert made.status == 201 and made.body == {**task_json(task), **_fields(store, task)}
     store.set_tag("task", task.id, task_schema.CLASSES_TAG, json.dumps(["cat", "dog", "eel"]))
     notify.set_muted(store, task.id, True)
     # the loop is not told of these versions and jobs: nothing it does changes them
@@ -66,7 +70,7 @@ def test_task_and_jobs_pages_equal_the_composed_helpers(svc):
     assert jobs[1]["predicted_seconds"] == 1.5 and jobs[1]["profiling_seconds"] == 0.25
 
     again = svc.call("POST", "/tasks", "alice", body={"name": "t", "input": [4], "output": [3]})
-    assert again.status == 200 and again.body == {**task_json(task), **task_schema.task_fields(store, task)}
+    assert again.status == 200 and again.body == {**task_json(task), **_fields(store, task)}
     assert svc.call("GET", "/tasks/t/jobs", "bob").status == 404
 
 
