@@ -133,10 +133,8 @@ class Admission:
         (``Costs.record_launch``); the job goes on without it if that fails."""
         if self.costs is None:
             return
-        store = self.state.store
         try:
-            task = store.get_task(info.task_id)
-            n = store.get_dataset_version(info.version_id).n_examples
+            task, n = info.facts(self.state.store)
             self.costs.record_launch(job, task, spec, n)
         except Exception:  # noqa: BLE001 - a missing prediction must never hold back a pick
             log.warning("could not record the predicted cost of job %d", job.id, exc_info=True)

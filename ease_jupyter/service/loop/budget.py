@@ -129,5 +129,5 @@ class PickEpochs:
         if not isinstance(spec, TorchWorkload):
             return spec
         store = self.state.store
-        n = store.get_dataset_version(tenant.version_id).n_examples
+        _, n = tenant.facts(store)
         return with_epochs(spec, pick_epochs(task_max_epochs(store, tenant.task_id), self.service_default, n))

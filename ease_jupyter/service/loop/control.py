@@ -139,9 +139,7 @@ class ControlLoop:
         known = set(selector.model_names)
         for name, tenant in self.state.tenants.items():
             try:
-                task = tenant.task or self.store.get_task(tenant.task_id)
-                n = (tenant.n_examples if tenant.n_examples is not None
-                     else self.store.get_dataset_version(tenant.version_id).n_examples)
+                task, n = tenant.facts(self.store)
             except NotFoundError:
                 continue
             arms = [k for k in tenant.configs if k in known]

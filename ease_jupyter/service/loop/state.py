@@ -38,6 +38,13 @@ class Tenant:
     task: Task | None = None
     n_examples: int | None = None
 
+    def facts(self, store: Store) -> tuple[Task, int]:
+        """Its task and its version's number of examples: as kept, else read
+        (NotFoundError once either is gone)."""
+        task = self.task or store.get_task(self.task_id)
+        n = self.n_examples if self.n_examples is not None else store.get_dataset_version(self.version_id).n_examples
+        return task, n
+
 
 @dataclass
 class Running:
