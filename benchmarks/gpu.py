@@ -33,9 +33,13 @@ batch size 256, in three arms that each see the same number of examples:
 
 Each arm runs in fp32, bf16 (autocast) and fp16 (autocast and a
 ``GradScaler``), through ``device.mixed_precision`` in all three arms.
-Throughput is images per second (examples trained / wall seconds, GPU
-synchronised at the end). Repeats alternate the arms' order; the headline
-is the ratio mop / plain per precision, its mean with a 95% t-interval over
+Throughput is images per second (examples trained / wall seconds, the GPU
+synchronised around each piece). The arms take turns piece by piece (a MOP
+unit, then a plain epoch, then a deterministic epoch, the order rotating),
+so that a slow second of a shared machine falls on every arm alike: on this
+workload the GPU waits for the CPU that launches its kernels, and the
+machine's CPU speed varies from second to second. The headline is the
+ratio mop / plain per precision, its mean with a 95% t-interval over
 repeats. Target: mop >= 0.9 x plain.
 
 Hop overhead: per MOP unit, ``hop_seconds`` (read + load + save + write the
@@ -132,50 +136,58 @@ class Workload:
         return self.units * len(self.X)
 
 
-def run_mop(w: Workload, precision: str, directory: str) -> tuple[float, list[dict]]:
-    """U training units of C configs in turn, each hopping through ``directory``."""
-    hooks = units.Hooks(precision=precision)
-    refs: list[Any] = [blob_io.write_atomic(directory, f"{s.trial}/init-{precision}.pt", ck)
-                       for s, ck in zip(w.specs, w.initial)]
-    metrics = []
-    _sync(w.device)
-    started = time.perf_counter()
-    for u in range(w.units):
-        c = u % len(w.specs)
-        out = units.train_unit(w.partition, refs[c], w.specs[c].at(u // len(w.specs), 0), hooks, directory)
-        blob_io.remove(refs[c])
-        refs[c] = out.checkpoint
-        metrics.append(dict(out.metrics))
-    _sync(w.device)
-    seconds = time.perf_counter() - started
-    for ref in refs:
-        blob_io.remove(ref)
-    return seconds, metrics
+class MopArm:
+    """C configs taking turns on the partition, each unit hopping through ``directory``."""
+
+    def __init__(self, w: Workload, precision: str, directory: str):
+        self.w, self.directory = w, directory
+        self.hooks = units.Hooks(precision=precision)
+        self.refs: list[Any] = [blob_io.write_atomic(directory, f"{s.trial}/init-{precision}.pt", ck)
+                                for s, ck in zip(w.specs, w.initial)]
+        self.metrics: list[dict] = []
+
+    def piece(self, u: int) -> None:
+        """Training unit ``u``: config ``u mod C``, its ``u div C``-th sub-epoch."""
+        c = u % len(self.w.specs)
+        out = units.train_unit(self.w.partition, self.refs[c], self.w.specs[c].at(u // len(self.w.specs), 0),
+                               self.hooks, self.directory)
+        blob_io.remove(self.refs[c])
+        self.refs[c] = out.checkpoint
+        self.metrics.append(dict(out.metrics))
+
+    def close(self) -> None:
+        for ref in self.refs:
+            blob_io.remove(ref)
 
 
-def run_plain(w: Workload, precision: str, deterministic: bool) -> float:
-    """One model, U epochs over the same data on the GPU, in a plain torch loop."""
-    spec = w.specs[0]
-    net = units.default_model_fn(spec).to(w.device)
-    opt = net.make_optimizer(spec.lr)
-    units.load_checkpoint(net, opt, w.initial[0], spec.lr)
-    net.train()
-    amp = mixed_precision(precision, w.device)
-    scaler = amp.scaler()
-    n = len(w.Xd)
-    was = torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark
-    torch.use_deterministic_algorithms(deterministic, warn_only=True)
-    torch.backends.cudnn.benchmark = not deterministic  # the units' policy on a GPU
-    try:
-        total = torch.zeros((), device=w.device)
-        _sync(w.device)
-        started = time.perf_counter()
-        for _ in range(w.units):
+class PlainArm:
+    """One model from the same initial weights, trained in a plain torch loop
+    over the same data on the GPU; each piece is one epoch."""
+
+    def __init__(self, w: Workload, precision: str, deterministic: bool):
+        self.w, self.deterministic = w, deterministic
+        spec = w.specs[0]
+        self.net = units.default_model_fn(spec).to(w.device)
+        self.opt = self.net.make_optimizer(spec.lr)
+        units.load_checkpoint(self.net, self.opt, w.initial[0], spec.lr)
+        self.net.train()
+        self.amp = mixed_precision(precision, w.device)
+        self.scaler = self.amp.scaler()
+        self.total = torch.zeros((), device=w.device)
+        self.metrics: list[dict] = []
+
+    def piece(self, u: int) -> None:
+        w, net, opt, scaler = self.w, self.net, self.opt, self.scaler
+        n = len(w.Xd)
+        was = torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark
+        torch.use_deterministic_algorithms(self.deterministic, warn_only=True)
+        torch.backends.cudnn.benchmark = not self.deterministic  # the units' policy on a GPU
+        try:
             perm = torch.randperm(n, device=w.device)
             for a in range(0, n, w.batch):
                 idx = perm[a:a + w.batch]
                 opt.zero_grad(set_to_none=True)
-                with amp.autocast():
+                with self.amp.autocast():
                     loss = F.cross_entropy(net(w.Xd[idx]), w.yd[idx])
                 if scaler is not None:
                     scaler.scale(loss).backward()
@@ -187,21 +199,39 @@ def run_plain(w: Workload, precision: str, deterministic: bool) -> float:
                     loss.backward()
                     torch.nn.utils.clip_grad_norm_(net.parameters(), CLIP)
                     opt.step()
-                total += loss.detach()
-        _sync(w.device)
-        seconds = time.perf_counter() - started
-    finally:
-        torch.use_deterministic_algorithms(was[0], warn_only=True)
-        torch.backends.cudnn.benchmark = was[1]
-    if not math.isfinite(float(total)):
-        print(f"  note: plain {precision} loss is not finite", flush=True)
-    return seconds
+                self.total += loss.detach()
+            _sync(w.device)
+        finally:
+            torch.use_deterministic_algorithms(was[0], warn_only=True)
+            torch.backends.cudnn.benchmark = was[1]
+
+    def close(self) -> None:
+        if not math.isfinite(float(self.total)):
+            print("  note: a plain loop's loss is not finite", flush=True)
 
 
-def run_arm(w: Workload, arm: str, precision: str, directory: str) -> tuple[float, list[dict]]:
+def make_arm(w: Workload, arm: str, precision: str, directory: str) -> MopArm | PlainArm:
     if arm == "mop":
-        return run_mop(w, precision, directory)
-    return run_plain(w, precision, deterministic=arm == "plain_det"), []
+        return MopArm(w, precision, directory)
+    return PlainArm(w, precision, deterministic=arm == "plain_det")
+
+
+def run_interleaved(w: Workload, arms: tuple[str, ...], precision: str, directory: str) -> tuple[dict[str, float], list[dict]]:
+    """Every arm trains U pieces (a unit, or an epoch), the arms taking turns
+    piece by piece, so a slow second of the machine falls on all of them.
+    Returns each arm's seconds over its pieces, and the MOP units' metrics."""
+    made = {a: make_arm(w, a, precision, directory) for a in arms}
+    seconds = dict.fromkeys(arms, 0.0)
+    for u in range(w.units):
+        for a in arms[u % len(arms):] + arms[:u % len(arms)]:
+            _sync(w.device)
+            started = time.perf_counter()
+            made[a].piece(u)
+            _sync(w.device)
+            seconds[a] += time.perf_counter() - started
+    for arm in made.values():
+        arm.close()
+    return seconds, made["mop"].metrics if "mop" in made else []
 
 
 # -- the benchmark ----------------------------------------------------------------------------------
@@ -217,10 +247,10 @@ def measure(args: argparse.Namespace, device: torch.device) -> dict:
     warm = Workload(X[:args.batch * 8], y[:args.batch * 8], args.net, args.batch, 2, device)
     warm_ips = {}
     for p in PRECISIONS:
+        run_interleaved(warm, ARMS, p, directory)
+        seconds, _ = run_interleaved(warm, ARMS, p, directory)
         for arm in ARMS:
-            run_arm(warm, arm, p, directory)
-            seconds, _ = run_arm(warm, arm, p, directory)
-            warm_ips[(arm, p)] = warm.images / seconds
+            warm_ips[(arm, p)] = warm.images / seconds[arm]
     del warm
     # a repeat must fit twice in the budget: cut the images if the warm-up says it would not
     budget = args.budget_s - (time.perf_counter() - started)
@@ -249,11 +279,10 @@ def measure(args: argparse.Namespace, device: torch.device) -> dict:
             break
         r_start = time.perf_counter()
         for p in PRECISIONS:
-            order = ARMS[r % len(ARMS):] + ARMS[:r % len(ARMS)]
-            for arm in order:
-                seconds, m = run_arm(w, arm, p, directory)
-                ips[(arm, p)].append(w.images / seconds)
-                unit_metrics[p].extend(m)
+            seconds, m = run_interleaved(w, ARMS[r % len(ARMS):] + ARMS[:r % len(ARMS)], p, directory)
+            for arm in ARMS:
+                ips[(arm, p)].append(w.images / seconds[arm])
+            unit_metrics[p].extend(m)
             print(f"repeat {r} {p}: " + ", ".join(f"{a} {ips[(a, p)][-1]:,.0f} img/s" for a in ARMS), flush=True)
         repeat_seconds.append(time.perf_counter() - r_start)
 

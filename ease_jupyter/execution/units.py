@@ -34,8 +34,8 @@ it has one, else the CPU), chosen inside the unit, never by the driver. The
 net, the partition's tensors and the mini-batch indices live there; a GPU
 worker keeps the tensors of the partitions it holds on the GPU between units
 (:data:`DEVICE_PARTITION_SHARE`). Checkpoints are saved with every tensor on
-the CPU and loaded with ``map_location`` to the unit's device, so a config
-can hop between a GPU worker and a CPU worker. The training loop sums the
+the CPU and loaded with ``map_location="cpu"``, then copied into the net on
+the unit's device, so a config can hop between a GPU worker and a CPU worker. The training loop sums the
 loss on the device and reads it once per unit (no host sync per batch,
 except ``fp16``'s ``GradScaler``, which checks for infinite gradients at
 every step). ``Hooks.precision`` opts into mixed precision (``bf16``;
@@ -312,7 +312,7 @@ def default_train_fn(net: Any, opt: Any, X: Any, y: Any, spec: UnitSpec, generat
     total = torch.zeros((), dtype=torch.float64, device=X.device)
     for idx in _batches(n, spec.batch_size, generator, X.device):
         loss = net.train_step(opt, X[idx], y[idx], **step_options)
-        total += torch.as_tensor(loss, dtype=torch.float64) * len(idx)
+        total.add_(loss, alpha=len(idx))  # one kernel: the float32 loss is widened inside the add
     return {"loss": float(total) / n, "examples": float(n)}
 
 
@@ -427,8 +427,13 @@ def _on_cpu(obj: Any) -> Any:
     as is when it is already, so CPU checkpoints keep their exact bytes."""
     import torch
 
+    devices: set[Any] = set()
+
     def moved(o: Any) -> Any:
         if isinstance(o, torch.Tensor):
+            if o.device.type == "cuda":
+                devices.add(o.device)
+                return o.to("cpu", non_blocking=True)  # into pinned memory; one wait below, not one per tensor
             return o.cpu()
         if isinstance(o, dict):
             out = type(o)((k, moved(v)) for k, v in o.items())
@@ -448,7 +453,12 @@ def _on_cpu(obj: Any) -> Any:
             return any(anywhere_else(v) for v in o)
         return False
 
-    return moved(obj) if anywhere_else(obj) else obj
+    if not anywhere_else(obj):
+        return obj
+    out = moved(obj)
+    for device in devices:
+        torch.cuda.synchronize(device)
+    return out
 
 
 def save_checkpoint(net: Any, opt: Any, scaler: Any = None) -> bytes:
@@ -473,16 +483,6 @@ def read_checkpoint(ref: bytes | str) -> bytes:
     return blob_io.read_bytes(ref)
 
 
-def _net_device(net: Any) -> Any:
-    import torch
-
-    for t in net.parameters():
-        return t.device
-    for t in net.buffers():
-        return t.device
-    return torch.device("cpu")
-
-
 def load_checkpoint(net: Any, opt: Any, ref: bytes | str, lr: float | None = None, *, scaler: Any = None) -> None:
     """Restore a checkpoint into ``net`` (and ``opt``, and ``scaler``) on the
     net's device; the learning rate is then reset to ``lr``, the trial's own
@@ -490,7 +490,9 @@ def load_checkpoint(net: Any, opt: Any, ref: bytes | str, lr: float | None = Non
     rate)."""
     import torch
 
-    state = torch.load(io.BytesIO(read_checkpoint(ref)), map_location=_net_device(net), weights_only=True)
+    # read onto the CPU: load_state_dict then copies each tensor straight into the
+    # net's own (device) tensors, with no device copy made in between
+    state = torch.load(io.BytesIO(read_checkpoint(ref)), map_location="cpu", weights_only=True)
     net.load_state_dict(state["model"])
     if opt is not None and state.get("optimizer") is not None:
         opt.load_state_dict(state["optimizer"])
