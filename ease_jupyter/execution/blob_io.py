@@ -10,8 +10,9 @@ path or an fsspec URL (``s3://bucket/easeml``, ``file:///shared``,
 
 * :func:`read_bytes`, :func:`write_atomic`, :func:`remove`: one object each.
   A local write goes to a temporary name and is renamed (``os.replace``), so
-  a reader never sees half a checkpoint; an object store writes an object
-  whole, which makes it atomic there too.
+  a reader never sees half a checkpoint; any other URL is written with one
+  ``pipe_file``: on an object store (S3 and its kin) a PUT makes the whole
+  object appear at once, so no temporary name is needed there.
 * :class:`StagedPartition`: a partition written once by the driver
   (:func:`stage_partition`, numpy's ``.npz`` format, no pickles) and read
   once per worker process (a small per-process cache keyed by URL), so only
@@ -99,9 +100,17 @@ def write_atomic(base: str, relative: str, data: bytes) -> str:
         return path if not is_url(base) else base.rstrip("/") + "/" + rel
     fs, root = _fs(base)
     path = root.rstrip("/") + "/" + rel
-    parent = path.rsplit("/", 1)[0]
-    fs.makedirs(parent, exist_ok=True)  # a no-op on object stores
-    fs.pipe_file(path, data)
+    # No temporary name and rename here: an object store has no rename (s3fs
+    # copies, then deletes), while one PUT (or one completed multipart
+    # upload) makes the whole object appear at once. Object stores have no
+    # folders to make either, so parents are made only for a file system
+    # that says they are missing: asking first would cost an extra request
+    # per checkpoint.
+    try:
+        fs.pipe_file(path, data)
+    except FileNotFoundError:
+        fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+        fs.pipe_file(path, data)
     return base.rstrip("/") + "/" + rel
 
 
