@@ -15,11 +15,13 @@ Parts
     joins the pool at once) and one task at a time (the next task joins when
     the pool is empty, as a service training one deep-net job at a time).
     Tasks (``concurrency_tasks``): image tasks of different users, submitted
-    together; each a learning-rate grid of 2-4 configs over 1-3 epochs on one
-    network whose unit cost is drawn from Cerebro §5.4's CNN pool; data cut
-    in W partitions, one per worker (§3.1). Grid: W = 2, 8, 32, 128 x 2-64
-    tasks, several seeds; figures are pooled over seeds (mean and a 95%
-    t-interval):
+    together, on one network each whose unit cost is drawn from Cerebro
+    §5.4's CNN pool; data cut in W partitions, one per worker (§3.1). Two
+    kinds: ``grid`` (2-4 configs, every config every epoch, 1-3 epochs) and
+    ``halving`` (what the service's torch picks train: 3 configs, successive
+    halving from 1 to 3-12 epochs, so one config trains alone after the
+    first epoch). W = 2, 8, 32, 128 x 2-64 tasks, several seeds; figures are
+    pooled over seeds (mean and a 95% t-interval):
     * makespan ratio (one at a time / across tasks) and both utilizations;
     * each task's wait from submission to its first finished unit, in mean
       unit times of the cell (mean and max over tasks), under both policies;
@@ -29,16 +31,19 @@ Parts
       largest gap between a task's share of the units completed and its
       share of the pool (equal weights).
 (b) Live measurement (``--live``, :func:`measure_live`): two and four image
-    tasks of different users (8x8 digits, each user's own draw) on a Dask
-    LocalCluster of W = 2 workers, submitted at once; each task is the
-    workload the service trains for one torch pick (LeNet x three learning
-    rates). MOP across tasks (one ``PoolDriver`` interleaving every workload)
-    vs one torch job at a time (the same driver, one workload after the
-    other), same configs, epochs and data: makespan ratio, each task's time
+    tasks of different users (8x8 digits, each user's own draw of 7,188 by
+    default) on a Dask LocalCluster of W = 2 workers, submitted at once;
+    each task is the workload the service trains for one torch pick (a zoo
+    net x three learning rates, ``--procedure halving``: successive halving
+    to the zoo's epochs for the task's size; ``grid``: every config for 3
+    epochs, what the service trained before). MOP across tasks (one
+    ``PoolDriver`` interleaving every workload) vs one torch job at a time
+    (the same driver, one workload after the other), same configs,
+    procedure, epochs and data: makespan ratio, each task's time
     to its first unit and first finished model (a config's first validated
     epoch), units per workload, and per-unit overhead (W x makespan minus
     the units' own compute, per unit). Writes concurrency_live.json
-    (``--quick``: concurrency_live_quick.json).
+    (``--quick``: concurrency_live_quick.json; ``grid``: concurrency_live_grid*.json).
 """
 
 from __future__ import annotations
@@ -55,6 +60,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from ease_jupyter.execution.automl import pick_schedule  # noqa: E402
 from ease_jupyter.execution.mop.pool_simulation import compare_admission, concurrency_tasks  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -83,9 +89,15 @@ def mean_unit_time(tasks: list) -> float:
     return sum(costs) / len(costs)
 
 
-def row_for(workers: int, n_tasks: int, seed: int) -> dict:
+#: A halving task as the service's torch picks are: its three learning rates,
+#: successive halving up to the epochs the zoo gives a task by its size.
+HALVING_DRAW = {"configs": (3,), "epochs": tuple(range(3, 13)),
+                "kept": lambda n, r: pick_schedule(n, r).configs_per_epoch}
+
+
+def row_for(workers: int, n_tasks: int, seed: int, procedure: str = "grid") -> dict:
     """One simulated cell and seed, with waits in mean unit times."""
-    tasks = concurrency_tasks(n_tasks, seed)
+    tasks = concurrency_tasks(n_tasks, seed, **(HALVING_DRAW if procedure == "halving" else {}))
     out = compare_admission(tasks, workers, seed)
     unit = mean_unit_time(tasks)
     shared = [w / unit for w in out["wait_to_first_unit_across_tasks"].values()]
@@ -95,7 +107,7 @@ def row_for(workers: int, n_tasks: int, seed: int) -> dict:
         for n in out["weight_share_at_first_finish"]
     )
     row = {
-        "workers": workers, "tasks": n_tasks, "seed": seed, "units": out["units"],
+        "procedure": procedure, "workers": workers, "tasks": n_tasks, "seed": seed, "units": out["units"],
         "makespan_ratio": out["makespan_ratio"],
         "utilization_across_tasks": out["utilization_across_tasks"],
         "utilization_one_at_a_time": out["utilization_one_at_a_time"],
@@ -123,10 +135,12 @@ def summarize(rows: list[dict]) -> dict:
     """Per (workers, tasks) cell: the figures pooled over seeds."""
     cells: dict[str, list[dict]] = {}
     for r in rows:
-        cells.setdefault(f"W={r['workers']}/tasks={r['tasks']}", []).append(r)
+        prefix = "" if r.get("procedure", "grid") == "grid" else f"{r['procedure']}/"
+        cells.setdefault(f"{prefix}W={r['workers']}/tasks={r['tasks']}", []).append(r)
     out = {}
     for key, rs in cells.items():
         out[key] = {
+            "procedure": rs[0].get("procedure", "grid"),
             "workers": rs[0]["workers"],
             "tasks": rs[0]["tasks"],
             "seeds": [r["seed"] for r in rs],
@@ -144,19 +158,22 @@ def summarize(rows: list[dict]) -> dict:
 
 
 # -- (a) simulation --------------------------------------------------------------
-def run_simulation(workers: tuple[int, ...], tasks: tuple[int, ...], seeds: list[int]) -> list[dict]:
+def run_simulation(workers: tuple[int, ...], tasks: tuple[int, ...], seeds: list[int],
+                   procedures: tuple[str, ...] = ("grid", "halving")) -> list[dict]:
     rows = []
-    for w in workers:
-        for n in tasks:
-            start = time.perf_counter()
-            cell = [row_for(w, n, seed) for seed in seeds]
-            rows += cell
-            ratio = interval([r["makespan_ratio"] for r in cell])
-            print(
-                f"W={w:>3} tasks={n:>2}: makespan ratio {ratio['mean']:.2f} [{ratio['lo']:.2f}, {ratio['hi']:.2f}]"
-                f"  ({time.perf_counter() - start:.1f} s)",
-                flush=True,
-            )
+    for procedure in procedures:
+        for w in workers:
+            for n in tasks:
+                start = time.perf_counter()
+                cell = [row_for(w, n, seed, procedure) for seed in seeds]
+                rows += cell
+                ratio = interval([r["makespan_ratio"] for r in cell])
+                print(
+                    f"{procedure:>7} W={w:>3} tasks={n:>2}: makespan ratio {ratio['mean']:.2f} "
+                    f"[{ratio['lo']:.2f}, {ratio['hi']:.2f}]"
+                    f"  ({time.perf_counter() - start:.1f} s)",
+                    flush=True,
+                )
     return rows
 
 
@@ -167,7 +184,9 @@ LIVE_MODEL = ("resnet_small", "SmallResNet")  # a zoo candidate of an 8x8 image 
 
 def _live_tasks(n_tasks: int, examples: int) -> list[tuple[str, object, object]]:
     """``n_tasks`` image tasks of different users: sklearn's 8x8 digits, each
-    user's own draw (and order) of ``examples`` of them."""
+    user's own draw (and order) of ``examples`` of them; beyond the 1,797
+    digits, drawn again with a little pixel noise (so that a unit's compute,
+    not the driver's dispatch, dominates its time on a 2-core machine)."""
     import numpy as np
     from sklearn.datasets import load_digits
 
@@ -175,15 +194,31 @@ def _live_tasks(n_tasks: int, examples: int) -> list[tuple[str, object, object]]
     X, y = (d.images / 16.0).astype("float32"), d.target.astype("int64")
     out = []
     for i in range(n_tasks):
-        pick = np.random.default_rng(i).permutation(len(X))[:examples]
-        out.append((f"user{i}", X[pick], y[pick]))
+        rng = np.random.default_rng(i)
+        pick = np.concatenate([rng.permutation(len(X)) for _ in range(-(-examples // len(X)))])[:examples]
+        Xi = X[pick]
+        if examples > len(X):
+            Xi = np.clip(Xi + rng.normal(0.0, 0.05, Xi.shape).astype("float32"), 0.0, 1.0)
+        out.append((f"user{i}", Xi, y[pick]))
     return out
 
 
-def _live_runner(engine, X, y, epochs: int, t0: list[float], log: dict):
-    """The service's torch pick (``service/mop.py``): LeNet's learning-rate
-    grid as one MOP workload; ``log`` gets each unit's end time and seconds."""
-    from ease_jupyter.execution.automl import LearningRateGrid
+def _live_procedure(procedure: str, epochs: int):
+    """One torch pick's procedure over the service's learning rates:
+    ``"halving"``, what the service trains (``service/mop.py``:
+    ``pick_procedure``, successive halving from 1 to ``epochs`` epochs), or
+    ``"grid"``, every config for ``epochs`` epochs (what it trained before)."""
+    from ease_jupyter.execution.automl import LearningRateGrid, pick_procedure
+
+    name = LIVE_MODEL[0]
+    if procedure == "grid":
+        return LearningRateGrid(name, list(LIVE_LRS), epochs=epochs)
+    return pick_procedure(name, [{"lr": lr} for lr in LIVE_LRS], max_epochs=epochs)
+
+
+def _live_runner(engine, X, y, procedure: str, epochs: int, t0: list[float], log: dict):
+    """The service's torch pick as one MOP workload (:func:`_live_procedure`);
+    ``log`` gets each unit's end time and seconds."""
     from ease_jupyter.execution.mop.runner import MOPRunner
     from ease_jupyter.zoo.templates import TorchBuilder
 
@@ -195,11 +230,11 @@ def _live_runner(engine, X, y, epochs: int, t0: list[float], log: dict):
 
     name, cls = LIVE_MODEL
     models = {name: TorchBuilder(name, cls, ((8, 8), 10))}
-    return MOPRunner(engine, LearningRateGrid(name, list(LIVE_LRS), epochs=epochs), models, X, y,
+    return MOPRunner(engine, _live_procedure(procedure, epochs), models, X, y,
                      on_unit=on_unit, on_metrics=on_metrics)
 
 
-def _live_round(engine, tasks, epochs: int, across: bool) -> dict:
+def _live_round(engine, tasks, procedure: str, epochs: int, across: bool) -> dict:
     """All tasks submitted at once at t = 0: on one PoolDriver together
     (MOP across tasks), or one torch job after the other on the same driver."""
     from ease_jupyter.execution.mop.pool_driver import PoolDriver
@@ -207,7 +242,7 @@ def _live_round(engine, tasks, epochs: int, across: bool) -> dict:
     driver = PoolDriver(engine, seed=0)
     t0 = [0.0]
     logs = {user: {} for user, _, _ in tasks}
-    runners = [(user, _live_runner(engine, X, y, epochs, t0, logs[user])) for user, X, y in tasks]
+    runners = [(user, _live_runner(engine, X, y, procedure, epochs, t0, logs[user])) for user, X, y in tasks]
     t0[0] = time.monotonic()
     if across:
         futures = [driver.submit(r, owner=user) for user, r in runners]
@@ -244,27 +279,36 @@ def measure_live(args: argparse.Namespace) -> dict:
     W = 2 workers, all submitted at once: MOP across tasks (one
     :class:`PoolDriver` interleaving every workload) vs one torch job at a
     time (the same driver, one workload after the other), with the same
-    configs (LeNet x the service's three learning rates), epochs and data.
-    Each workload is exactly what the service trains for one torch pick."""
+    configs (a zoo net x the service's three learning rates), procedure,
+    epochs and data. With ``--procedure halving`` (the default) each
+    workload is what the service trains for one torch pick: successive
+    halving up to the zoo's epochs for the task's size."""
     import os
 
     from ease_jupyter.execution.engine.dask import DaskEngine
+    from ease_jupyter.zoo.templates import default_max_epochs
 
-    epochs = 2 if args.quick else 3
-    examples = 1797
+    examples = args.examples
+    if args.procedure == "halving":
+        epochs = default_max_epochs(examples)
+    else:
+        epochs = 2 if args.quick else 3
     repeats = 1 if args.quick else 2
-    out: dict = {"workers": 2, "epochs": epochs, "examples_per_task": examples, "lrs": list(LIVE_LRS),
-                 "model": LIVE_MODEL[0], "repeats": repeats, "load_before": os.getloadavg(), "cells": {}}
+    out: dict = {"workers": 2, "procedure": args.procedure, "epochs": epochs, "examples_per_task": examples,
+                 "lrs": list(LIVE_LRS), "model": LIVE_MODEL[0], "repeats": repeats,
+                 "load_before": os.getloadavg(), "cells": {}}
+    if args.procedure == "halving":
+        out["schedule"] = pick_schedule(len(LIVE_LRS), epochs).describe()
     engine = DaskEngine(n_workers=2)
     try:
         warm = _live_tasks(1, 200)
-        _live_round(engine, warm, 1, across=False)  # the workers import torch once, before any timing
+        _live_round(engine, warm, "grid", 1, across=False)  # the workers import torch once, before any timing
         for n in (2, 4):
             tasks = _live_tasks(n, examples)
             rounds: dict[str, list[dict]] = {"across": [], "one_at_a_time": []}
             for _ in range(repeats):  # alternate the two, so drift in the machine's load hits both
                 for mode in ("one_at_a_time", "across"):
-                    rounds[mode].append(_live_round(engine, tasks, epochs, across=mode == "across"))
+                    rounds[mode].append(_live_round(engine, tasks, args.procedure, epochs, across=mode == "across"))
             ratios = [b["makespan_s"] / a["makespan_s"]
                       for a, b in zip(rounds["across"], rounds["one_at_a_time"])]
             cell = {"makespan_ratio": statistics.fmean(ratios), "ratios": ratios, **rounds}
@@ -291,11 +335,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=8, help="seeds per cell (default: 8)")
     parser.add_argument("--live", action="store_true",
                         help="also the live Dask measurement (W = 2, two and four tasks; writes concurrency_live*.json)")
+    parser.add_argument("--procedure", choices=("halving", "grid"), default="halving",
+                        help="live: each pick's procedure: halving (what the service trains, default) or grid "
+                             "(every config every epoch; writes concurrency_live_grid*.json)")
+    parser.add_argument("--examples", type=int, default=7188,
+                        help="live: examples per task (default 7,188: the digits four times, with noise beyond the first)")
     parser.add_argument("--out", type=Path, default=None, help="where to write the JSON")
     args = parser.parse_args(argv)
     if args.live:
         live = measure_live(args)
-        live_out = RESULTS / ("concurrency_live_quick.json" if args.quick else "concurrency_live.json")
+        stem = "concurrency_live" + ("_grid" if args.procedure == "grid" else "")
+        live_out = RESULTS / (f"{stem}_quick.json" if args.quick else f"{stem}.json")
         live_out.parent.mkdir(parents=True, exist_ok=True)
         live_out.write_text(json.dumps({**live, "python": platform.python_version()}, indent=1) + "\n")
         print(f"wrote {live_out.relative_to(ROOT)}")

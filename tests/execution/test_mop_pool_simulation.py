@@ -8,6 +8,7 @@ import math
 
 import pytest
 
+from ease_jupyter.execution.automl import pick_schedule
 from ease_jupyter.execution.mop import PoolTask, WorkerFailure, simulate_pool
 from ease_jupyter.execution.mop.pool_simulation import compare_admission, concurrency_tasks
 
@@ -103,6 +104,38 @@ def test_a_late_task_joins_on_arrival_and_waits_from_there():
     # A task submitted after another finished did wait for a whole workload, and the check says so.
     after = [PoolTask("first", "u", (1.0, 1.0)), PoolTask("second", "v", (1.0, 1.0), arrival=100.0)]
     assert not compare_admission(after, 2, seed=0)["no_task_waits_for_a_whole_workload"]
+
+
+def test_halving_tasks_train_only_the_configs_each_epoch_keeps():
+    workers = 2
+    tasks = [PoolTask("a", "ann", (1.0,) * 3, epochs=3, configs_per_epoch=(3, 1, 1)),
+             PoolTask("b", "bob", (1.0,) * 4, epochs=3, configs_per_epoch=(4, 2, 1))]
+    result = simulate_pool(tasks, [1.0] * workers, seed=0)
+    assert result.completed
+    assert result.tasks["a"].units == (3 + 1 + 1) * workers
+    assert result.tasks["b"].units == (4 + 2 + 1) * workers
+    with pytest.raises(ValueError, match="configs_per_epoch of task 'x'"):
+        PoolTask("x", "u", (1.0,) * 3, epochs=2, configs_per_epoch=(3, 4))
+    with pytest.raises(ValueError, match="configs_per_epoch of task 'x'"):
+        PoolTask("x", "u", (1.0,) * 3, epochs=3, configs_per_epoch=(3, 1))
+
+
+def test_one_config_left_idles_a_worker_that_another_task_fills():
+    """A halving pick of 3 configs keeps one config after its first epoch:
+    alone on W = 2 it trains its partitions one after the other while the
+    other worker waits; two such tasks across the pool fill both. The same
+    tasks as a grid (3 configs every epoch) fill W = 2 alone."""
+    kept = (3,) + (1,) * 6
+    halving = [PoolTask(f"t{i}", f"u{i}", (1.0,) * 3, epochs=7, configs_per_epoch=kept) for i in range(2)]
+    grid = [PoolTask(f"t{i}", f"u{i}", (1.0,) * 3, epochs=7) for i in range(2)]
+    h = compare_admission(halving, 2, seed=0)
+    g = compare_admission(grid, 2, seed=0)
+    assert h["makespan_one_at_a_time"] >= 2 * (3 + 6 * 2)  # per task: 6 units on 2 workers, then 12 in a row
+    assert h["makespan_ratio"] > 1.5
+    assert g["makespan_ratio"] < 1.25
+    drawn = concurrency_tasks(4, seed=2, configs=(3,), epochs=(7,), kept=lambda n, r: pick_schedule(n, r).configs_per_epoch)
+    assert all(t.configs_per_epoch == kept for t in drawn)
+    assert [t.costs for t in drawn] == [t.costs for t in concurrency_tasks(4, seed=2, configs=(3,), epochs=(7,))]
 
 
 def test_deterministic_under_a_seed_and_inputs_validated():

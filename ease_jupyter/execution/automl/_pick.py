@@ -43,13 +43,18 @@ class PickSchedule:
         return self.rungs[-1]
 
     @property
+    def configs_per_epoch(self) -> tuple[int, ...]:
+        """How many configs train each epoch: ``(3, 1, 1)`` for rungs
+        ``(1, 3)`` and sizes ``(3, 1)``."""
+        out: list[int] = []
+        for rung, size in zip(self.rungs, self.sizes):
+            out += [size] * (rung - len(out))
+        return tuple(out)
+
+    @property
     def config_epochs(self) -> int:
         """Epochs trained over all configs of the pick (its work, in config-epochs)."""
-        before, total = 0, 0
-        for rung, size in zip(self.rungs, self.sizes):
-            total += size * (rung - before)
-            before = rung
-        return total
+        return sum(self.configs_per_epoch)
 
     def describe(self) -> str:
         """``"3 configs to epoch 1, 1 to epoch 12"`` (each count with the last

@@ -26,7 +26,7 @@ from __future__ import annotations
 import heapq
 import random
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 from .shared_pool import Assignment, SharedPoolScheduler
 from .simulation import CNN_MFLOPS, WorkerFailure, ring_availability
@@ -43,6 +43,11 @@ class PoolTask:
     ``partitions`` defaults to one per worker, each on ``replication``
     consecutive workers of the ring (§3.1, §5.5). ``unit_cost`` is what one
     unit counts against the owner's share (see :mod:`.shared_pool`).
+    ``configs_per_epoch``, if given, says how many configs train each epoch
+    (non-increasing, the first all of them): successive halving stops the
+    others at a rung (Cerebro §4.2), and a task left with fewer configs than
+    workers leaves the rest of the pool idle unless another task fills it.
+    Empty: every config trains every epoch.
     """
 
     name: str
@@ -52,8 +57,14 @@ class PoolTask:
     arrival: float = 0.0
     replication: int = 1
     unit_cost: float = 1.0
+    configs_per_epoch: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
+        kept = self.configs_per_epoch
+        if kept and (len(kept) != self.epochs or kept[0] != len(self.costs) or kept[-1] < 1
+                     or any(b > a for a, b in zip(kept, kept[1:]))):
+            raise ValueError(f"configs_per_epoch of task {self.name!r}: found {kept}, expected {self.epochs} "
+                             f"non-increasing counts from {len(self.costs)} down to at least 1")
         if not self.costs or any(c <= 0 for c in self.costs):
             raise ValueError(f"costs of task {self.name!r}: found {self.costs}, expected at least one cost, all > 0")
         if self.epochs < 1:
@@ -202,7 +213,11 @@ def simulate_pool(
                 changed = True
                 epochs_left[name] -= 1
                 if epochs_left[name]:
-                    pool.next_epoch(name)
+                    kept = by_name[name].configs_per_epoch
+                    if kept:  # the first configs stand for those a rung keeps (equal costs in a pick)
+                        pool.next_epoch(name, [f"c{i}" for i in range(kept[-epochs_left[name]])])
+                    else:
+                        pool.next_epoch(name)
                     continue
                 if not finish:  # the first task to leave: how the pool was shared until now
                     at_first_finish.update(pool.units_completed)
@@ -267,6 +282,7 @@ def concurrency_tasks(
     *,
     configs: Sequence[int] = (2, 3, 4),
     epochs: Sequence[int] = (1, 2, 3),
+    kept: Callable[[int, int], Sequence[int]] | None = None,
 ) -> list[PoolTask]:
     """The tasks of one benchmark cell: ``n_tasks`` image tasks of as many
     users, all arriving at once.
@@ -274,7 +290,10 @@ def concurrency_tasks(
     Each task is a learning-rate grid on one network: its number of configs
     and of epochs are drawn from ``configs`` and ``epochs``, and every config
     of it costs the network's MFLOPs, drawn from :data:`CNN_MFLOPS` (Cerebro
-    §5.4's pool), by ``random.Random(seed)``.
+    §5.4's pool), by ``random.Random(seed)``. Without ``kept`` every config
+    trains every epoch (a grid); ``kept(configs, epochs)`` gives a task's
+    :attr:`PoolTask.configs_per_epoch` (the service's torch picks:
+    ``lambda n, r: automl.pick_schedule(n, r).configs_per_epoch``).
     """
     if n_tasks < 1:
         raise ValueError(f"n_tasks: found {n_tasks}, expected >= 1")
@@ -283,9 +302,9 @@ def concurrency_tasks(
     out = []
     for i in range(n_tasks):
         cost = float(rng.choice(CNN_MFLOPS))
-        out.append(PoolTask(
-            f"t{i:0{width}d}", f"u{i:0{width}d}", (cost,) * rng.choice(configs), epochs=rng.choice(epochs),
-        ))
+        n, r = rng.choice(configs), rng.choice(epochs)
+        per_epoch = tuple(kept(n, r)) if kept is not None else ()
+        out.append(PoolTask(f"t{i:0{width}d}", f"u{i:0{width}d}", (cost,) * n, epochs=r, configs_per_epoch=per_epoch))
     return out
 
 
