@@ -108,9 +108,10 @@ _RESOURCES = _obj("threads", "workers", "partitions", "device", "memory_bytes", 
                   memory_bytes={"type": "integer"})
 _PLAN = _obj("model", "engine", "predicted_seconds", "source", "resources", "cost", "goal", "feasible",
              model={"type": "string"}, engine={"type": "string", "description": "sklearn or torch"},
-             predicted_seconds={"type": ["number", "null"], "description": "null: a user's model not yet measured"},
+             predicted_seconds={"type": ["number", "null"], "description": "the selector's c_k in seconds"},
              source={"type": ["string", "null"], "description": "family, pooled, flops (the FLOPs proxy), or measured "
-                     "(a user's own model: its last measured seconds)"},
+                     "(a user's own model: its last measured seconds), neutral (before it ran: the median "
+                     "of the task's other arms)"},
              log_sd={"type": ["number", "null"]}, flops_seconds={"type": ["number", "null"]}, resources=_RESOURCES,
              cost={"type": "number"}, provisioned_by={"type": "string", "description": "profiler or flops"},
              goal={"type": "string", "description": "runtime or cost: what it minimizes"},
@@ -357,7 +358,7 @@ def spec() -> dict[str, Any]:
                             accuracy={"type": ["number", "null"]},
                             # the profiler's prediction before it ran, its source, and log(actual / predicted)
                             predicted_seconds={"type": ["number", "null"]},
-                            source={"enum": ["family", "pooled", "flops", None]},
+                            source={"enum": ["family", "pooled", "flops", "measured", "neutral", None]},
                             log_error={"type": ["number", "null"]},
                             # of cost_seconds, what its profiling runs took (a new family's first job)
                             profiling_seconds={"type": ["number", "null"], "minimum": 0}),

@@ -64,8 +64,12 @@ def subsample(data: Any, n: int, seed: int = 0) -> tuple[Any, Any, Any, Any]:
 def profile_sklearn(candidate: Any, point: dict[str, Any], data: Any, classification: bool, engine: Any,
                     runs: Sequence[ProfileRun], *, seed: int = 0) -> list[dict[str, Any]]:
     """Do the planned runs of the pick's grid point ``point``; returns the
-    measured ones as ``{"n", "threads", "seconds"}`` (failed runs left out)."""
+    measured ones as ``{"n", "threads", "seconds"}`` (failed runs left out).
+    A user model's run that fails once her job's deadline passed (a fit that
+    hung until it was killed) fails the job with that run's error: the
+    limit is spent, and its grid could only fail for want of time."""
     grid = {k: [v] for k, v in point.items()}
+    deadline = getattr(getattr(candidate, "build", None), "deadline", None)  # a user model's (``user_models``)
     done = []
     for run in runs:
         try:
@@ -73,7 +77,9 @@ def profile_sklearn(candidate: Any, point: dict[str, Any], data: Any, classifica
             with blas_threads(run.threads):
                 result = grid_search(limit_threads(candidate, run.threads), grid, split[0], split[1], split=split,
                                      classification=classification, engine=engine, memory=None)
-        except Exception:  # noqa: BLE001 - a profiling run must not fail the job
+        except Exception:  # noqa: BLE001 - a profiling run must not fail the job, unless it spent her limit
+            if deadline is not None and time.time() > deadline:
+                raise
             log.warning("profiling run %s of %s failed; no record of it", run, getattr(candidate, "name", candidate),
                         exc_info=True)
             continue

@@ -12,7 +12,9 @@ keeps each job's prediction and, once it finished, its error as job tags:
 - ``easeml.profile.predicted_seconds``: the predicted seconds
 - ``easeml.profile.log_sd``: the std of the prediction's log seconds
 - ``easeml.profile.source``: ``family``, ``pooled``, or ``flops`` where the
-  profiler could not predict and the caller's FLOPs proxy did
+  profiler could not predict and the caller's FLOPs proxy did (a user's own
+  model, which has no FLOP estimate: ``measured``, its last measured
+  seconds on the task, or ``neutral``, the median of the task's other arms)
 - ``easeml.profile.resources``: JSON of the :class:`Resources` it was
   predicted for (threads, workers, partitions, device, memory_bytes); a
   refit reads a job's resources from here, else the book's defaults
@@ -62,6 +64,7 @@ TAG_RUNS = "easeml.profile.runs"
 TAG_FULL_SECONDS = "easeml.profile.full_seconds"
 TAG_NOTE = "easeml.profile.note"  # why a pick runs where it does, when it is not the plain choice
 FLOPS_SOURCE = "flops"  # the source recorded where the caller's FLOPs proxy predicted
+USER_FAMILY_PREFIX = "user:"  # a user model's family: this and its code's blob digest
 
 
 @dataclass(frozen=True)
@@ -100,8 +103,11 @@ class Resources:
 
 def family_of(task: Task, spec: JobSpec) -> str:
     """The runtime model's family: the zoo model's name; a user's own model
-    is its own family per task (two users' models of one name share no code)."""
-    return f"user:{task.id}:{spec.model}" if spec.is_user_model else spec.model
+    is a family of its own, keyed by the blob of its code (``spec.code``), so
+    two models of one name share nothing, and her model's jobs on all her
+    tasks (features: each task's size) teach one runtime law. ``task`` is
+    not part of the key: a family is learned across tasks, as a zoo model's is."""
+    return f"{USER_FAMILY_PREFIX}{spec.code}" if spec.is_user_model else spec.model
 
 
 def task_size(task: Task) -> tuple[int, int]:
@@ -208,10 +214,13 @@ class ProfileBook:
         a launched job whose family the profiler has no record of and no
         earlier job of which was planned (and has not failed): stores the
         plan as the job's ``easeml.profile.plan`` tag; True when it did.
-        Only the zoo's picks are profiled (scikit-learn grids and torch nets:
-        their runners do the runs); a user's own model is priced by the FLOPs
-        proxy alone."""
-        if spec.engine.value not in ("sklearn", "torch") or spec.is_user_model:
+        The zoo's picks are profiled (scikit-learn grids and torch nets:
+        their runners do the runs), and a user's own estimator, whose every
+        call the runner makes in the job's sandboxed child under the job's
+        deadline (``user_models.Guarded``). A user's torch factory is not:
+        its ``forward`` would run in the job's own thread, outside the
+        deadline a MOP unit has."""
+        if spec.engine.value not in ("sklearn", "torch") or (spec.is_user_model and spec.engine.value != "sklearn"):
             return False
         family = family_of(task, spec)
         if family in self.profiler.counts:  # it has history: the profiler predicts it already
@@ -243,16 +252,17 @@ class ProfileBook:
             return Prediction.none()
 
     def record_prediction(self, job: Job, prediction: Prediction | None, *, fallback_seconds: float | None = None,
-                          resources: Resources | None = None) -> None:
+                          resources: Resources | None = None, fallback_source: str = FLOPS_SOURCE) -> None:
         """Store the prediction as the job's tags. Where the profiler made
-        none (None, or source None), ``fallback_seconds`` (the FLOPs proxy's)
-        is stored with source ``flops``; without it, only the source."""
+        none (None, or source None), ``fallback_seconds`` (the FLOPs proxy's;
+        a user model's last measured or neutral seconds) is stored with
+        source ``fallback_source``; without it, only the source."""
         tags: dict[str, str] = {TAG_RESOURCES: (resources or self.default).to_json()}
         if prediction is not None and prediction.source is not None:
             tags.update({TAG_PREDICTED: repr(prediction.seconds), TAG_LOG_SD: repr(prediction.log_sd),
                          TAG_SOURCE: prediction.source})
         else:
-            tags[TAG_SOURCE] = FLOPS_SOURCE
+            tags[TAG_SOURCE] = fallback_source
             if fallback_seconds is not None and math.isfinite(fallback_seconds) and fallback_seconds > 0:
                 tags[TAG_PREDICTED] = repr(float(fallback_seconds))
         for key, value in tags.items():

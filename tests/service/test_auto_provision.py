@@ -360,9 +360,18 @@ def test_a_failed_prediction_falls_back_to_the_proxy_and_the_job_says_so(stores)
         loop.costs.flops_seconds(task, spec, version.n_examples))
 
 
-def test_a_user_models_plan_is_its_measured_seconds_not_a_flops_guess(tmp_path):
+def test_a_user_model_is_profiled_predicted_and_shown_as_a_zoo_model(tmp_path):
+    """Her model's first job is profiled on subsamples (paid for by her), keeps
+    its prediction (before history: the median of the other arms) and its
+    error; its runs and full job teach the profiler, whose prediction her arm
+    then costs, in task.profile(), the leaderboard and `easeml models --task`."""
     from sklearn.datasets import load_iris
     from sklearn.linear_model import LogisticRegression
+
+    from click.testing import CliRunner
+
+    from ease_jupyter.cli import main as cli_main
+    from ease_jupyter.widgets.leaderboard import Leaderboard
 
     from .conftest import start
 
@@ -375,15 +384,33 @@ def test_a_user_models_plan_is_its_measured_seconds_not_a_flops_guess(tmp_path):
         task.feed(X.astype("float32"), y)
         before = {p["model"]: p for p in task.profile()["candidates"]}
         assert task.wait(timeout=180)
+        (job,) = [j for j in task.jobs() if j["model"] == "mine"]
+        assert job["status"] == "succeeded"
+        # profiled on subsamples first, and she paid for it; predicted before it ran, with its error
+        assert job["profiling_seconds"] > 0 and job["cost_seconds"] > job["profiling_seconds"]
+        assert job["source"] == "neutral" and job["predicted_seconds"] > 0
+        if "mine" in before:
+            assert before["mine"]["source"] == "neutral"
+        own = job["cost_seconds"] - job["profiling_seconds"]
+        assert job["log_error"] == pytest.approx(math.log(own / job["predicted_seconds"]), abs=1e-6)
+        # her runs and job taught the profiler: her arm costs its prediction now
         plans = {p["model"]: p for p in task.profile()["candidates"]}
         mine = plans["mine"]
+        assert mine["source"] in ("family", "pooled") and mine["log_sd"] is not None
         assert mine["flops_seconds"] is None and mine["resources"]["threads"] >= 1
-        measured = [j["cost_seconds"] for j in task.jobs() if j["model"] == "mine" and j["status"] == "succeeded"]
-        assert measured and mine["source"] == "measured"
-        assert mine["predicted_seconds"] == pytest.approx(measured[-1])
-        assert before.get("mine", {"predicted_seconds": None})["predicted_seconds"] in (None, mine["predicted_seconds"])
+        assert mine["provisioned_by"] == "profiler" and mine["predicted_seconds"] > 0
         zoo = [p for p in plans.values() if p["model"] != "mine"]
         assert zoo and all(p["flops_seconds"] is not None for p in zoo)
+        # the leaderboard's predicted vs actual, and the shell's table of candidate costs
+        board = {r["job_id"]: r for r in Leaderboard(task, live=False).rows}
+        assert board[job["id"]]["predicted"] == pytest.approx(job["predicted_seconds"])
+        assert board[job["id"]]["source"] == "neutral" and board[job["id"]]["cost"] == job["cost_seconds"]
+        shown = CliRunner().invoke(cli_main, ["models", "--task", "iris", "--url", running.url,
+                                              "--token", running.tokens["ada"], "--json"])
+        assert shown.exit_code == 0, shown.output
+        mine_shown = {c["model"]: c for c in json.loads(shown.output)["candidates"]}["mine"]
+        assert mine_shown["source"] == mine["source"]
+        assert mine_shown["predicted_seconds"] == pytest.approx(mine["predicted_seconds"], rel=1e-6)
     finally:
         running.thread.stop()
 

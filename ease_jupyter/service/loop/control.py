@@ -131,8 +131,8 @@ class ControlLoop:
         self._wake.set()
 
     def _reprice(self) -> bool:
-        """Give every tenant's zoo arms their current cost (``Costs.seconds``):
-        after the devices were measured or the profiler was refitted."""
+        """Give every tenant's arms, her own models' too, their current cost
+        (``Costs.arm_costs``): after the devices were measured or the profiler was refitted."""
         selector = self.selector
         if selector is None:
             return False
@@ -142,8 +142,12 @@ class ControlLoop:
                 task, n = tenant.facts(self.store)
             except NotFoundError:
                 continue
-            arms = [k for k in tenant.configs if k in known]
-            selector.set_costs(name, {k: self.costs.seconds(task, tenant.configs[k], n) for k in arms})
+            arms = [k for k in tenant.configs if k in known or tenant.configs[k].is_user_model]
+            costs = self.costs.arm_costs(task, tenant.configs, arms, n)
+            try:
+                selector.set_costs(name, costs)
+            except KeyError:  # an own arm the selector has not taken in (added just before a restart)
+                selector.set_costs(name, {k: c for k, c in costs.items() if k in known})
         return True
 
     def notify(self, task_id: int | None = None) -> None:

@@ -15,7 +15,13 @@ runtime model per family, learned across all users' finished jobs: ACAI
 §3.3.2, §4.2.2), a pick costs the profiler's predicted seconds for the
 resources it will run on, wherever the profiler can predict it; the control
 loop refits the profiler as jobs finish (``ProfileRefits``) and re-prices the
-arms."""
+arms.
+
+A user's own model is a family of its own (``profiling.family_of``: keyed
+by its code's blob): once the profiler has a record of it, it is priced and
+provisioned like a zoo arm. It has no FLOP estimate, so before that it
+costs its last measured seconds on the task, else the median of the task's
+other arms (``user_models.neutral_seconds``: a neutral prior)."""
 
 from __future__ import annotations
 
@@ -38,9 +44,9 @@ from ...selection.profiler import Prediction
 from ...store import Job, JobStatus, Store, Task
 from ...zoo import Engine, candidates
 from ..candidates import arm_specs, task_candidates
-from ..profiling import FLOPS_SOURCE, TAG_NOTE, TAG_RESOURCES, ProfileBook, Resources, full_seconds, job_resources
+from ..profiling import FLOPS_SOURCE, TAG_NOTE, ProfileBook, Resources, full_seconds, job_resources
 from ..task_epochs import pick_epochs, task_max_epochs
-from ..user_models import last_measured_seconds
+from ..user_models import last_measured_seconds, neutral_seconds
 from .provision import PickProvisioner
 
 if TYPE_CHECKING:
@@ -51,7 +57,8 @@ log = logging.getLogger(__package__)  # one logger for the whole loop
 FLOPS_PER_SECOND = 1e9  # the speed assumed where none was measured (see Costs.seconds)
 NOMINAL_PROGRAMS = (((16,), (4,)), ((16,), (1,)))  # flat classification and regression
 NOMINAL_TORCH_PROGRAMS = (((8, 8, 1), (4,)), ((8, 8, 3), (4,)))  # images: the torch arms
-MEASURED_SOURCE = "measured"  # a user model's plan: its last measured seconds
+MEASURED_SOURCE = "measured"  # a user model without a runtime model: its last measured seconds ...
+NEUTRAL_SOURCE = "neutral"  # ... or, before it ran on the task, the median of the task's other arms
 RATE_WINDOW = 200  # measured jobs, per engine, the correction's median is taken over
 
 
@@ -169,13 +176,36 @@ class Costs:
         finished jobs, else over all engines' jobs, else 1."""
         return self._correction.get(engine, 1.0)
 
-    def seconds(self, task: Task, spec: JobSpec, n: int) -> float:
+    def seconds(self, task: Task, spec: JobSpec, n: int, others: list[float] | None = None) -> float:
         """The pick's cost ``c_k``: the profiler's predicted seconds where it
-        can predict the pick, else :meth:`flops_seconds`."""
+        can predict the pick, else :meth:`flops_seconds` (a user model:
+        :meth:`own_fallback`, ``others`` being the task's zoo arms' costs)."""
         prediction = self.prediction(task, spec, n)
-        if prediction is None:
-            return self.flops_seconds(task, spec, n, self.resources(task, spec, n))
-        return max(prediction.seconds, 1e-3)
+        if prediction is not None:
+            return max(prediction.seconds, 1e-3)
+        if spec.is_user_model:
+            return self.own_fallback(task, spec, n, others)[0]
+        return self.flops_seconds(task, spec, n, self.resources(task, spec, n))
+
+    def own_fallback(self, task: Task, spec: JobSpec, n: int, others: list[float] | None = None) -> tuple[float, str]:
+        """A user model's seconds where the profiler has no record of it, and
+        their source: its last measured seconds on the task (``measured``),
+        else the median of ``others`` (default: the task's zoo arms' costs),
+        a neutral prior (``neutral``)."""
+        measured = last_measured_seconds(self.store, task, spec.model)
+        if measured is not None:
+            return max(measured, 1e-3), MEASURED_SOURCE
+        if others is None:
+            others = [self.seconds(task, s, n) for s in self.configs(task).values() if not s.is_user_model]
+        return neutral_seconds(self.store, task, spec.model, others), NEUTRAL_SOURCE
+
+    def arm_costs(self, task: Task, configs: dict[str, JobSpec], arms: list[str], n: int) -> dict[str, float]:
+        """The ``c_k`` of the task's ``arms`` (keys of ``configs``): zoo arms
+        first, then the user's own, whose fallback needs the zoo arms' costs."""
+        costs = {k: self.seconds(task, configs[k], n) for k in arms if not configs[k].is_user_model}
+        zoo = list(costs.values())
+        costs.update((k, self.seconds(task, configs[k], n, zoo)) for k in arms if configs[k].is_user_model)
+        return costs
 
     def flops_seconds(self, task: Task, spec: JobSpec, n: int, resources: Resources | None = None) -> float:
         """The FLOPs proxy: the pick's predicted seconds times its engine's
@@ -188,9 +218,9 @@ class Costs:
 
     def prediction(self, task: Task, spec: JobSpec, n: int) -> Prediction | None:
         """The profiler's prediction of the pick on the resources it will run
-        on; None without a profiler, for a user model, or where the profiler
-        cannot predict it (no history of its family) or fails (logged)."""
-        if self.profile is None or spec.is_user_model:
+        on; None without a profiler, or where the profiler cannot predict it
+        (no history of its family) or fails (logged)."""
+        if self.profile is None:
             return None
         try:
             prediction = self.profile.predict_job(task, spec, n, self.resources(task, spec, n))
@@ -207,14 +237,16 @@ class Costs:
         ``easeml models --task``): the selector's ``c_k`` and where it came
         from, the FLOPs proxy's seconds beside it, and the resources the
         provisioner chose with their cost. A user's own model has no FLOP
-        estimate: its seconds are its last measured ones, else unknown."""
+        estimate: before the profiler has a record of it, its seconds are
+        :meth:`own_fallback`'s."""
         out: dict = {"model": spec.arm, "engine": spec.engine.value}
+        prediction = self.prediction(task, spec, n)  # once: seconds() would predict again
         if spec.is_user_model:
-            measured = last_measured_seconds(self.store, task, spec.model)
-            out.update(predicted_seconds=measured, source=MEASURED_SOURCE if measured is not None else None,
-                       log_sd=None, flops_seconds=None)
+            seconds, source = ((max(prediction.seconds, 1e-3), prediction.source) if prediction is not None
+                               else self.own_fallback(task, spec, n))
+            out.update(predicted_seconds=seconds, source=source,
+                       log_sd=prediction.log_sd if prediction is not None else None, flops_seconds=None)
         else:
-            prediction = self.prediction(task, spec, n)  # once: seconds() would predict again
             flops = self.flops_seconds(task, spec, n, self.resources(task, spec, n))
             out.update(predicted_seconds=max(prediction.seconds, 1e-3) if prediction is not None else flops,
                        source=prediction.source if prediction is not None else FLOPS_SOURCE,
@@ -244,15 +276,17 @@ class Costs:
     def record_launch(self, job: Job, task: Task, spec: JobSpec, n: int) -> None:
         """Keep with a launched job what it was predicted to cost: the
         profiler's prediction, or the FLOPs proxy's seconds (source
-        ``"flops"``) where the profiler had none."""
+        ``"flops"``) where the profiler had none (a user model, which has no
+        FLOP estimate: :meth:`own_fallback`'s, source ``measured`` or ``neutral``)."""
         if self.profile is None:
             return
         resources = self.resources(task, spec, n)
-        if spec.is_user_model:  # no FLOP estimate to fall back on: only what it runs on
-            self.profile.store.set_tag("job", job.id, TAG_RESOURCES, resources.to_json())
-            return
         prediction = self.prediction(task, spec, n)
-        self.profile.record_prediction(job, prediction, fallback_seconds=self.flops_seconds(task, spec, n, resources),
+        if prediction is None and spec.is_user_model:
+            fallback, source = self.own_fallback(task, spec, n)
+        else:
+            fallback, source = self.flops_seconds(task, spec, n, resources), FLOPS_SOURCE
+        self.profile.record_prediction(job, prediction, fallback_seconds=fallback, fallback_source=source,
                                        resources=resources)
         note = self.provisioner.provision(task, spec, n).json()["note"] if self.provisioner is not None else ""
         if note:  # why the pick runs where it does: a prediction that failed, a budget nothing fits

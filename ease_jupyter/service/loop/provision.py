@@ -10,7 +10,8 @@ configuration is the least predicted runtime under her cost budget, the
 least cost within her deadline, else the least runtime within her fair
 share (``fair_share``: the pool split equally among the owners with tasks).
 Predictions are the profiler's (``ProfileBook``), the FLOPs proxy's where the
-profiler has none or fails.
+profiler has none or fails; a user's own model is provisioned by the
+profiler once it has a record of her model's family, as a zoo model is.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from ...selection.provisioner import DEFAULT_PRICES, Pool, Prices, ResourceConfi
 from ...store import Job, JobStatus, Store, Task
 from ...zoo import Engine
 from .. import budget as budgets
-from ..profiling import TAG_PREDICTED, TAG_RUNS, ProfileBook, Resources, job_resources, profiling_runs
+from ..profiling import TAG_PREDICTED, TAG_RUNS, ProfileBook, Resources, family_of, job_resources, profiling_runs
 from ..provisioning import Provisioned, provision_pick
 from ..runner import GRID_COST_TAG
 
@@ -137,7 +138,10 @@ class PickProvisioner:
         def proxy(config: ResourceConfig) -> float:
             return self.flops(task, spec, n, Resources(**config.json()))
 
-        predict = proxy if spec.is_user_model else profiler
+        # A user model has no FLOP estimate, so no proxy to fall back on worth a note: until the profiler
+        # has a record of its family the proxy prices every configuration alike and the cheapest wins.
+        known = not spec.is_user_model or self.book.profiler.source(family_of(task, spec)) is not None
+        predict = profiler if known else proxy
         return provision_pick(pool=self.pool(spec), memory_bytes=self.memory(task, spec), predict=predict,
                               fallback=proxy,
                               prices=self.prices, limits=limits, spent=spent, budget=budget,

@@ -5,8 +5,9 @@ stale and no longer reported), a cancelled task loses it, and a new tenant
 is told the results that already exist for its version. A user's own models
 (``user_models.py``) are arms of her tenants only (``Selector.add_user``'s
 ``own``); one added while a tenant trains joins it (``Selector.add_models``).
-An own arm costs the median of the task's other arms until it has run on the
-task, then its last measured seconds (``user_models.neutral_seconds``)."""
+An own arm costs the profiler's prediction once it has a record of her
+model's family; before that the median of the task's other arms until it
+has run on the task, then its last measured seconds (``Costs.arm_costs``)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ from typing import Iterable
 from ...errors import InvalidStateError, NotFoundError
 from ...store import Job, JobStatus, Task
 from ..failures import failure_code
-from ..user_models import neutral_seconds
 from .costs import Costs
 from .state import LoopState, Tenant, arm_key, tenant_name
 from .views import IdleView
@@ -75,10 +75,7 @@ class TenantSync:
         return changed
 
     def _arm_costs(self, task: Task, configs: dict, arms: list[str], own: list[str], n: int) -> dict[str, float]:
-        costs = {k: self.costs.seconds(task, configs[k], n) for k in arms}
-        zoo = list(costs.values())
-        costs.update((k, neutral_seconds(self.state.store, task, k, zoo)) for k in own)
-        return costs
+        return self.costs.arm_costs(task, configs, [*arms, *own], n)
 
     def _add_own(self, tenant: str, task: Task, configs: dict, n: int) -> bool:
         """User models added to a task whose tenant exists already join it."""
@@ -87,8 +84,7 @@ class TenantSync:
         new = [k for k in configs if k not in info.configs and configs[k].is_user_model]
         if not new:
             return False
-        zoo = [self.costs.seconds(task, spec, n) for k, spec in info.configs.items() if not spec.is_user_model]
-        state.selector.add_models(tenant, new, {k: neutral_seconds(state.store, task, k, zoo) for k in new})
+        state.selector.add_models(tenant, new, self.costs.arm_costs(task, configs, [*info.configs, *new], n))
         info.configs = configs
         return True
 
