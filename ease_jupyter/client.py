@@ -35,7 +35,8 @@ import numpy as np
 
 from . import client_budget, tabular
 from .errors import (AlreadyExistsError, DataError, EaseMLError, InvalidStateError, NotFoundError, ProgramSyntaxError,
-                     QuotaExceededError, StorageFullError, StoreCorruptError, StoreUnavailableError)
+                     QuotaExceededError, StorageFullError, StoreCorruptError, StoreUnavailableError,
+                     UserModelCallError, UserModelCallTimeout)
 from .schema import to_jsonable
 
 URL_ENV, TOKEN_ENV = "EASEML_URL", "EASEML_TOKEN"
@@ -76,6 +77,8 @@ def _raise_for(status: int, payload: dict[str, Any]) -> None:
         _, line, column = (str(field).split(":") + ["0", "0"])[:3]
         raise ProgramSyntaxError(message, line=int(line or 0), column=int(column or 0), found=str(found),
                                  expected=str(expected))
+    if code in (UserModelCallError.code, UserModelCallTimeout.code):  # her own model's failure, her traceback
+        raise (UserModelCallTimeout if code == UserModelCallTimeout.code else UserModelCallError)(str(field), message)
     storage_error = _STORAGE_ERRORS.get(code)
     if storage_error is not None:  # the service's whole sentence: the limit, the usage, the object
         raise storage_error(message, field=field, found=found, expected=expected)

@@ -144,3 +144,26 @@ class DeviceFailedError(EaseMLError):
 
     def __reduce__(self):
         return type(self), (self.device, self.detail)
+
+
+class UserModelCallError(EaseMLError):
+    """A user's own model failed when called after training (``infer``, the
+    suspicion scores, ``export``): her code raised, and the message holds her
+    traceback (HTTP 422 ``user_model_error``). ``field`` names the call
+    (``mine.predict``). Nothing stored changes."""
+
+    code, http_status = "user_model_error", 422
+
+    def __init__(self, field: str, message: str):
+        self.field = field
+        super().__init__(message)
+
+    def __reduce__(self):  # pickles whole: it crosses the executors' process pipes
+        return type(self), (self.field, str(self))
+
+
+class UserModelCallTimeout(UserModelCallError):
+    """A user's own model was still running at its time limit when called
+    after training; its process was killed (HTTP 422 ``user_model_timeout``)."""
+
+    code = "user_model_timeout"

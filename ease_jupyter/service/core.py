@@ -35,13 +35,14 @@ from . import models
 from . import export as model_export
 from . import budget_api
 from . import user_models
+from . import own_model_calls
 from . import notify
 from . import reads
 from .executors import JobExecutor, JobRunner, ProcessExecutor, ThreadExecutor
 from .mop import TorchJobs, measure_torch_pool
 from .runner import SklearnJobs
 from .scheduler_view import decision_event, scheduler_view
-from .suspicion import DEFAULT_TOP_K, MAX_TOP_K, NoModelError, SuspicionScorer, estimator_outputs_of
+from .suspicion import DEFAULT_TOP_K, MAX_TOP_K, NoModelError, SuspicionScorer
 from .validation import validation_sizes
 from ..zoo import Engine
 
@@ -167,12 +168,13 @@ class Service:
         return self._where_jobs_run(Engine.TORCH, models.torch_outputs_of, task, job, X)
 
     def _own_predictions(self, task: Task, job: Job, X: Any) -> np.ndarray:
-        """A user's own scikit-learn model's predictions, where the scikit-learn jobs run."""
-        return self._where_jobs_run(Engine.SKLEARN, models.estimator_predictions_of, task, job, X)
+        """A user's own scikit-learn model's predictions, where the scikit-learn jobs run
+        (in a child killed at her model's time limit: ``own_model_calls``)."""
+        return self._where_jobs_run(Engine.SKLEARN, own_model_calls.own_predictions_of, task, job, X)
 
     def _own_outputs(self, task: Task, job: Job, X: Any, *args: Any) -> Any:
         """A user's own scikit-learn model's suspicion outputs, where the scikit-learn jobs run."""
-        return self._where_jobs_run(Engine.SKLEARN, estimator_outputs_of, task, job, X, *args)
+        return self._where_jobs_run(Engine.SKLEARN, own_model_calls.own_outputs_of, task, job, X, *args)
 
     def _engine_address(self, config: ServiceConfig) -> Any:
         """``local``, or the address of a Dask scheduler (or a picklable

@@ -514,8 +514,13 @@ def export_best(store: Any, blobs: Any, task: Any, fmt: str | None, torch_execut
             artifact = torch_artifact_of(store, blobs, task.id, job.id, fmt)
         else:
             artifact = torch_executor.call(torch_artifact_of, task.id, job.id, fmt).result(timeout)
-    elif spec.is_user_model and sklearn_executor is not None:
-        artifact = sklearn_executor.call(sklearn_artifact_of, task.id, job.id, fmt).result(timeout)
+    elif spec.is_user_model:  # her code: in a child killed at her model's time limit (``own_model_calls``)
+        from .own_model_calls import own_artifact_of
+
+        if sklearn_executor is None:
+            artifact = own_artifact_of(store, blobs, task.id, job.id, fmt)
+        else:
+            artifact = sklearn_executor.call(own_artifact_of, task.id, job.id, fmt).result(timeout)
     else:
         artifact = sklearn_artifact_of(store, blobs, task.id, job.id, fmt)
     card = model_card(store, blobs, task, job, artifact)

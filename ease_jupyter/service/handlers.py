@@ -19,7 +19,7 @@ import tornado.web
 from tornado.ioloop import IOLoop
 
 from ..errors import (AlreadyExistsError, DataError, InvalidStateError, NotFoundError, ProgramSyntaxError,
-                      StorageError)
+                      StorageError, UserModelCallError)
 from ..zoo import NoCandidatesError
 from .auth import parse_authorization
 from .core import Service
@@ -78,6 +78,8 @@ def error_of(exc: BaseException, error_id: str | None = None) -> ApiError:
         return ApiError(400, "no_candidates", str(exc), field="program")
     if isinstance(exc, StorageError):
         return ApiError(exc.http_status, exc.code, str(exc), field=exc.field, found=exc.found, expected=exc.expected)
+    if isinstance(exc, UserModelCallError):  # her own model failed after training: her traceback, for her
+        return ApiError(exc.http_status, exc.code, str(exc), field=exc.field)
     if isinstance(exc, NotFoundError):
         return ApiError(404, "not_found", str(exc))
     if isinstance(exc, AlreadyExistsError):

@@ -166,7 +166,11 @@ class SuspicionScorer:
             if classification:
                 return _Outputs(out.argmax(axis=1), _softmax(out.astype(np.float64)) if want_proba else None)
             return _Outputs(out.reshape(len(X), -1), None)
-        if spec.is_user_model and self._own_outputs is not None:  # her code runs where the jobs run
+        if spec.is_user_model:  # her code runs where the jobs run, in a child killed at her model's time limit
+            if self._own_outputs is None:
+                from .own_model_calls import own_outputs
+
+                return own_outputs(self.blobs, task, job, X, classification, n_classes, want_proba)
             return self._own_outputs(task, job, X, classification, n_classes, want_proba)
         return estimator_outputs(self.blobs, task, job, X, classification, n_classes, want_proba)
 

@@ -1,0 +1,163 @@
+"""A user's own fitted scikit-learn model, called after training (``infer``,
+the refine panel's suspicion scores, ``export``) in a child process of the
+worker, killed at her model's time limit: the same child and limit as her
+training calls (``user_sandbox``, the job's ``limit``).
+
+Each request gets its own deadline, ``limit`` seconds from its start, and
+its child is closed when the request's calls are done. A call still running
+then is killed: the request fails with ``UserModelCallTimeout``, and the
+worker thread that ran it serves the next call. A call that raises fails the
+request with ``UserModelCallError`` holding her traceback; an output of the
+wrong shape with a ``DataError`` naming the call (``mine.predict``), the
+shape found and the one expected. Outputs come back as numeric numpy arrays
+(no unpickling here), except ``export``'s converted file.
+
+These run where the scikit-learn jobs run (an executor's ``call``): the
+service process never loads her code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from ..datasets import program_of
+from ..errors import DataError, UserModelCallError, UserModelCallTimeout
+from ..fitted_calls import fitted_classes, fitted_export, fitted_predict, fitted_proba
+from ..jobspec import parse_job
+from ..store import BlobStore, Job, Store, Task
+from ..user_sandbox import UserModelError, UserModelTimeout, close_job, run_user_code
+from . import task_schema
+from .user_models import DEFAULT_LIMIT_SECONDS
+
+
+class OwnModel:
+    """One request's calls into a finished job's fitted model, all bounded by
+    one deadline (``limit`` seconds from now) and run in one child process."""
+
+    def __init__(self, blobs: BlobStore, task: Task, job: Job):
+        from .models import model_name, read_model
+
+        spec = parse_job(job.model, job.config)
+        self.name, self.where = job.model, model_name(task, job)
+        self.limit = float(spec.limit or DEFAULT_LIMIT_SECONDS)
+        self.data = read_model(blobs, task, job)
+        self.deadline = time.time() + self.limit
+
+    def call(self, fn: Callable[..., Any], *args: Any, what: str, returns: str = "array") -> Any:
+        """``fn(self.data, *args)`` in the child; her failure as a typed error naming the call."""
+        field = f"{self.name}.{what}"
+        try:
+            return run_user_code(fn, self.data, *args, deadline=self.deadline, what=field, returns=returns)
+        except UserModelTimeout:
+            raise UserModelCallTimeout(field, (
+                f"user model {self.name!r} ({self.where}): {what} was still running at its time limit of "
+                f"{self.limit:g} s, expected it to return (the limit is the model's `limit`, at most the "
+                "service's --user-model-timeout); its process was killed")) from None
+        except UserModelError as error:
+            raise UserModelCallError(field, f"user model {self.name!r} ({self.where}): {error}") from None
+
+    def close(self) -> None:
+        close_job(self.deadline)  # its child ends with the request, whatever state it is in
+
+
+@contextlib.contextmanager
+def own_model(blobs: BlobStore, task: Task, job: Job) -> Iterator[OwnModel]:
+    model = OwnModel(blobs, task, job)
+    try:
+        yield model
+    finally:
+        model.close()
+
+
+def _check_rows(field: str, out: np.ndarray, n: int, expected: str) -> None:
+    if out.ndim == 0 or out.shape[0] != n:
+        raise DataError(field, f"shape {out.shape}", f"({n}, ...): {expected}")
+
+
+def checked_predictions(field: str, out: np.ndarray, task: Task, n: int) -> np.ndarray:
+    """``predict``'s output if it fits the task: one class index per example
+    for classification, one output of the task's shape per example otherwise."""
+    program = program_of(task)
+    k = program.num_classes
+    if k is not None:
+        _check_rows(field, out, n, "one class index per example")
+        if out.ndim != 1:
+            raise DataError(field, f"shape {out.shape}", f"({n},): one class index per example")
+        if not (np.issubdtype(out.dtype, np.number) and np.all(np.mod(out, 1) == 0)
+                and np.all((out >= 0) & (out < k))):
+            raise DataError(field, f"values such as {out[:3].tolist()!r}", f"class indices from 0 to {k - 1}")
+        return out.astype(np.int64)
+    size = int(np.prod(program.output.tensors[0].shape)) if len(program.output.tensors) == 1 else None
+    _check_rows(field, out, n, "one output per example")
+    if size is not None and out.size != n * size:
+        raise DataError(field, f"shape {out.shape}", f"({n}, {size}): one output of the task's shape per example")
+    if not np.issubdtype(out.dtype, np.number):
+        raise DataError(field, f"values of type {out.dtype}", "numbers")
+    return out
+
+
+def own_predictions(store: Store, blobs: BlobStore, task: Task, job: Job, X: Any) -> np.ndarray:
+    """Her fitted model's predictions on checked inputs, within her time limit."""
+    rows = task_schema.estimator_inputs(store, task, X)
+    with own_model(blobs, task, job) as model:
+        out = model.call(fitted_predict, rows, what="predict")
+    return checked_predictions(f"{job.model}.predict", out, task, len(rows))
+
+
+def own_predictions_of(store: Store, blobs: BlobStore, task_id: int, job_id: int, X: Any) -> np.ndarray:
+    """``own_predictions`` by ids: what an executor's ``call`` runs where the jobs run."""
+    return own_predictions(store, blobs, store.get_task(task_id), store.get_job(job_id), X)
+
+
+def own_outputs(blobs: BlobStore, task: Task, job: Job, X: Any, classification: bool, n_classes: int | None,
+                want_proba: bool) -> Any:
+    """What her fitted model says about X for the suspicion scores
+    (``suspicion.estimator_outputs``'s contract), within her time limit."""
+    from .suspicion import _Outputs
+
+    n = len(X)
+    with own_model(blobs, task, job) as model:
+        raw = model.call(fitted_proba, X, what="predict_proba") if classification and want_proba else None
+        if raw is not None and raw.size:
+            field = f"{job.model}.predict_proba"
+            if raw.ndim != 2 or raw.shape[0] != n or not np.issubdtype(raw.dtype, np.number):
+                raise DataError(field, f"shape {raw.shape} of {raw.dtype}", f"({n}, classes): one row of "
+                                "probabilities per example")
+            classes = model.call(fitted_classes, raw.shape[1], what="classes_")
+            if (classes.shape != (raw.shape[1],) or not np.issubdtype(classes.dtype, np.number)
+                    or np.any((classes < 0) | (classes >= n_classes))):
+                raise DataError(f"{job.model}.classes_", f"{classes.tolist()!r}"[:80],
+                                f"{raw.shape[1]} class indices from 0 to {n_classes - 1}, one per column")
+            proba = np.zeros((n, n_classes), dtype=np.float64)
+            proba[:, classes.astype(np.int64)] = raw  # a class missing from the training side keeps probability 0
+            return _Outputs(classes.astype(np.int64)[raw.argmax(axis=1)], proba)
+        out = model.call(fitted_predict, X, what="predict")
+    out = checked_predictions(f"{job.model}.predict", out, task, n)
+    return _Outputs(out if classification else out.reshape(n, -1), None)
+
+
+def own_outputs_of(store: Store, blobs: BlobStore, task_id: int, job_id: int, X: Any, classification: bool,
+                   n_classes: int | None, want_proba: bool) -> Any:
+    """``own_outputs`` by ids: what an executor's ``call`` runs where the jobs run."""
+    return own_outputs(blobs, store.get_task(task_id), store.get_job(job_id), X, classification, n_classes,
+                       want_proba)
+
+
+def own_artifact_of(store: Store, blobs: BlobStore, task_id: int, job_id: int, fmt: str) -> Any:
+    """``export.sklearn_artifact`` of her fitted model, converted in the
+    child within her time limit (the conversion unpickles and pickles her
+    objects, whose ``__setstate__`` and ``__reduce__`` are her code)."""
+    from .export import sklearn_inputs
+
+    task, job = store.get_task(task_id), store.get_job(job_id)
+    classification = program_of(task).num_classes is not None
+    with own_model(blobs, task, job) as model:
+        out = model.call(fitted_export, fmt, sklearn_inputs(store, task), classification, what="export",
+                         returns="object")
+    if isinstance(out, DataError):
+        raise out
+    return out

@@ -1,0 +1,227 @@
+"""A user's own fitted model, called after training (``infer``, suspicion,
+``export``; ``service/own_model_calls.py``): in a child process killed at her
+model's time limit, failing only her request with her traceback, and never
+holding the worker that serves other users' models."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.linear_model import LogisticRegression
+
+from ease_jupyter.errors import UserModelCallError, UserModelCallTimeout
+from ease_jupyter.service.models import UNUSABLE_TAG
+from ease_jupyter.service.suspicion import MAX_TOP_K
+
+from .conftest import start
+
+LIMIT = 10.0  # her model's limit: her training job (child starts, fits) fits in it on a busy CI; a hang ends at it
+
+
+class Switch(LogisticRegression):
+    """Trains as a logistic regression; after training, ``mode_file`` says how
+    its calls misbehave: ``hang`` (predict), ``raise`` (predict), ``shape``
+    (predict answers two columns) or ``hang_load`` (unpickling)."""
+
+    def __init__(self, mode_file="", C=1.0, max_iter=200):
+        super().__init__(C=C, max_iter=max_iter)
+        self.mode_file = mode_file
+
+    def _mode(self):
+        with open(self.mode_file) as f:
+            return f.read().strip()
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        if state.get("mode_file") and self._mode() == "hang_load":
+            time.sleep(60)
+
+    def predict(self, X):
+        mode = self._mode()
+        if mode == "hang":
+            with open(self.mode_file + ".pids", "a") as out:
+                out.write(f"{os.getpid()}\n")
+            time.sleep(60)
+        if mode == "raise":
+            raise ValueError("my predict broke on purpose")
+        out = super().predict(X)
+        return np.stack([out, out], axis=1) if mode == "shape" else out
+
+    def predict_proba(self, X):
+        if self._mode() in ("hang", "raise"):
+            return self.predict(X)
+        return super().predict_proba(X)
+
+
+def _serve_only(running, owner: str, task_name: str, model: str):
+    """Leave only ``model`` usable on the task, so that it is the best."""
+    store = running.service.store
+    task = store.task_by_name(store.user_by_name(owner).id, task_name)
+    for job in store.list_jobs(task.id):
+        if job.model != model:
+            store.set_tag("job", job.id, UNUSABLE_TAG, "the test serves her model alone")
+    return task
+
+
+def _stored(running, task):
+    store = running.service.store
+    return ([(j.id, j.status, j.artifact_blob) for j in store.list_jobs(task.id)],
+            [v.id for v in store.list_dataset_versions(task.id)], dict(store.tags("task", task.id)))
+
+
+def _in_thread(fn):
+    box = {}
+
+    def run():
+        box["started"] = time.monotonic()
+        try:
+            box["value"] = fn()
+        except Exception as error:  # noqa: BLE001 - the test reads it
+            box["error"] = error
+        box["ended"] = time.monotonic()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, box
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, iris):
+    """Ada's task served by her ``Switch`` (``LIMIT``), Bob's by his own plain
+    model; trained once for the module's tests, each of which leaves her model
+    behaving again."""
+    X, y = iris
+    tmp_path = tmp_path_factory.mktemp("own_calls")
+    running = start(tmp_path / "svc", torch=False, workers=1, allow_user_models=True)
+    running.user("ada")
+    running.user("bob")
+    mode_file = tmp_path / "mode"
+    mode_file.write_text("")
+    try:
+        ada = running.client("ada").task("iris", input=[4], output=[3])
+        bob = running.client("bob").task("flowers", input=[4], output=[3])
+        ada.add_model(Switch(str(mode_file)), name="mine", limit=LIMIT)
+        bob.add_model(LogisticRegression(max_iter=200), name="his")
+        ada.feed(X, y)
+        bob.feed(X, y)
+        assert ada.wait(timeout=240) and bob.wait(timeout=240)
+        jobs = {j["model"]: j for j in ada.jobs()}
+        assert jobs["mine"]["status"] == "succeeded", jobs["mine"]["error"]
+        _serve_only(running, "ada", "iris", "mine")
+        _serve_only(running, "bob", "flowers", "his")
+        yield running, ada, bob, mode_file
+        mode_file.write_text("")
+    finally:
+        running.thread.stop()
+
+
+def test_a_predict_that_hangs_at_infer_is_killed_at_her_limit_and_frees_the_worker(trained, iris):
+    running, ada, bob, mode_file = trained
+    X, _ = iris
+    assert len(ada.infer(X[:5])) == 5  # her model serves while it behaves
+    mode_file.write_text("hang")
+    hers, her_box = _in_thread(lambda: running.call("POST", "/tasks/iris/infer", "ada",
+                                                    body={"X": X[:5].tolist()}))
+    time.sleep(0.5)  # his request queues behind hers on the one worker that runs users' models
+    his, his_box = _in_thread(lambda: bob.infer(X[:7]))
+    hers.join(LIMIT + 30)
+    his.join(LIMIT + 30)
+    assert not hers.is_alive() and not his.is_alive()
+    reply = her_box["value"]
+    assert reply.status == 422, reply.body
+    error = reply.body["error"]
+    assert error["code"] == "user_model_timeout" and error["field"] == "mine.predict"
+    assert "'mine'" in error["message"] and f"{LIMIT:g} s" in error["message"]
+    assert her_box["ended"] - her_box["started"] < LIMIT + 10  # not the 60 s her predict sleeps
+    # His infer, on the same worker, completed once hers was killed.
+    assert "error" not in his_box, his_box.get("error")
+    assert len(his_box["value"]) == 7 and set(np.asarray(his_box["value"]).tolist()) <= {0, 1, 2}
+    # Her predict ran in a process of its own, which is gone.
+    pids = [int(p) for p in (mode_file.parent / "mode.pids").read_text().split()]
+    assert pids and os.getpid() not in pids
+    deadline = time.monotonic() + 5
+    while not all(_gone(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert all(_gone(p) for p in pids)
+    # Her model serves again once it behaves.
+    mode_file.write_text("")
+    assert len(ada.infer(X[:3])) == 3
+
+
+def test_suspicion_and_export_of_a_hanging_model_end_at_her_limit(trained, tmp_path):
+    running, ada, _, mode_file = trained
+    mode_file.write_text("hang")
+    started = time.monotonic()
+    reply = running.call("GET", f"/tasks/iris/suspicion?k={MAX_TOP_K}", "ada")  # every model: hers among them
+    assert reply.status == 422 and reply.body["error"]["code"] == "user_model_timeout", reply.body
+    # predict_proba where hers is the most accurate model (its loss), predict where another is (disagreement)
+    assert reply.body["error"]["field"] in ("mine.predict_proba", "mine.predict")
+    mode_file.write_text("hang_load")  # her class's __setstate__ hangs: export loads it in the child too
+    with pytest.raises(UserModelCallTimeout, match="'mine'.*export.*time limit"):
+        ada.export(tmp_path / "mine.joblib")
+    assert time.monotonic() - started < 2 * LIMIT + 20
+    assert not (tmp_path / "mine.joblib").exists()
+    mode_file.write_text("")
+    card = ada.export(tmp_path / "mine.joblib")  # once it behaves, it exports (converted in the child)
+    assert (tmp_path / "mine.joblib").exists() and card["outputs"]
+
+
+def test_a_model_that_raises_or_answers_the_wrong_shape_at_infer_fails_with_her_error(trained, iris):
+    running, ada, _, mode_file = trained
+    X, _ = iris
+    task = running.service.store.task_by_name(running.service.store.user_by_name("ada").id, "iris")
+    before = _stored(running, task)
+    mode_file.write_text("raise")
+    reply = running.call("POST", "/tasks/iris/infer", "ada", body={"X": X[:4].tolist()})
+    assert reply.status == 422, reply.body
+    error = reply.body["error"]
+    assert error["code"] == "user_model_error" and error["field"] == "mine.predict"
+    assert "Traceback" in error["message"] and "my predict broke on purpose" in error["message"]
+    assert "in predict" in error["message"]  # her frame
+    with pytest.raises(UserModelCallError, match="my predict broke on purpose"):
+        ada.suspicion(k=MAX_TOP_K)  # every finished model: hers among them
+    mode_file.write_text("shape")
+    reply = running.call("POST", "/tasks/iris/infer", "ada", body={"X": X[:4].tolist()})
+    assert reply.status == 400, reply.body
+    error = reply.body["error"]
+    assert error["code"] == "bad_data" and error["field"] == "mine.predict"
+    assert error["found"] == "shape (4, 2)" and "one class index per example" in error["expected"]
+    assert _stored(running, task) == before  # nothing stored changed
+    mode_file.write_text("")
+
+
+def test_a_dataframe_and_series_feed_and_infer_through_her_model(tmp_path):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=60)
+    frame = pd.DataFrame({"x": x, "z": rng.normal(size=60), "label": np.where(x > 0, "pos", "neg")})
+    running = start(tmp_path / "svc", torch=False, workers=1, allow_user_models=True)
+    try:
+        running.user("ada")
+        client = running.client("ada")
+        two = client.task("two_columns", like=frame, target="label")
+        two.add_model(LogisticRegression(max_iter=200), name="mine", limit=30)
+        assert two.feed(frame.drop(columns="label"), frame["label"])["n_examples"] == 60  # X a DataFrame, y a Series
+        one = client.task("one_column", like=frame[["x", "label"]], target="label")
+        one.add_model(LogisticRegression(max_iter=200), name="mine", limit=30)
+        one.feed(frame["x"], frame["label"])  # X a Series: a one-column table
+        assert two.wait(timeout=240) and one.wait(timeout=240)
+        _serve_only(running, "ada", "two_columns", "mine")
+        _serve_only(running, "ada", "one_column", "mine")
+        predicted = one.infer(frame["x"])
+        assert len(predicted) == 60 and np.mean(predicted == frame["label"].to_numpy()) > 0.9  # the sign of x
+        assert set(two.infer(frame.drop(columns="label"))) <= {"pos", "neg"}
+    finally:
+        running.thread.stop()
