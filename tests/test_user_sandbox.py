@@ -8,6 +8,7 @@ import os
 import time
 
 import numpy as np
+import psutil
 import pytest
 
 from ease_jupyter import user_sandbox
@@ -34,19 +35,11 @@ def _pid():
     return os.getpid()
 
 
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
-
-
 def _gone_soon(pid: int, seconds: float = 5.0) -> bool:
     """Gone within ``seconds``: the parent's background reaper may be the one
     closing it (and waiting up to a second for it to end) when the test looks."""
     end = time.monotonic() + seconds
-    while not _gone(pid):
+    while psutil.pid_exists(pid):
         if time.monotonic() > end:
             return False
         time.sleep(0.05)
@@ -61,7 +54,7 @@ def test_a_call_that_hangs_times_out_at_the_deadline_and_its_process_is_gone(tmp
         run_user_code(_sleeps_forever, str(pid_file), deadline=deadline, what="sleeps")
     assert time.monotonic() - started < 6
     pid = int(pid_file.read_text())
-    assert pid != os.getpid() and _gone(pid)
+    assert pid != os.getpid() and not psutil.pid_exists(pid)
     # The next job gets a fresh child, unaffected.
     assert run_user_code(pow, 2, 5, deadline=time.time() + 30, what="pow") == 32
 
@@ -187,7 +180,7 @@ def test_an_idle_child_is_closed_by_the_parent_but_never_in_the_middle_of_a_call
     time.sleep(0.8)  # its call is running, and idle by the clock of its last start
     user_sandbox._reap()
     thread.join(10)
-    assert busy.get("pid") and not _gone(busy["pid"])  # the call returned: its child was not closed under it
+    assert busy.get("pid") and psutil.pid_exists(busy["pid"])  # the call returned: its child was not closed under it
     time.sleep(0.3)
     user_sandbox._reap()  # now idle: closed and reaped (here, or by the background reaper)
     assert _gone_soon(busy["pid"])
@@ -212,9 +205,9 @@ def test_a_jobs_children_end_when_its_scope_goes():
     other = threading.Thread(target=lambda: pids.append(run_user_code(_pid, deadline=deadline, what="pid")))
     other.start()
     other.join(10)
-    assert len(set(pids)) == 2 and not any(_gone(p) for p in pids)  # one child per thread
+    assert len(set(pids)) == 2 and not any(not psutil.pid_exists(p) for p in pids)  # one child per thread
     del scope  # the job's candidate dropped
-    assert all(_gone(p) for p in pids)
+    assert all(not psutil.pid_exists(p) for p in pids)
 
 
 def test_a_job_that_ends_while_the_registry_is_held_is_closed_at_the_next_look():
@@ -227,6 +220,6 @@ def test_a_job_that_ends_while_the_registry_is_held_is_closed_at_the_next_look()
         ender.start()
         ender.join(5)
         assert not ender.is_alive(), "closing a job waited on the registry's lock"
-    assert not _gone(pid)
+    assert psutil.pid_exists(pid)
     user_sandbox._reap()
-    assert _gone(pid)
+    assert not psutil.pid_exists(pid)

@@ -9,6 +9,7 @@ import pickle
 import time
 
 import numpy as np
+import psutil
 import pytest
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import Pipeline, make_pipeline
@@ -65,14 +66,6 @@ class SleepsInFit(LogisticRegression):
             out.write(f"{os.getpid()}\n")
         while True:
             time.sleep(1)
-
-
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
 
 
 class Recorded(LogisticRegression):
@@ -212,7 +205,7 @@ def test_models_that_raise_hang_or_give_wrong_shapes_fail_only_their_own_jobs(al
     assert "UserModelTimeout" in sleeps["error"] and "sleeps.fit" in sleeps["error"]
     # The hung fit ran in a process of its own, which is gone: nothing of it runs on.
     pids = [int(p) for p in pid_file.read_text().split()]
-    assert pids and os.getpid() not in pids and all(_gone(p) for p in pids)
+    assert pids and os.getpid() not in pids and all(not psutil.pid_exists(p) for p in pids)
     # Every zoo model of both users trained.
     zoo = [j for name, j in jobs.items() if name not in ("raises", "wrong_shape", "hangs", "sleeps")]
     assert zoo and all(j["status"] == "succeeded" for j in zoo)
@@ -517,6 +510,6 @@ def test_her_calls_run_in_child_processes_that_end_with_their_jobs(allowed, iris
     # clone, set_params and fit ran in children of the job's worker, never in the worker itself
     assert not children & workers and os.getpid() not in children
     deadline = time.monotonic() + 10  # each child is closed and reaped as its job ends
-    while not all(_gone(p) for p in children) and time.monotonic() < deadline:
+    while not all(not psutil.pid_exists(p) for p in children) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert all(_gone(p) for p in children), [p for p in children if not _gone(p)]
+    assert all(not psutil.pid_exists(p) for p in children), [p for p in children if psutil.pid_exists(p)]
