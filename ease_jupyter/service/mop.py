@@ -28,7 +28,9 @@ Each is published as a ``{"type": "metrics", ...}`` event as it happens.
 Profiling (ACAI §4.2.2). A job with a profiling plan (``easeml.profile.plan``,
 the first job of a family the profiler has no record of) first trains its
 first config for one epoch on each planned subsample
-(``profile_runs.profile_torch``) and records the runs
+(``profile_runs.profile_torch``; a user's factory as MOP units of one
+partition on the job's engine, under her job's deadline,
+``profile_runs.profile_in_units``) and records the runs
 (``easeml.profile.runs``) before its workload; the workload's own seconds
 are ``easeml.profile.full_seconds`` and the job's cost is their sum with the
 runs'. A job that has its runs recorded, or is resumed, does not profile
@@ -69,6 +71,7 @@ in the blob store.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -90,7 +93,7 @@ from .candidates import candidate_of
 from . import user_models
 from .models import BEST_TRIAL_TAG
 from .mop_progress import JobProgress
-from .profile_runs import profile_torch
+from .profile_runs import profile_in_units, profile_torch
 from .profiling import TAG_FULL_SECONDS, TAG_PLAN, TAG_RESOURCES, TAG_RUNS, job_resources, profiling_runs
 
 log = logging.getLogger(__name__)
@@ -161,8 +164,20 @@ def run_torch_job(store: Store, blobs: BlobStore, engine: Any, job_id: int, *,
             if TAG_PLAN in tags and not resumed and TAG_RUNS not in tags:  # profiled once, never on a resume
                 profiling_started = time.monotonic()
                 first_trial, first_params = next(iter(trial_params.items()))
-                runs = profile_torch(cand, first_trial, first_params, X, y, data.split_keys,
-                                     plan_from_json(tags[TAG_PLAN]), seed=seed, hooks=Hooks(precision=precision))
+                plan = plan_from_json(tags[TAG_PLAN])
+                if own is None:
+                    runs = profile_torch(cand, first_trial, first_params, X, y, data.split_keys, plan,
+                                         seed=seed, hooks=Hooks(precision=precision))
+                else:  # her forward runs only in units, under her deadline, as her training's
+                    def profiling_epoch(train: tuple[Any, Any], validation: tuple[Any, Any]) -> None:
+                        runner = MOPRunner(engine, pick_procedure(cand.name, [first_params], max_epochs=1), [cand],
+                                           *train, validation=validation, seed=seed, n_partitions=1,
+                                           hooks=Hooks(precision=precision), blob_url=blob_url,
+                                           **own.runner_options(profiling=True))
+                        PoolDriver.shared(engine, seed=seed).run(runner, owner=str(task.owner_id))
+
+                    runs = profile_in_units(plan, X, y, data.split_keys, profiling_epoch, seed=seed,
+                                            deadline=own.deadline, name=cand.name)
                 store.set_tag("job", job_id, TAG_RUNS, json.dumps(runs))
                 started += time.monotonic() - profiling_started  # the workload's own seconds leave them out
             seen = _existing_metrics(store, job_id)
@@ -261,14 +276,17 @@ class _OwnModel:
         if time.time() > self.deadline:
             raise user_models.UserModelTimeout(f"{self.name}: the job ran past its limit of {self.limit:g} s")
 
-    def timed_out(self) -> None:
+    def timed_out(self, during: str = "") -> None:
         raise user_models.UserModelTimeout(
-            f"{self.name}: a training unit (her forward, loss or backward) was still running at the job's "
-            f"limit of {self.limit:g} s, expected it to return; it was given up on and its worker replaced")
+            f"{self.name}: a training unit{during} (her forward, loss or backward) was still running at the "
+            f"job's limit of {self.limit:g} s, expected it to return; it was given up on and its worker replaced")
 
-    def runner_options(self) -> dict[str, Any]:
+    def runner_options(self, *, profiling: bool = False) -> dict[str, Any]:
+        """The runner's options for her workload, or for one of her job's
+        profiling runs (``profiling``: the same guard, its error says so)."""
+        on_deadline = functools.partial(self.timed_out, " of a profiling run") if profiling else self.timed_out
         return {"max_unit_retries": 0, "unit_timeout": self.limit + 60.0, "deadline": self.deadline,
-                "on_deadline": self.timed_out}
+                "on_deadline": on_deadline}
 
 
 def _own_model(spec: TorchWorkload) -> _OwnModel | None:

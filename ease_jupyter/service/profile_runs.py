@@ -20,13 +20,20 @@ the run's torch threads. Not through ``units.train_unit``: a unit pins
 torch to one thread, and a run must measure its own thread count. A run's
 seconds cover building and adapting the net, moving it and its data to the
 device, and the epoch.
+
+A user's torch factory runs her code (``forward``) wherever it trains, so
+its runs are not done here but as MOP units (:func:`profile_in_units`): the
+caller's ``run_epoch`` trains the run's subsample for one epoch through the
+engine her training units use, under her job's deadline (an engine gives up
+on a unit past it and replaces its worker). A unit trains at one thread, so
+such a run is a record at one thread.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -99,6 +106,48 @@ def training_subsample(X: np.ndarray, y: np.ndarray, split_keys: Any, n: int, *,
     size = min(len(y_tr), max(2, round(share * len(y_tr))))
     rows = np.sort(np.random.default_rng(seed).choice(len(y_tr), size=size, replace=False))
     return X_tr[rows], y_tr[rows]
+
+
+def split_subsample(X: np.ndarray, y: np.ndarray, split_keys: Any, n: int, *,
+                    seed: int = 0) -> tuple[tuple[Any, Any], tuple[Any, Any]]:
+    """``((X_train, y_train), (X_held_out, y_held_out))``: the training rows
+    of :func:`training_subsample` and the workload's held-out rows at the
+    same share (at least two), so that a run is the full workload's one-epoch
+    version at ``n`` examples."""
+    from ..execution.mop.partitions import split_validation
+
+    _, (X_val, y_val) = split_validation(X, y, example_ids=split_keys, seed=seed)
+    share = min(1.0, n / max(len(y), 1))
+    size = min(len(y_val), max(2, round(share * len(y_val))))
+    rows = np.sort(np.random.default_rng(seed + 1).choice(len(y_val), size=size, replace=False))
+    return training_subsample(X, y, split_keys, n, seed=seed), (X_val[rows], y_val[rows])
+
+
+def profile_in_units(runs: Sequence[ProfileRun], X: np.ndarray, y: np.ndarray, split_keys: Any,
+                     run_epoch: Callable[[tuple[Any, Any], tuple[Any, Any]], Any], *, seed: int = 0,
+                     deadline: float | None = None, name: str = "") -> list[dict[str, Any]]:
+    """Do the planned runs of a user's torch factory as MOP units:
+    ``run_epoch(train, validation)`` trains its first config for one epoch
+    on each run's subsample (:func:`split_subsample`) as her training does,
+    and each run's wall seconds are its cost. Returns the measured ones as
+    ``{"n", "threads": 1, "seconds", "epochs": 1}``. A run that fails once
+    ``deadline`` (a ``time.time()``) passed fails the job with its error (a
+    unit that hung until the engine gave up on it): her limit is spent;
+    any other failed run is left out."""
+    done = []
+    for run in runs:
+        try:
+            train, validation = split_subsample(X, y, split_keys, run.n, seed=seed)
+            started = time.perf_counter()
+            run_epoch(train, validation)
+            seconds = time.perf_counter() - started
+        except Exception:  # noqa: BLE001 - a profiling run must not fail the job, unless it spent her limit
+            if deadline is not None and time.time() > deadline:
+                raise
+            log.warning("profiling run %s of %s failed; no record of it", run, name, exc_info=True)
+            continue
+        done.append({"n": run.n, "threads": 1, "seconds": float(seconds), "epochs": 1})
+    return done
 
 
 def one_epoch(spec: Any, X: np.ndarray, y: np.ndarray, hooks: Any) -> float:

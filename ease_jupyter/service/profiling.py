@@ -215,12 +215,13 @@ class ProfileBook:
         earlier job of which was planned (and has not failed): stores the
         plan as the job's ``easeml.profile.plan`` tag; True when it did.
         The zoo's picks are profiled (scikit-learn grids and torch nets:
-        their runners do the runs), and a user's own estimator, whose every
-        call the runner makes in the job's sandboxed child under the job's
-        deadline (``user_models.Guarded``). A user's torch factory is not:
-        its ``forward`` would run in the job's own thread, outside the
-        deadline a MOP unit has."""
-        if spec.engine.value not in ("sklearn", "torch") or (spec.is_user_model and spec.engine.value != "sklearn"):
+        their runners do the runs), and a user's own models: her estimator,
+        whose every call the runner makes in the job's sandboxed child under
+        the job's deadline (``user_models.Guarded``), and her torch factory,
+        whose runs train as MOP units under the job's deadline, as her
+        training does (``profile_runs.profile_in_units``); a unit trains at
+        one thread, so her factory's runs are planned at one."""
+        if spec.engine.value not in ("sklearn", "torch"):
             return False
         family = family_of(task, spec)
         if family in self.profiler.counts:  # it has history: the profiler predicts it already
@@ -232,7 +233,8 @@ class ProfileBook:
                     return False
             except NotFoundError:
                 continue
-        runs = plan_runs(int(n), (resources or self.default).threads)
+        in_units = spec.is_user_model and spec.engine.value == "torch"
+        runs = plan_runs(int(n), 1 if in_units else (resources or self.default).threads)
         if not runs:
             return False
         self.store.set_tag("job", job.id, TAG_PLAN, plan_to_json(family, runs))

@@ -237,7 +237,8 @@ def test_her_estimators_first_job_is_profiled_in_her_sandbox_and_paid_for(stores
     assert not book.plan_profiling(second, task, spec, version.n_examples)
 
 
-def test_a_user_torch_factory_is_not_profiled_on_subsamples(stores):
+def test_a_user_torch_factory_is_planned_at_one_thread(stores):
+    """Her factory's runs train as MOP units (tests/service/test_user_factory_profiling.py), at a unit's one thread."""
     store, blobs = stores
     task, version = flat_task(stores, "t", 400, d=8)
     code = cloudpickle.dumps(lambda input_shape, output_shape: None)
@@ -245,5 +246,9 @@ def test_a_user_torch_factory_is_not_profiled_on_subsamples(stores):
                                              len(code), "f", time.time()))
     spec = Costs(store, torch_epochs=2).configs(task)["net"]
     job = store.create_job(task.id, version.id, spec.model, spec.config())
-    assert not ProfileBook(store).plan_profiling(job, task, spec, version.n_examples)
-    assert TAG_PLAN not in store.tags("job", job.id)
+    book = ProfileBook(store)
+    assert book.plan_profiling(job, task, spec, version.n_examples, Resources(threads=2))
+    planned = plan_from_json(store.tags("job", job.id)[TAG_PLAN])
+    assert [r.threads for r in planned] == [1, 1] and all(r.n < version.n_examples for r in planned)
+    second = store.create_job(task.id, version.id, spec.model, spec.config())
+    assert not book.plan_profiling(second, task, spec, version.n_examples)  # one job of her family is planned
