@@ -1,7 +1,9 @@
-"""What a user's fitted scikit-learn model does after training, run in a
-child process of ``user_sandbox`` (``service/own_model_calls.py`` sends the
-calls): ``predict`` for ``infer``, ``predict_proba`` and ``classes_`` for
-the suspicion scores, and the conversion of ``export``.
+"""What a user's fitted scikit-learn model or trained torch net does after
+training, run in a child process of ``user_sandbox``
+(``service/own_model_calls.py`` sends the calls): ``predict`` for ``infer``,
+``predict_proba`` and ``classes_`` for the suspicion scores, and the
+conversion of ``export``; for a net, her factory and its checkpoint loaded,
+``forward`` on a request's rows, and ``export``'s tracing.
 
 Each function takes the model's stored bytes (the job's artifact, a
 cloudpickle) and loads them here, in the child, so that her classes'
@@ -16,9 +18,10 @@ from __future__ import annotations
 
 import hashlib
 import pickle
+from dataclasses import dataclass
 from typing import Any
 
-_LOADED: dict[str, Any] = {}  # digest -> the model: the last one loaded in this child
+_LOADED: dict[str, Any] = {}  # digest -> the model or net: the last one loaded in this child
 
 
 def load_fitted(data: bytes) -> Any:
@@ -67,5 +70,84 @@ def fitted_export(data: bytes, fmt: str, inputs: Any, classification: bool) -> A
 
     try:
         return _with_onnx_outputs(sklearn_artifact(load_fitted(data), fmt, inputs, classification))
+    except DataError as error:
+        return error
+
+
+# -- a user's trained torch net --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrainedNet:
+    """What rebuilds a user's trained net in the child: her factory's
+    cloudpickle, the options of the config that won, one example's input
+    and output shapes, and that config's checkpoint (``units.load_checkpoint``'s bytes)."""
+
+    code: bytes
+    checkpoint: bytes
+    input_shape: tuple[int, ...]
+    output_shape: tuple[int, ...]
+    options: dict[str, Any]
+
+    def key(self) -> str:
+        parts = (self.code, self.checkpoint, repr((self.input_shape, self.output_shape, sorted(self.options.items()))))
+        return hashlib.sha256(b"\0".join(p if isinstance(p, bytes) else p.encode() for p in parts)).hexdigest()
+
+
+def load_net(parts: TrainedNet) -> Any:
+    """Her ``nn.Module`` with the checkpoint's weights, in eval mode (built
+    once per child): ``factory(input_shape, output_shape, **options)``, its
+    weights loaded as the training wrapper (``user_models.user_net``) saved
+    them, under ``net.``."""
+    import torch
+
+    from .execution.units import load_checkpoint
+    from .user_sandbox import load_code
+
+    key = parts.key()
+    if key not in _LOADED:
+        _LOADED.clear()
+        net = load_code(parts.code)(parts.input_shape, parts.output_shape, **parts.options)
+        if not isinstance(net, torch.nn.Module):
+            raise TypeError(f"the factory returned a {type(net).__name__}, expected a torch nn.Module")
+        holder = torch.nn.Module()
+        holder.net = net
+        load_checkpoint(holder, None, parts.checkpoint)
+        _LOADED[key] = net.eval()
+    return _LOADED[key]
+
+
+def net_loaded(parts: TrainedNet) -> None:
+    """Build and load her net (a call of its own, so that its time names the build)."""
+    load_net(parts)
+
+
+def net_forward(parts: TrainedNet, X: Any, batch: int = 4096) -> Any:
+    """Her net's outputs on ``X`` (float32 rows), in batches, as one numpy
+    array; a batch whose output is not ``(rows, *output_shape)`` comes back
+    as it is, for the parent to name what it found."""
+    import numpy as np
+    import torch
+
+    net, parts_out = load_net(parts), []
+    with torch.no_grad():
+        for start in range(0, len(X), batch):
+            rows = torch.as_tensor(X[start:start + batch])
+            out = net(rows)
+            out = out.detach().cpu().numpy() if isinstance(out, torch.Tensor) else np.asarray(out)
+            if out.shape != (len(rows), *parts.output_shape):
+                return out
+            parts_out.append(out)
+    return np.concatenate(parts_out) if parts_out else np.zeros((0, *parts.output_shape), dtype=np.float32)
+
+
+def net_export(parts: TrainedNet, fmt: str, example: Any) -> Any:
+    """``export.torch_artifact`` of her trained net (tracing runs her
+    ``forward``); a ``DataError`` (a net torch.onnx cannot export) comes back as a value."""
+    from .errors import DataError
+    from .service.export import _with_onnx_outputs, torch_artifact
+
+    try:
+        return _with_onnx_outputs(torch_artifact(load_net(parts), example, fmt))
     except DataError as error:
         return error

@@ -17,7 +17,9 @@ task's best model, converts it and packs it with its model card
 (``model_card.py``, ``export_bundle.py``). A torch model is converted where
 the torch jobs run (the torch executor's ``call``, as ``infer`` does): it
 needs the net, and building and tracing it is seconds of CPU that the
-service process, which answers every user, should not spend.
+service process, which answers every user, should not spend. A user's own
+net is built, traced and saved in a child killed at her model's time limit
+(``own_model_calls.own_net_artifact_of``), as her estimator is converted.
 
 Our one-thread wrappers (``zoo/_sk_wrappers.py``) only pin BLAS/OpenMP to
 one thread around their parents' methods; ``plain_sklearn`` swaps each for
@@ -446,12 +448,16 @@ def torch_artifact_of(store: Any, blobs: Any, task_id: int, job_id: int, fmt: st
     """``torch_artifact`` of a torch job's best checkpoint, by ids: what the
     torch executor's ``call`` runs where the torch jobs run."""
     from ..datasets import program_of
+    from ..jobspec import parse_job
     from . import models, user_models
 
     task, job = store.get_task(task_id), store.get_job(job_id)
-    # A user's own net is exported as her module, without the wrapper that trains it.
-    net = user_models.plain_module(models.torch_net(store, blobs, task, job))
     example = torch_example(program_of(task)) if fmt != "state_dict" else _state_dict_example(program_of(task))
+    if parse_job(job.model, job.config).is_user_model:  # her module, built and traced in a child within her limit
+        from .own_model_calls import own_net_artifact_of
+
+        return own_net_artifact_of(store, blobs, task_id, job_id, fmt, example)
+    net = user_models.plain_module(models.torch_net(store, blobs, task, job))
     return _with_onnx_outputs(torch_artifact(net, example, fmt))
 
 

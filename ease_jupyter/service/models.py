@@ -112,18 +112,27 @@ def torch_net(store: Store, blobs: BlobStore, task: Task, job: Job) -> Any:
     assert isinstance(spec, TorchWorkload), spec
     cand = candidate_of(task, spec, blobs)  # a user model's: built from its code (user_models.py)
     info = json.loads(store.tags("job", job.id).get(BEST_TRIAL_TAG, "{}"))
-    lr = float(info.get("lr", spec.lrs[0]))
-    params = info.get("params") or {"lr": lr}  # a user model's grid has options besides the rate
-    unit = UnitSpec.of(info.get("trial", "t0"), cand.name, params, cand.build)
+    unit = UnitSpec.of(info.get("trial", "t0"), cand.name, torch_best_params(store, job, spec), cand.build)
     return load_model(read_model(blobs, task, job), unit, Hooks())
+
+
+def torch_best_params(store: Store, job: Job, spec: TorchWorkload) -> dict[str, Any]:
+    """The options of a torch job's best config (a user model's grid has options besides the rate)."""
+    info = json.loads(store.tags("job", job.id).get(BEST_TRIAL_TAG, "{}"))
+    return info.get("params") or {"lr": float(info.get("lr", spec.lrs[0]))}
 
 
 def torch_outputs(store: Store, blobs: BlobStore, task: Task, job: Job, X: Any, *,
                   batch: int = 4096) -> np.ndarray:
     """The raw outputs of a torch job's best checkpoint, in eval mode and in
-    batches: logits (N, D) for classification, outputs for regression."""
+    batches: logits (N, D) for classification, outputs for regression. A
+    user's own net runs in a child killed at her model's time limit (``own_model_calls``)."""
     import torch
 
+    if parse_job(job.model, job.config).is_user_model:
+        from .own_model_calls import own_net_outputs
+
+        return own_net_outputs(store, blobs, task, job, X)
     net = torch_net(store, blobs, task, job)
     X = np.require(X, dtype=np.float32, requirements=["C", "W"])  # torch wants a writable buffer
     net.eval()

@@ -1,7 +1,10 @@
-"""A user's own fitted scikit-learn model, called after training (``infer``,
-the refine panel's suspicion scores, ``export``) in a child process of the
-worker, killed at her model's time limit: the same child and limit as her
-training calls (``user_sandbox``, the job's ``limit``).
+"""A user's own fitted scikit-learn model or trained torch net, called after
+training (``infer``, the refine panel's suspicion scores, ``export``) in a
+child process of the worker, killed at her model's time limit: the same
+child and limit as her training calls (``user_sandbox``, the job's
+``limit``). A net is built there from her factory and loaded with its
+checkpoint; its ``forward`` on the request's rows and ``export``'s tracing
+run there too.
 
 Each request gets its own deadline, ``limit`` seconds from its start, and
 its child is closed when the request's calls are done. A call still running
@@ -12,8 +15,8 @@ wrong shape with a ``DataError`` naming the call (``mine.predict``), the
 shape found and the one expected. Outputs come back as numeric numpy arrays
 (no unpickling here), except ``export``'s converted file.
 
-These run where the scikit-learn jobs run (an executor's ``call``): the
-service process never loads her code.
+These run where the jobs of her model's engine run (an executor's
+``call``): the service process never loads her code.
 """
 
 from __future__ import annotations
@@ -26,25 +29,37 @@ import numpy as np
 
 from ..datasets import program_of
 from ..errors import DataError, UserModelCallError, UserModelCallTimeout
-from ..fitted_calls import fitted_classes, fitted_export, fitted_predict, fitted_proba
+from ..fitted_calls import (
+    TrainedNet,
+    fitted_classes,
+    fitted_export,
+    fitted_predict,
+    fitted_proba,
+    net_export,
+    net_forward,
+    net_loaded,
+)
 from ..jobspec import parse_job
 from ..store import BlobStore, Job, Store, Task
 from ..user_sandbox import UserModelError, UserModelTimeout, close_job, run_user_code
 from . import task_schema
-from .user_models import DEFAULT_LIMIT_SECONDS
+from ..zoo import Engine
+from .user_models import DEFAULT_LIMIT_SECONDS, TRAIN_OPTIONS
+from .user_models import _shapes as net_shapes  # one example's input and output shapes, as her net trained
 
 
 class OwnModel:
     """One request's calls into a finished job's fitted model, all bounded by
     one deadline (``limit`` seconds from now) and run in one child process."""
 
-    def __init__(self, blobs: BlobStore, task: Task, job: Job):
+    def __init__(self, blobs: BlobStore, task: Task, job: Job, store: Store | None = None):
         from .models import model_name, read_model
 
         spec = parse_job(job.model, job.config)
         self.name, self.where = job.model, model_name(task, job)
         self.limit = float(spec.limit or DEFAULT_LIMIT_SECONDS)
-        self.data = read_model(blobs, task, job)
+        # a net is rebuilt from her factory and its checkpoint (``store``: which config won)
+        self.data = trained_net(store, blobs, task, job) if spec.engine is Engine.TORCH else read_model(blobs, task, job)
         self.deadline = time.time() + self.limit
 
     def call(self, fn: Callable[..., Any], *args: Any, what: str, returns: str = "array") -> Any:
@@ -65,8 +80,8 @@ class OwnModel:
 
 
 @contextlib.contextmanager
-def own_model(blobs: BlobStore, task: Task, job: Job) -> Iterator[OwnModel]:
-    model = OwnModel(blobs, task, job)
+def own_model(blobs: BlobStore, task: Task, job: Job, store: Store | None = None) -> Iterator[OwnModel]:
+    model = OwnModel(blobs, task, job, store)
     try:
         yield model
     finally:
@@ -158,6 +173,56 @@ def own_artifact_of(store: Store, blobs: BlobStore, task_id: int, job_id: int, f
     with own_model(blobs, task, job) as model:
         out = model.call(fitted_export, fmt, sklearn_inputs(store, task), classification, what="export",
                          returns="object")
+    if isinstance(out, DataError):
+        raise out
+    return out
+
+
+# -- a user's trained torch net ----------------------------------------------------------------------
+
+
+def trained_net(store: Store | None, blobs: BlobStore, task: Task, job: Job) -> TrainedNet:
+    """What rebuilds a user torch job's best config in the child: her
+    factory's code, that config's options (less the training ones) and checkpoint."""
+    from .models import model_name, read_model, torch_best_params
+
+    if store is None:
+        raise ValueError(f"{model_name(task, job)}: a torch model's calls need the store (its best config)")
+    spec = parse_job(job.model, job.config)
+    code = blobs.get_referenced(spec.code, f"task {task.name!r}: the code of user model {job.model!r}")
+    options = {k: v for k, v in torch_best_params(store, job, spec).items() if k not in TRAIN_OPTIONS}
+    inp, out = net_shapes(task)
+    return TrainedNet(code, read_model(blobs, task, job), inp, out, options)
+
+
+def checked_net_outputs(field: str, out: np.ndarray, n: int, output_shape: tuple[int, ...]) -> np.ndarray:
+    """``forward``'s outputs if they are one number tensor of the task's output shape per example."""
+    want = (n, *output_shape)
+    if out.shape != want:
+        raise DataError(field, f"shape {out.shape}", f"{want}: one output of shape {tuple(output_shape)} per example")
+    if not np.issubdtype(out.dtype, np.number):
+        raise DataError(field, f"values of type {out.dtype}", "numbers")
+    return out
+
+
+def own_net_outputs(store: Store, blobs: BlobStore, task: Task, job: Job, X: Any) -> np.ndarray:
+    """Her trained net's raw outputs on X (logits for classification), its
+    factory, checkpoint and ``forward`` run in the child within her time limit."""
+    X = np.require(X, dtype=np.float32, requirements=["C", "W"])  # torch wants a writable buffer
+    with own_model(blobs, task, job, store) as model:
+        model.call(net_loaded, what="load", returns="object")  # her factory, then the checkpoint's weights
+        out = model.call(net_forward, X, what="forward")
+        return checked_net_outputs(f"{job.model}.forward", out, len(X), model.data.output_shape)
+
+
+def own_net_artifact_of(store: Store, blobs: BlobStore, task_id: int, job_id: int, fmt: str,
+                        example: np.ndarray) -> Any:
+    """``export.torch_artifact`` of her trained net, built, traced (or
+    scripted through torch.onnx) and saved in the child within her time limit."""
+    task, job = store.get_task(task_id), store.get_job(job_id)
+    with own_model(blobs, task, job, store) as model:
+        model.call(net_loaded, what="load", returns="object")
+        out = model.call(net_export, fmt, example, what="export", returns="object")
     if isinstance(out, DataError):
         raise out
     return out

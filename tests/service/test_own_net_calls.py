@@ -1,0 +1,170 @@
+"""A user's own trained torch net, called after training (``infer``,
+suspicion, ``export``; ``service/own_model_calls.py``): her factory, its
+checkpoint and ``forward`` run in a child process killed at her model's time
+limit, failing only her request with her traceback, and never holding the
+torch worker that serves other users' nets."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from ease_jupyter.errors import UserModelCallError, UserModelCallTimeout
+from ease_jupyter.service.suspicion import MAX_TOP_K
+
+from .conftest import start
+from .test_own_model_calls import _gone, _in_thread, _serve_only, _stored
+
+LIMIT = 15.0  # her model's limit: her training job (child starts, profiling runs, 1 epoch on iris) fits in it; a hang ends at it
+
+
+class SwitchNet(nn.Module):
+    """A linear layer; ``mode_file`` says how its ``forward`` misbehaves on
+    real rows (not on a batch of zeros, which training's first call in the
+    child passes): ``hang``, ``raise`` or ``shape`` (answers twice the output
+    columns); ``hang_always`` hangs on zeros too (export traces on zeros)."""
+
+    def __init__(self, n_in: int, n_out: int, mode_file: str):
+        super().__init__()
+        self.linear = nn.Linear(n_in, n_out)
+        self.mode_file = mode_file
+
+    def forward(self, x):
+        with open(self.mode_file) as f:
+            mode = f.read().strip()
+        real = bool(x.abs().sum() > 0)
+        if mode == "hang_always" or (mode == "hang" and real):
+            with open(self.mode_file + ".pids", "a") as out:
+                out.write(f"{os.getpid()}\n")
+            time.sleep(60)
+        if mode == "raise" and real:
+            raise ValueError("my forward broke on purpose")
+        out = self.linear(x.reshape(len(x), -1))
+        return torch.cat([out, out], dim=1) if mode == "shape" and real else out
+
+
+class SwitchFactory:
+    """Her factory: an instance of a class of this module, so the client sends it by value (a
+    child then loads it without importing the tests)."""
+
+    def __init__(self, mode_file: str):
+        self.mode_file = mode_file
+
+    def __call__(self, input_shape, output_shape):
+        return SwitchNet(int(np.prod(input_shape)), int(output_shape[0]), self.mode_file)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, iris):
+    """Ada's task served by her ``SwitchNet`` (``LIMIT``), Bob's by his own
+    net, which behaves (a flat task has no zoo nets); trained once for the module's tests, each of which leaves her net
+    behaving again."""
+    X, y = iris
+    tmp_path = tmp_path_factory.mktemp("own_net_calls")
+    running = start(tmp_path / "svc", torch=True, torch_epochs=1, workers=1, allow_user_models=True)
+    running.user("ada")
+    running.user("bob")
+    mode_file = tmp_path / "mode"
+    mode_file.write_text("")
+    try:
+        ada = running.client("ada").task("iris", input=[4], output=[3])
+        bob = running.client("bob").task("flowers", input=[4], output=[3])
+        ada.add_model(SwitchFactory(str(mode_file)), grid={"lr": [0.1]}, name="mine",
+                      limit=LIMIT)
+        (tmp_path / "his_mode").write_text("")  # his net always behaves
+        bob.add_model(SwitchFactory(str(tmp_path / "his_mode")), grid={"lr": [0.1]}, name="his", limit=LIMIT)
+        ada.feed(X, y)
+        bob.feed(X, y)
+        assert ada.wait(timeout=300) and bob.wait(timeout=300)
+        jobs = {j["model"]: j for j in ada.jobs()}
+        assert jobs["mine"]["status"] == "succeeded", jobs["mine"]["error"]
+        his = {j["model"]: j for j in bob.jobs()}["his"]
+        assert his["status"] == "succeeded", his["error"]
+        _serve_only(running, "ada", "iris", "mine")
+        _serve_only(running, "bob", "flowers", "his")
+        yield running, ada, bob, mode_file
+        mode_file.write_text("")
+    finally:
+        running.thread.stop()
+
+
+def test_a_forward_that_hangs_at_infer_is_killed_at_her_limit_and_frees_the_torch_worker(trained, iris):
+    running, ada, bob, mode_file = trained
+    X, _ = iris
+    assert len(ada.infer(X[:5])) == 5  # her net serves while it behaves
+    mode_file.write_text("hang")
+    hers, her_box = _in_thread(lambda: running.call("POST", "/tasks/iris/infer", "ada",
+                                                    body={"X": X[:5].tolist()}))
+    time.sleep(0.5)  # his request queues behind hers on the one call thread of the torch workers
+    his, his_box = _in_thread(lambda: bob.infer(X[:7]))
+    hers.join(LIMIT + 30)
+    his.join(LIMIT + 30)
+    assert not hers.is_alive() and not his.is_alive()
+    reply = her_box["value"]
+    assert reply.status == 422, reply.body
+    error = reply.body["error"]
+    assert error["code"] == "user_model_timeout" and error["field"] == "mine.forward"
+    assert "'mine'" in error["message"] and f"{LIMIT:g} s" in error["message"]
+    assert her_box["ended"] - her_box["started"] < LIMIT + 10  # not the 60 s her forward sleeps
+    # His net's infer, on the same torch worker, completed once hers was killed.
+    assert "error" not in his_box, his_box.get("error")
+    assert len(his_box["value"]) == 7 and set(np.asarray(his_box["value"]).tolist()) <= {0, 1, 2}
+    # Her forward ran in a process of its own, which is gone.
+    pids = [int(p) for p in (mode_file.parent / "mode.pids").read_text().split()]
+    assert pids and os.getpid() not in pids
+    deadline = time.monotonic() + 5
+    while not all(_gone(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert all(_gone(p) for p in pids)
+    mode_file.write_text("")
+    assert len(ada.infer(X[:3])) == 3  # her net serves again once it behaves
+
+
+def test_a_forward_that_raises_or_answers_the_wrong_shape_fails_with_her_error(trained, iris):
+    running, ada, _, mode_file = trained
+    X, _ = iris
+    task = running.service.store.task_by_name(running.service.store.user_by_name("ada").id, "iris")
+    before = _stored(running, task)
+    mode_file.write_text("raise")
+    reply = running.call("POST", "/tasks/iris/infer", "ada", body={"X": X[:4].tolist()})
+    assert reply.status == 422, reply.body
+    error = reply.body["error"]
+    assert error["code"] == "user_model_error" and error["field"] == "mine.forward"
+    assert "Traceback" in error["message"] and "my forward broke on purpose" in error["message"]
+    assert "in forward" in error["message"]  # her frame
+    with pytest.raises(UserModelCallError, match="my forward broke on purpose"):
+        ada.suspicion(k=MAX_TOP_K)  # every finished model: hers among them
+    mode_file.write_text("shape")
+    reply = running.call("POST", "/tasks/iris/infer", "ada", body={"X": X[:4].tolist()})
+    assert reply.status == 400, reply.body
+    error = reply.body["error"]
+    assert error["code"] == "bad_data" and error["field"] == "mine.forward"
+    assert error["found"] == "shape (4, 6)" and error["expected"].startswith("(4, 3)")
+    assert _stored(running, task) == before  # nothing stored changed
+    mode_file.write_text("")
+
+
+def test_suspicion_and_export_of_a_hanging_net_end_at_her_limit(trained, tmp_path):
+    running, ada, _, mode_file = trained
+    mode_file.write_text("hang")
+    started = time.monotonic()
+    reply = running.call("GET", f"/tasks/iris/suspicion?k={MAX_TOP_K}", "ada")  # every model: hers among them
+    assert reply.status == 422 and reply.body["error"]["code"] == "user_model_timeout", reply.body
+    assert reply.body["error"]["field"] == "mine.forward"
+    mode_file.write_text("hang_always")
+    with pytest.raises(UserModelCallTimeout, match="'mine'.*export.*time limit"):
+        ada.export(tmp_path / "mine.pt", format="torchscript")  # tracing runs her forward
+    assert time.monotonic() - started < 2 * LIMIT + 20
+    assert not (tmp_path / "mine.pt").exists()
+    mode_file.write_text("")
+    card = ada.export(tmp_path / "mine.pt", format="torchscript")  # once it behaves, it exports (traced in the child)
+    assert (tmp_path / "mine.pt").exists() and card["outputs"]
+    X = np.asarray([[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3]], dtype=np.float32)
+    traced = torch.jit.load(str(tmp_path / "mine.pt"))
+    with torch.no_grad():
+        assert traced(torch.as_tensor(X)).argmax(dim=1).tolist() == list(ada.infer(X))
