@@ -109,9 +109,22 @@ def write_atomic(base: str, relative: str, data: bytes) -> str:
     try:
         fs.pipe_file(path, data)
     except FileNotFoundError:
+        if _is_object_store(fs):  # its "parent" is the bucket: making it would hide a mistyped URL
+            bucket = root.strip("/").split("/", 1)[0]
+            raise FileNotFoundError(f"blob URL {base!r}: bucket {bucket!r} not found, expected an existing "
+                                    "bucket (none is created)") from None
         fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
         fs.pipe_file(path, data)
     return base.rstrip("/") + "/" + rel
+
+
+#: fsspec protocols of object stores, whose top folder is a bucket or container.
+OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oss"})
+
+
+def _is_object_store(fs: Any) -> bool:
+    protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
+    return bool(OBJECT_STORES.intersection(protocols))
 
 
 def remove(ref: str, *, missing_ok: bool = False) -> None:

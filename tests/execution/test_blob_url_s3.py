@@ -129,6 +129,13 @@ def test_blob_io_writes_reads_and_removes_objects_in_the_bucket(s3):
     blob_io.remove(ref, missing_ok=True)
 
 
+def test_a_mistyped_bucket_is_an_error_not_a_new_bucket(s3):
+    missing = "easeml-no-such-bucket"
+    with pytest.raises(FileNotFoundError, match=f"bucket '{missing}' not found, expected an existing bucket"):
+        blob_io.write_atomic(f"s3://{missing}/easeml", "t/ckpt.pt", b"weights")
+    assert missing not in [b["Name"] for b in s3.client.list_buckets()["Buckets"]]
+
+
 def test_a_staged_partition_is_one_object_read_back_as_written(s3):
     X, y = np.arange(12, dtype=np.float32).reshape(4, 3), np.array([0, 1, 0, 1])
     staged = blob_io.stage_partition((X, y), f"s3://{BUCKET}/staged", "train-0")
