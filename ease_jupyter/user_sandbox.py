@@ -21,6 +21,14 @@ job's calls pay the start of one Python process and the pickling of their
 arguments and results, not one process each. The child imports only the
 standard library and cloudpickle until the user's code needs more.
 
+Threads. A job's thread count (the provisioner's, made real by
+``service/threads.py``) limits the thread pools of the worker thread that
+runs it, which a child process does not inherit: left alone, her ``fit``
+would run at every core. So each call carries the calling thread's count
+(:func:`set_call_threads`), and the child runs the call under
+``threadpoolctl``'s limit of that many BLAS and OpenMP threads (and torch's
+intra-op threads, once her code imported torch), restored after it.
+
 This module imports nothing from the service: a child starts with it alone.
 """
 
@@ -51,6 +59,20 @@ CHILD_ENV_KEYS = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "TZ", 
 _CHILD = "from ease_jupyter.user_sandbox import child_main; child_main()"
 _HEADER = struct.Struct("!Q")
 _ERROR, _ARRAY, _OBJECT = b"E", b"A", b"O"
+
+
+_CALL_THREADS = threading.local()
+
+
+def set_call_threads(threads: int | None) -> None:
+    """The thread count this thread's calls into user code run at (None: no
+    limit); it holds for this thread's later calls until set again."""
+    _CALL_THREADS.count = None if threads is None else max(int(threads), 1)
+
+
+def call_threads() -> int | None:
+    """This thread's thread count for calls into user code (:func:`set_call_threads`)."""
+    return getattr(_CALL_THREADS, "count", None)
 
 
 class UserModelError(RuntimeError):
@@ -98,7 +120,8 @@ class Sandbox:
     def call(self, fn: Callable[..., Any], *args: Any, what: str, returns: str = "object", **kwargs: Any) -> Any:
         """``fn(*args, **kwargs)`` in the child: its value, ``UserModelError``
         with the user's traceback if it raised, ``UserModelTimeout`` (and the
-        child killed) if it was still running at the deadline. With
+        child killed) if it was still running at the deadline. It runs at
+        this thread's thread count (:func:`call_threads`). With
         ``returns="array"`` the value comes back as a numeric numpy array
         (``np.save`` bytes, loaded without pickle); ``"object"`` unpickles it
         here (her classes' code runs in this process as it loads)."""
@@ -110,7 +133,7 @@ class Sandbox:
                 self.kill()
                 raise UserModelTimeout(f"{what}: the job's time limit had passed before it started")
             try:
-                request = cloudpickle.dumps((fn, args, kwargs, returns))
+                request = cloudpickle.dumps((fn, args, kwargs, returns, call_threads()))
             except Exception as error:  # noqa: BLE001 - her object cannot travel: say so with the reason
                 raise UserModelError(f"{what}: could not be pickled to run apart from the service: "
                                      f"{type(error).__name__}: {error}") from None
@@ -407,6 +430,40 @@ def _child_write(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
+class _ChildThreads:
+    """The child's limits on its thread pools. One ``ThreadpoolController``
+    serves while no module was imported since it was made (making one scans
+    every loaded shared library); her code's imports (numpy, scipy,
+    scikit-learn's OpenMP) get a new one."""
+
+    def __init__(self) -> None:
+        self._controller: Any = None
+        self._modules = -1
+
+    def controller(self) -> Any:
+        if self._controller is None or len(sys.modules) != self._modules:
+            from threadpoolctl import ThreadpoolController
+
+            self._controller = ThreadpoolController()
+            self._modules = len(sys.modules)
+        return self._controller
+
+    def run(self, threads: int | None, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` at ``threads`` threads (None: as it is)."""
+        if threads is None:
+            return fn(*args, **kwargs)
+        torch = sys.modules.get("torch")
+        before = torch.get_num_threads() if torch is not None else None
+        if torch is not None:
+            torch.set_num_threads(threads)
+        try:
+            with self.controller().limit(limits=threads):
+                return fn(*args, **kwargs)
+        finally:
+            if torch is not None:
+                torch.set_num_threads(before)
+
+
 def child_main() -> None:
     """Serve calls from the parent until it closes the pipe or the deadline passes."""
     import cloudpickle
@@ -418,6 +475,7 @@ def child_main() -> None:
         os._exit(124)  # her code may still be running: end the process, not the call
 
     threading.Thread(target=end_at_deadline, daemon=True).start()
+    pools = _ChildThreads()
     while True:
         try:
             (size,) = _HEADER.unpack(_child_read(inbox, _HEADER.size))
@@ -425,8 +483,8 @@ def child_main() -> None:
         except (EOFError, OSError):
             return
         try:
-            fn, args, kwargs, returns = pickle.loads(request)
-            value = fn(*args, **kwargs)
+            fn, args, kwargs, returns, threads = pickle.loads(request)
+            value = pools.run(threads, fn, *args, **kwargs)
             reply = _ARRAY + _array_bytes(value) if returns == "array" else _OBJECT + cloudpickle.dumps(value)
         except BaseException as error:  # noqa: BLE001 - sent to the parent with her traceback
             reply = _ERROR + _user_traceback(error).encode("utf-8", "replace")

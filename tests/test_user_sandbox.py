@@ -223,3 +223,52 @@ def test_a_job_that_ends_while_the_registry_is_held_is_closed_at_the_next_look()
     assert psutil.pid_exists(pid)
     user_sandbox._reap()
     assert not psutil.pid_exists(pid)
+
+
+def _pool_recorder():
+    """A tiny estimator whose fit records the thread pools it ran under (defined
+    here, so cloudpickle sends it by value and the child loads it as it would hers)."""
+    from sklearn.base import BaseEstimator
+
+    class PoolRecorder(BaseEstimator):
+        def fit(self, X, y):
+            from threadpoolctl import threadpool_info
+
+            X @ X.T  # numpy's BLAS is loaded and used
+            self.pools_ = {(p["user_api"], p["internal_api"]): p["num_threads"] for p in threadpool_info()}
+            return self
+
+        def predict(self, X):
+            return np.zeros(len(X))
+
+    return PoolRecorder()
+
+
+def test_her_fit_in_the_child_runs_at_the_callers_thread_count():
+    X, y = np.ones((8, 3)), np.zeros(8)
+    deadline = time.time() + 60
+    try:
+        for threads in (1, 2):
+            user_sandbox.set_call_threads(threads)
+            fitted = run_user_code(user_sandbox.fit_estimator, _pool_recorder(), {}, X, y, deadline=deadline,
+                                   what="fit")
+            assert fitted.pools_ and any(api == "blas" for api, _ in fitted.pools_)
+            assert set(fitted.pools_.values()) == {threads}, fitted.pools_
+    finally:
+        user_sandbox.set_call_threads(None)
+        user_sandbox.close_job(deadline)
+
+
+def test_a_jobs_threaded_builder_sets_the_threads_of_her_fit_in_the_child():
+    """The runners limit a job's fits through ``ThreadedBuilder``; her fit in the child follows it."""
+    from ease_jupyter.service.threads import ThreadedBuilder
+
+    X, y = np.ones((8, 3)), np.zeros(8)
+    deadline = time.time() + 60
+    try:
+        model = ThreadedBuilder(lambda config: _pool_recorder(), 1)(None)  # builds here, as a grid task does
+        fitted = run_user_code(user_sandbox.fit_estimator, model, {}, X, y, deadline=deadline, what="fit")
+        assert set(fitted.pools_.values()) == {1}, fitted.pools_
+    finally:
+        user_sandbox.set_call_threads(None)
+        user_sandbox.close_job(deadline)

@@ -26,7 +26,9 @@ its runs are not done here but as MOP units (:func:`profile_in_units`): the
 caller's ``run_epoch`` trains the run's subsample for one epoch through the
 engine her training units use, under her job's deadline (an engine gives up
 on a unit past it and replaces its worker). A unit trains at one thread, so
-such a run is a record at one thread.
+such a run is a record at one thread. An untimed warm-up epoch on a few
+rows comes first, so that no run's seconds include starting her job's
+sandboxed child and importing torch in it.
 """
 
 from __future__ import annotations
@@ -133,7 +135,22 @@ def profile_in_units(runs: Sequence[ProfileRun], X: np.ndarray, y: np.ndarray, s
     ``{"n", "threads": 1, "seconds", "epochs": 1}``. A run that fails once
     ``deadline`` (a ``time.time()``) passed fails the job with its error (a
     unit that hung until the engine gave up on it): her limit is spent;
-    any other failed run is left out."""
+    any other failed run is left out.
+
+    A warm-up epoch on the smallest subsample there is (two training and two
+    held-out rows) comes first, untimed: it starts the sandboxed child her
+    net is built in and imports torch there (seconds, on a worker's first
+    unit), which would otherwise be counted in the first, smallest run and
+    bend the fitted law's slope. Its failure is logged and the runs go on
+    (one past ``deadline`` fails the job). An engine with several workers
+    may still start a cold child for a later run on another worker."""
+    if runs:
+        try:
+            run_epoch(*split_subsample(X, y, split_keys, 1, seed=seed))
+        except Exception:  # noqa: BLE001 - a warm-up must not fail the job, unless it spent her limit
+            if deadline is not None and time.time() > deadline:
+                raise
+            log.warning("profiling warm-up of %s failed", name, exc_info=True)
     done = []
     for run in runs:
         try:

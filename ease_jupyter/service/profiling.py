@@ -64,7 +64,7 @@ TAG_RUNS = "easeml.profile.runs"
 TAG_FULL_SECONDS = "easeml.profile.full_seconds"
 TAG_NOTE = "easeml.profile.note"  # why a pick runs where it does, when it is not the plain choice
 FLOPS_SOURCE = "flops"  # the source recorded where the caller's FLOPs proxy predicted
-USER_FAMILY_PREFIX = "user:"  # a user model's family: this and its code's blob digest
+USER_FAMILY_PREFIX = "user:"  # a user model's family: this, its owner's id and its code's blob digest
 
 
 @dataclass(frozen=True)
@@ -103,11 +103,22 @@ class Resources:
 
 def family_of(task: Task, spec: JobSpec) -> str:
     """The runtime model's family: the zoo model's name; a user's own model
-    is a family of its own, keyed by the blob of its code (``spec.code``), so
-    two models of one name share nothing, and her model's jobs on all her
-    tasks (features: each task's size) teach one runtime law. ``task`` is
-    not part of the key: a family is learned across tasks, as a zoo model's is."""
-    return f"{USER_FAMILY_PREFIX}{spec.code}" if spec.is_user_model else spec.model
+    is a family of its own, keyed by its owner and the blob of its code
+    (``user:<owner id>:<digest>``), so two models of one name share nothing,
+    and her model's jobs on all her tasks (features: each task's size) teach
+    one runtime law. The owner is part of the key: two users who upload the
+    same bytes (a plain ``SVC()`` pickles by reference to the same few
+    bytes) are two families, so neither is priced from the other's jobs nor
+    can tell from a prediction that another tenant ran that code. The task
+    is not: a family is learned across her tasks, as a zoo model's is."""
+    return f"{USER_FAMILY_PREFIX}{task.owner_id}:{spec.code}" if spec.is_user_model else spec.model
+
+
+def legacy_family_of(spec: JobSpec) -> str | None:
+    """A user model's family key before the owner was part of it
+    (``user:<digest>``), as older jobs' ``easeml.profile.family`` tags name
+    it; None for a zoo model, whose key never changed."""
+    return f"{USER_FAMILY_PREFIX}{spec.code}" if spec.is_user_model else None
 
 
 def task_size(task: Task) -> tuple[int, int]:
@@ -226,13 +237,8 @@ class ProfileBook:
         family = family_of(task, spec)
         if family in self.profiler.counts:  # it has history: the profiler predicts it already
             return False
-        # Only a family's first jobs get here (until a refit records it), so the query is rare.
-        for other in self.store.find_by_tag("job", TAG_PLANNED_FAMILY, family):
-            try:
-                if self.store.get_job(other).status not in (JobStatus.FAILED, JobStatus.CANCELLED):
-                    return False
-            except NotFoundError:
-                continue
+        if self._planned_before(task, spec, family):
+            return False
         in_units = spec.is_user_model and spec.engine.value == "torch"
         runs = plan_runs(int(n), 1 if in_units else (resources or self.default).threads)
         if not runs:
@@ -240,6 +246,25 @@ class ProfileBook:
         self.store.set_tag("job", job.id, TAG_PLAN, plan_to_json(family, runs))
         self.store.set_tag("job", job.id, TAG_PLANNED_FAMILY, family)
         return True
+
+    def _planned_before(self, task: Task, spec: JobSpec, family: str) -> bool:
+        """Whether an earlier job of the family was planned and has not
+        failed. A user model's jobs planned before the owner was part of its
+        key are tagged with the old key (:func:`legacy_family_of`): those of
+        this owner's tasks count too, another owner's do not. Only a family's
+        first jobs get here (until a refit records it), so the queries are rare."""
+        legacy = legacy_family_of(spec)
+        for key in (family, legacy) if legacy else (family,):
+            for other in self.store.find_by_tag("job", TAG_PLANNED_FAMILY, key):
+                try:
+                    job = self.store.get_job(other)
+                    if key == legacy and self.store.get_task(job.task_id).owner_id != task.owner_id:
+                        continue
+                except NotFoundError:
+                    continue
+                if job.status not in (JobStatus.FAILED, JobStatus.CANCELLED):
+                    return True
+        return False
 
     def refit(self) -> Profiler:
         """Fit the profiler again on all finished jobs; returns it."""

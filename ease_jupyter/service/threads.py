@@ -1,7 +1,8 @@
 """Threads per fit: a limit on the BLAS and OpenMP thread pools (scikit-learn,
 numpy, scipy) and on torch's intra-op threads while a job's fits run. The
 auto-provisioner chooses the threads (``profiling.Resources.threads``); the
-runners make them real here.
+runners make them real here (in a user model's child process too:
+``user_sandbox.set_call_threads``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from threadpoolctl import ThreadpoolController
+
+from ..user_sandbox import set_call_threads
 
 
 @functools.cache
@@ -45,7 +48,10 @@ class ThreadedBuilder:
     it (``execution.grid``), on an engine's worker thread or a Dask worker
     process, which a limit set around the grid does not reach (OpenMP's
     limit is per thread, and a Dask worker is another process). The limit
-    is left set after the fit: every job's builder sets its own."""
+    is left set after the fit: every job's builder sets its own. A user's
+    estimator fits in a child process (``user_sandbox``), which this
+    thread's limits do not reach: the thread count is also set for this
+    thread's calls into user code, and the child limits her fit to it."""
 
     inner: Callable[[Any], Any]
     threads: int
@@ -60,6 +66,7 @@ class ThreadedBuilder:
 
     def __call__(self, config: Any) -> Any:
         blas_threads(self.threads)  # entered, not exited: the limit holds for the fit that follows
+        set_call_threads(self.threads)  # and for her fit in the job's child process
         return self.inner(config)
 
 

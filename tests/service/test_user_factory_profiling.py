@@ -136,7 +136,7 @@ def test_her_factorys_first_job_is_profiled_in_units_and_paid_for(stores, digits
     # the runs are records of her family (one epoch, one partition, one thread each): it has history now
     book = ProfileBook(store)
     records = book.records()
-    assert {f.family for f, _ in records} == {family_of(task, spec)} == {"user:" + spec.code}
+    assert {f.family for f, _ in records} == {family_of(task, spec)} == {f"user:{task.owner_id}:{spec.code}"}
     assert sorted((f.n, f.epochs, f.partitions, f.threads) for f, _ in records[1:]) == \
         sorted((r.n, 1, 1, 1) for r in plan)
     assert [s for _, s in records] == pytest.approx([full] + [r["seconds"] for r in runs])
@@ -177,3 +177,26 @@ def test_a_forward_that_hangs_in_profiling_fails_her_job_at_her_limit_and_no_one
     assert TAG_PLAN in tags and TAG_RUNS not in tags  # it failed in its profiling, before its workload
     assert finished.status is JobStatus.SUCCEEDED, finished.error  # his workload, on the same engine, finished
     assert parse_job(finished.model, finished.config).engine.value == "torch"
+
+
+def test_no_run_of_her_factory_pays_for_starting_her_child():
+    """The first unit on a worker starts her sandboxed child and imports torch
+    there; a warm-up epoch takes that, so the smallest run's seconds are its own."""
+    from ease_jupyter.selection.profile_plan import ProfileRun
+    from ease_jupyter.service.profile_runs import profile_in_units
+
+    start_seconds = 0.5
+    calls = []
+
+    def run_epoch(train, validation):  # her child starts on the first unit only
+        if not calls:
+            time.sleep(start_seconds)
+        calls.append(len(train[1]))
+
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((200, 4)).astype("float32"), rng.integers(0, 2, 200)
+    runs = [ProfileRun(20, 1), ProfileRun(60, 1)]
+    done = profile_in_units(runs, X, y, np.arange(200), run_epoch, name="net")
+    assert [r["n"] for r in done] == [20, 60]
+    assert done[0]["seconds"] < start_seconds  # the smallest run holds no child start
+    assert len(calls) == len(runs) + 1 and calls[0] < calls[1]  # the warm-up came first, on fewer rows

@@ -25,6 +25,7 @@ from ease_jupyter.service.loop import ControlLoop
 from ease_jupyter.service.loop.costs import MEASURED_SOURCE, NEUTRAL_SOURCE, Costs
 from ease_jupyter.service.profiling import (
     TAG_FULL_SECONDS,
+    TAG_PLANNED_FAMILY,
     TAG_LOG_ERROR,
     TAG_LOG_SD,
     TAG_PLAN,
@@ -119,7 +120,8 @@ def test_her_model_is_a_family_of_its_own_keyed_by_its_code(stores):
     add_own(stores, other_task, LogisticRegression(max_iter=201))
     spec, other = costs.configs(task)["mine"], costs.configs(other_task)["mine"]
     assert family_of(task, spec) != family_of(other_task, other)
-    assert family_of(task, spec) == "user:" + spec.code  # the blob of her code, whichever task it trains on
+    # her owner id and the blob of her code, whichever of her tasks it trains on
+    assert family_of(task, spec) == f"user:{task.owner_id}:{spec.code}"
     book.refit()
     n = version.n_examples
     assert book.profiler.counts[family_of(task, spec)] == len(SIZES)  # her jobs are its records
@@ -131,6 +133,57 @@ def test_her_model_is_a_family_of_its_own_keyed_by_its_code(stores):
     # the provisioner's configuration is the one predicted for
     assert prediction == book.predict_job(task, spec, n, costs.resources(task, spec, n))
     assert costs.prediction(other_task, other, other_version.n_examples) is None
+
+
+def test_two_owners_of_identical_code_are_two_families(stores):
+    """A plain estimator pickles by reference to the same bytes for everyone:
+    bob is neither priced from ada's jobs nor kept from profiling by hers."""
+    store = stores[0]
+    book = ProfileBook(store)
+    costs = Costs(store, torch_epochs=None, profile=book)
+    her_history(stores, costs, LogisticRegression(max_iter=200))  # ada's
+    ada_task, ada_version = flat_task(stores, "ada-new", 120, seed=9)
+    add_own(stores, ada_task, LogisticRegression(max_iter=200))
+    bob_task, bob_version = flat_task(stores, "bob-new", 120, user="bob", seed=9)
+    add_own(stores, bob_task, LogisticRegression(max_iter=200))
+    ada_spec, bob_spec = costs.configs(ada_task)["mine"], costs.configs(bob_task)["mine"]
+    assert ada_spec.code == bob_spec.code  # one blob
+    assert family_of(ada_task, ada_spec) != family_of(bob_task, bob_spec)
+    book.refit()
+    assert book.profiler.counts[family_of(ada_task, ada_spec)] == len(SIZES)
+    assert family_of(bob_task, bob_spec) not in book.profiler.counts
+    assert costs.prediction(bob_task, bob_spec, bob_version.n_examples) is None  # nothing learned from ada's
+    assert book.predict_job(bob_task, bob_spec, 120).source != "family"
+    # a planned job of a new owner's family pending does not keep another owner's first job from its plan
+    carol_task, carol_version = flat_task(stores, "carol", 400, user="carol", d=8)
+    dan_task, dan_version = flat_task(stores, "dan", 400, user="dan", d=8)
+    for t in (carol_task, dan_task):
+        add_own(stores, t, LogisticRegression(max_iter=300))
+    carol_spec, dan_spec = costs.configs(carol_task)["mine"], costs.configs(dan_task)["mine"]
+    carol_job = store.create_job(carol_task.id, carol_version.id, carol_spec.model, carol_spec.config())
+    dan_job = store.create_job(dan_task.id, dan_version.id, dan_spec.model, dan_spec.config())
+    assert book.plan_profiling(carol_job, carol_task, carol_spec, carol_version.n_examples)
+    assert book.plan_profiling(dan_job, dan_task, dan_spec, dan_version.n_examples)
+
+
+def test_a_job_planned_under_the_old_family_key_still_counts_for_its_owner_only(stores):
+    """Jobs planned before the owner was part of the key are tagged ``user:<digest>``."""
+    store = stores[0]
+    costs = Costs(store, torch_epochs=None)
+    book = ProfileBook(store)
+    tasks = {}
+    for user in ("ada", "bob"):
+        task, version = flat_task(stores, user, 400, user=user, d=8)
+        add_own(stores, task, LogisticRegression(max_iter=300))
+        tasks[user] = task, version, costs.configs(task)["mine"]
+    task, version, spec = tasks["ada"]
+    old = store.create_job(task.id, version.id, spec.model, spec.config())  # pending, planned by an older service
+    store.set_tag("job", old.id, TAG_PLANNED_FAMILY, "user:" + spec.code)
+    again = store.create_job(task.id, version.id, spec.model, spec.config())
+    assert not book.plan_profiling(again, task, spec, version.n_examples)
+    task, version, spec = tasks["bob"]
+    first = store.create_job(task.id, version.id, spec.model, spec.config())
+    assert book.plan_profiling(first, task, spec, version.n_examples)
 
 
 def test_her_jobs_keep_their_prediction_and_error(stores):

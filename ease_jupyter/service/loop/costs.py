@@ -18,7 +18,7 @@ loop refits the profiler as jobs finish (``ProfileRefits``) and re-prices the
 arms.
 
 A user's own model is a family of its own (``profiling.family_of``: keyed
-by its code's blob): once the profiler has a record of it, it is priced and
+by its owner and its code's blob): once the profiler has a record of it, it is priced and
 provisioned like a zoo arm. It has no FLOP estimate, so before that it
 costs its last measured seconds on the task, else the median of the task's
 other arms (``user_models.neutral_seconds``: a neutral prior)."""

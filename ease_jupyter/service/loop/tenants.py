@@ -78,14 +78,18 @@ class TenantSync:
         return self.costs.arm_costs(task, configs, [*arms, *own], n)
 
     def _add_own(self, tenant: str, task: Task, configs: dict, n: int) -> bool:
-        """User models added to a task whose tenant exists already join it."""
+        """User models added to a task whose tenant exists already join it.
+        The tenant keeps the arms it has (the selector never drops an arm)
+        even where ``configs`` lacks one (a model removed since): the
+        tenant's configs are its own merged with ``configs``, newer first."""
         state = self.state
         info = state.tenants[tenant]
         new = [k for k in configs if k not in info.configs and configs[k].is_user_model]
         if not new:
             return False
-        state.selector.add_models(tenant, new, self.costs.arm_costs(task, configs, [*info.configs, *new], n))
-        info.configs = configs
+        merged = {**info.configs, **configs}
+        state.selector.add_models(tenant, new, self.costs.arm_costs(task, merged, [*info.configs, *new], n))
+        info.configs = merged
         return True
 
     def _replay(self, tenant: str, jobs: Iterable[Job], version_id: int, arms: set[str]) -> None:
