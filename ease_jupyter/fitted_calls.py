@@ -10,6 +10,11 @@ cloudpickle) and loads them here, in the child, so that her classes'
 ``__setstate__`` runs where it can be killed too. The child keeps the last
 model it loaded: a request's several calls load it once.
 
+Every reply is data (``returns="array"``: numbers the parent loads
+without pickle): the parent may be the service process, and an unpickled
+reply would run whatever code her objects' pickles name there. ``export``'s
+file comes back as bytes behind a small JSON header (``packed``).
+
 Imports only the standard library at import time: a child starts with it
 and ``user_sandbox`` alone.
 """
@@ -17,7 +22,9 @@ and ``user_sandbox`` alone.
 from __future__ import annotations
 
 import hashlib
+import json
 import pickle
+import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,13 +53,15 @@ def fitted_predict(data: bytes, X: Any) -> Any:
 
 def fitted_proba(data: bytes, X: Any) -> Any:
     """``predict_proba``'s rows, or an empty array where the model has none
-    (scikit-learn answers AttributeError for a method a model lacks, e.g. SVC's)."""
+    (``hasattr`` is False where scikit-learn's ``available_if`` hides it, e.g.
+    SVC's without ``probability``); an AttributeError her ``predict_proba``
+    raises is her error, not a missing method."""
     import numpy as np
 
-    try:
-        return load_fitted(data).predict_proba(_rows(X))
-    except AttributeError:
+    model = load_fitted(data)
+    if not hasattr(model, "predict_proba"):
         return np.zeros((0,))
+    return model.predict_proba(_rows(X))
 
 
 def fitted_classes(data: bytes, n_columns: int) -> Any:
@@ -62,16 +71,50 @@ def fitted_classes(data: bytes, n_columns: int) -> Any:
     return np.asarray(getattr(load_fitted(data), "classes_", np.arange(n_columns)))
 
 
-def fitted_export(data: bytes, fmt: str, inputs: Any, classification: bool) -> Any:
-    """``export.sklearn_artifact`` of the model; a ``DataError`` (a format
-    this model cannot take) comes back as a value, to be raised as it is."""
+_LENGTH = struct.Struct("<Q")  # the JSON header's length, ahead of it in a packed reply
+
+
+def packed(header: dict[str, Any], data: bytes = b"") -> Any:
+    """``header`` (JSON) and ``data`` as one uint8 array: a reply the parent reads without unpickling."""
+    import numpy as np
+
+    head = json.dumps(header).encode()
+    return np.frombuffer(_LENGTH.pack(len(head)) + head + data, dtype=np.uint8)
+
+
+def unpacked(reply: Any) -> tuple[dict[str, Any], bytes]:
+    """(header, data) of a ``packed`` reply; ValueError if it is not one."""
+    raw = reply.tobytes() if getattr(reply, "dtype", None) is not None and reply.dtype.name == "uint8" else None
+    if raw is None or len(raw) < _LENGTH.size:
+        raise ValueError("expected a packed reply (uint8: header length, JSON header, data)")
+    (size,) = _LENGTH.unpack(raw[:_LENGTH.size])
+    header = json.loads(raw[_LENGTH.size:_LENGTH.size + size])
+    if not isinstance(header, dict):
+        raise ValueError("expected a JSON object as a packed reply's header")
+    return header, raw[_LENGTH.size + size:]
+
+
+def _artifact_reply(convert: Any) -> Any:
+    """``convert()``'s artifact (its ONNX outputs read from the graph) packed
+    as data; a ``DataError`` (a format this model cannot take) packed as its
+    field, found and expected, for the parent to raise again."""
     from .errors import DataError
-    from .service.export import _with_onnx_outputs, sklearn_artifact
+    from .service.export import with_onnx_outputs
 
     try:
-        return _with_onnx_outputs(sklearn_artifact(load_fitted(data), fmt, inputs, classification))
+        artifact = with_onnx_outputs(convert())
     except DataError as error:
-        return error
+        return packed({"error": {"field": str(error.field), "found": str(error.found),
+                                 "expected": str(error.expected)}})
+    return packed({"format": artifact.format, "inputs": artifact.inputs, "outputs": artifact.outputs,
+                   "preprocessing": artifact.preprocessing}, artifact.data)
+
+
+def fitted_export(data: bytes, fmt: str, inputs: Any, classification: bool) -> Any:
+    """``export.sklearn_artifact`` of the model, ``packed``."""
+    from .service.export import sklearn_artifact
+
+    return _artifact_reply(lambda: sklearn_artifact(load_fitted(data), fmt, inputs, classification))
 
 
 # -- a user's trained torch net --------------------------------------------------------------------
@@ -117,9 +160,10 @@ def load_net(parts: TrainedNet) -> Any:
     return _LOADED[key]
 
 
-def net_loaded(parts: TrainedNet) -> None:
-    """Build and load her net (a call of its own, so that its time names the build)."""
-    load_net(parts)
+def net_loaded(parts: TrainedNet) -> int:
+    """Build and load her net (a call of its own, so that its time names the
+    build); its number of parameters, a number the parent reads as data."""
+    return int(sum(p.numel() for p in load_net(parts).parameters()))
 
 
 def net_forward(parts: TrainedNet, X: Any, batch: int = 4096) -> Any:
@@ -143,11 +187,7 @@ def net_forward(parts: TrainedNet, X: Any, batch: int = 4096) -> Any:
 
 def net_export(parts: TrainedNet, fmt: str, example: Any) -> Any:
     """``export.torch_artifact`` of her trained net (tracing runs her
-    ``forward``); a ``DataError`` (a net torch.onnx cannot export) comes back as a value."""
-    from .errors import DataError
-    from .service.export import _with_onnx_outputs, torch_artifact
+    ``forward``), ``packed``."""
+    from .service.export import torch_artifact
 
-    try:
-        return _with_onnx_outputs(torch_artifact(load_net(parts), example, fmt))
-    except DataError as error:
-        return error
+    return _artifact_reply(lambda: torch_artifact(load_net(parts), example, fmt))

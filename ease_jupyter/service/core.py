@@ -165,16 +165,26 @@ class Service:
         """A torch model's outputs where the torch jobs run; here when this service trains no torch."""
         if Engine.TORCH not in self.loop.executors:
             return models.torch_outputs(self.store, self.blobs, task, job, X)
+        if own_model_calls.is_user_model(job):
+            return self._own_call(Engine.TORCH, own_model_calls.own_net_outputs_of, task, job, X)
         return self._where_jobs_run(Engine.TORCH, models.torch_outputs_of, task, job, X)
+
+    def _own_call(self, engine: Engine, fn: Any, task: Task, job: Job, *args: Any) -> Any:
+        """``_where_jobs_run`` for a call into a user's own model: its deadline
+        is fixed now, as the request arrives, and ends before this wait does
+        (``own_model_calls.request_deadline``)."""
+        deadline = own_model_calls.request_deadline(job, MODEL_CALL_SECONDS)
+        future = self.loop.executors[engine].call(fn, task.id, job.id, *args, deadline)
+        return own_model_calls.waited(future, job, MODEL_CALL_SECONDS)
 
     def _own_predictions(self, task: Task, job: Job, X: Any) -> np.ndarray:
         """A user's own scikit-learn model's predictions, where the scikit-learn jobs run
         (in a child killed at her model's time limit: ``own_model_calls``)."""
-        return self._where_jobs_run(Engine.SKLEARN, own_model_calls.own_predictions_of, task, job, X)
+        return self._own_call(Engine.SKLEARN, own_model_calls.own_predictions_of, task, job, X)
 
     def _own_outputs(self, task: Task, job: Job, X: Any, *args: Any) -> Any:
         """A user's own scikit-learn model's suspicion outputs, where the scikit-learn jobs run."""
-        return self._where_jobs_run(Engine.SKLEARN, own_model_calls.own_outputs_of, task, job, X, *args)
+        return self._own_call(Engine.SKLEARN, own_model_calls.own_outputs_of, task, job, X, *args)
 
     def _engine_address(self, config: ServiceConfig) -> Any:
         """``local``, or the address of a Dask scheduler (or a picklable

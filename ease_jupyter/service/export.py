@@ -284,7 +284,7 @@ def sklearn_artifact(estimator: Any, fmt: str, inputs: SklearnInputs, classifica
             outputs.append({"name": "predict_proba", "returns": "class probabilities, columns in class index order"})
         rows = _input_rows(inputs) if not table else [{"name": n, "kind": k} for n, k in inputs.columns]
         return Artifact(fmt, buffer.getvalue(), rows, outputs, steps)
-    # (the outputs are read from the graph: _with_onnx_outputs)
+    # (the outputs are read from the graph: with_onnx_outputs)
     return Artifact(fmt, _sklearn_onnx(plain, inputs, classification), _input_rows(inputs), [], steps)
 
 
@@ -418,7 +418,7 @@ def _quiet():
         logger.setLevel(level)
 
 
-def _with_onnx_outputs(artifact: Artifact) -> Artifact:
+def with_onnx_outputs(artifact: Artifact) -> Artifact:
     """The card's outputs of an ONNX file, read from its graph."""
     if artifact.format != "onnx":
         return artifact
@@ -444,9 +444,11 @@ def torch_example(program: Any) -> np.ndarray:
     return np.zeros((TORCH_EXAMPLE_ROWS, *tensors[0].shape), dtype=np.float32)
 
 
-def torch_artifact_of(store: Any, blobs: Any, task_id: int, job_id: int, fmt: str) -> Artifact:
+def torch_artifact_of(store: Any, blobs: Any, task_id: int, job_id: int, fmt: str,
+                      deadline: Any = None) -> Artifact:
     """``torch_artifact`` of a torch job's best checkpoint, by ids: what the
-    torch executor's ``call`` runs where the torch jobs run."""
+    torch executor's ``call`` runs where the torch jobs run (a user's own
+    net by ``deadline``, ``own_model_calls.request_deadline``)."""
     from ..datasets import program_of
     from ..jobspec import parse_job
     from . import models, user_models
@@ -456,9 +458,9 @@ def torch_artifact_of(store: Any, blobs: Any, task_id: int, job_id: int, fmt: st
     if parse_job(job.model, job.config).is_user_model:  # her module, built and traced in a child within her limit
         from .own_model_calls import own_net_artifact_of
 
-        return own_net_artifact_of(store, blobs, task_id, job_id, fmt, example)
+        return own_net_artifact_of(store, blobs, task_id, job_id, fmt, example, deadline)
     net = user_models.plain_module(models.torch_net(store, blobs, task, job))
-    return _with_onnx_outputs(torch_artifact(net, example, fmt))
+    return with_onnx_outputs(torch_artifact(net, example, fmt))
 
 
 def _state_dict_example(program: Any) -> np.ndarray:
@@ -489,7 +491,7 @@ def sklearn_artifact_of(store: Any, blobs: Any, task_id: int, job_id: int, fmt: 
     task, job = store.get_task(task_id), store.get_job(job_id)
     estimator = models.load_estimator(blobs, task, job)
     classification = program_of(task).num_classes is not None
-    return _with_onnx_outputs(sklearn_artifact(estimator, fmt, sklearn_inputs(store, task), classification))
+    return with_onnx_outputs(sklearn_artifact(estimator, fmt, sklearn_inputs(store, task), classification))
 
 
 def export_best(store: Any, blobs: Any, task: Any, fmt: str | None, torch_executor: Any = None,
@@ -512,21 +514,25 @@ def export_best(store: Any, blobs: Any, task: Any, fmt: str | None, torch_execut
     if job is None or job.artifact_blob is None:
         raise NoModelError(f"task {task.name!r} has no trained model to export yet; wait for a job to finish "
                            f"(task.wait()) and export again")
+    from .own_model_calls import own_artifact_of, request_deadline, waited
+
     spec = parse_job(job.model, job.config)
     engine = spec.engine
     fmt = check_format(FORMATS[engine][0] if fmt is None else fmt, engine, f"{ENGINE_WORDS[engine]} ({job.model})")
+    # her code's deadline, fixed as the request arrives and ending before the wait for it does
+    deadline = request_deadline(job, timeout if torch_executor or sklearn_executor else None)
     if engine is Engine.TORCH:
         if torch_executor is None:
-            artifact = torch_artifact_of(store, blobs, task.id, job.id, fmt)
+            artifact = torch_artifact_of(store, blobs, task.id, job.id, fmt, deadline)
+        elif spec.is_user_model:
+            artifact = waited(torch_executor.call(torch_artifact_of, task.id, job.id, fmt, deadline), job, timeout)
         else:
             artifact = torch_executor.call(torch_artifact_of, task.id, job.id, fmt).result(timeout)
     elif spec.is_user_model:  # her code: in a child killed at her model's time limit (``own_model_calls``)
-        from .own_model_calls import own_artifact_of
-
         if sklearn_executor is None:
-            artifact = own_artifact_of(store, blobs, task.id, job.id, fmt)
+            artifact = own_artifact_of(store, blobs, task.id, job.id, fmt, deadline)
         else:
-            artifact = sklearn_executor.call(own_artifact_of, task.id, job.id, fmt).result(timeout)
+            artifact = waited(sklearn_executor.call(own_artifact_of, task.id, job.id, fmt, deadline), job, timeout)
     else:
         artifact = sklearn_artifact_of(store, blobs, task.id, job.id, fmt)
     card = model_card(store, blobs, task, job, artifact)

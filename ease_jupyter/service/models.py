@@ -156,11 +156,6 @@ def estimator_predictions(store: Store, blobs: BlobStore, task: Task, job: Job, 
     return np.asarray(load_estimator(blobs, task, job).predict(task_schema.estimator_inputs(store, task, X)))
 
 
-def estimator_predictions_of(store: Store, blobs: BlobStore, task_id: int, job_id: int, X: Any) -> np.ndarray:
-    """``estimator_predictions`` by ids: what an executor's ``call`` runs where the jobs run."""
-    return estimator_predictions(store, blobs, store.get_task(task_id), store.get_job(job_id), X)
-
-
 def predict(store: Store, blobs: BlobStore, task: Task, job: Job, X: np.ndarray,
             outputs: TorchOutputs | None = None, own_predictions: TorchOutputs | None = None) -> np.ndarray:
     """A finished job's predictions on checked inputs: class indices for

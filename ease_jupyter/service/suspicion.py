@@ -110,13 +110,6 @@ def estimator_outputs(blobs: BlobStore, task: Task, job: Job, X: Any, classifica
     return _Outputs(predictions, None)
 
 
-def estimator_outputs_of(store: Store, blobs: BlobStore, task_id: int, job_id: int, X: Any, classification: bool,
-                         n_classes: int | None, want_proba: bool) -> _Outputs:
-    """``estimator_outputs`` by ids: what an executor's ``call`` runs where the jobs run."""
-    return estimator_outputs(blobs, store.get_task(task_id), store.get_job(job_id), X, classification, n_classes,
-                             want_proba)
-
-
 class SuspicionScorer:
     """Computes (and caches) suspicion scores; one per service."""
 

@@ -241,7 +241,7 @@ def _classification(task: Task) -> bool:
     return program_of(task).num_classes is not None
 
 
-def _shapes(task: Task) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def net_shapes(task: Task) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """One example's input and output shapes; a user net takes one tensor in and gives one out."""
     from ..datasets import program_of
 
@@ -264,7 +264,7 @@ def user_candidate(task: Task, spec: JobSpec, blobs: BlobStore, *, started: floa
         build: Callable[[ModelConfig], Any] = EstimatorBuilder(spec.model, code, deadline, scope)
         workload = Workload.FLAT_CLASSIFICATION if classification else Workload.FLAT_REGRESSION
     else:
-        inp, out = _shapes(task)
+        inp, out = net_shapes(task)
         build = NetBuilder(spec.model, code, inp, out, classification, deadline, scope)
         workload = Workload.GENERAL_CLASSIFICATION if classification else Workload.TENSOR_RECOVERY
     configs = tuple(ModelConfig.of(spec.model, p) for p in spec.points())

@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 import pandas as pd
+import psutil
 import pytest
 from sklearn.linear_model import LogisticRegression
 
@@ -20,6 +21,7 @@ from ease_jupyter.service.suspicion import MAX_TOP_K
 
 from .conftest import start
 
+CLASSES = {"classes_fraction": [0.0, 1.5, 2.0], "classes_twice": [0, 0, 2]}
 LIMIT = 10.0  # her model's limit: her training job (child starts, fits) fits in it on a busy CI; a hang ends at it
 
 
@@ -38,8 +40,11 @@ class Switch(LogisticRegression):
 
     def __setstate__(self, state):
         super().__setstate__(state)
-        if state.get("mode_file") and self._mode() == "hang_load":
+        mode = self._mode() if state.get("mode_file") else ""
+        if mode == "hang_load":
             time.sleep(60)
+        if mode in CLASSES:  # what suspicion's predict_proba columns stand for, made wrong
+            self.classes_ = np.asarray(CLASSES[mode])
 
     def predict(self, X):
         mode = self._mode()
@@ -91,11 +96,7 @@ def _in_thread(fn):
 
 
 def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
+    return not psutil.pid_exists(pid)
 
 
 @pytest.fixture(scope="module")
@@ -225,3 +226,126 @@ def test_a_dataframe_and_series_feed_and_infer_through_her_model(tmp_path):
         assert set(two.infer(frame.drop(columns="label"))) <= {"pos", "neg"}
     finally:
         running.thread.stop()
+
+
+def _hers(running):
+    """(store, blobs, task, job) of Ada's task and her model, to call it as a worker does."""
+    store = running.service.store
+    task = store.task_by_name(store.user_by_name("ada").id, "iris")
+    return store, running.service.blobs, task, next(j for j in store.list_jobs(task.id) if j.model == "mine")
+
+
+def test_her_deadline_is_fixed_as_the_request_arrives_and_ends_before_the_services_wait(trained, iris,
+                                                                                         monkeypatch):
+    from ease_jupyter.service import core
+
+    running, ada, _, mode_file = trained
+    X, _ = iris
+    wait = 4.0  # the service waits less than her limit (LIMIT): her call must end first
+    monkeypatch.setattr(core, "MODEL_CALL_SECONDS", wait)
+    mode_file.write_text("hang")
+    started = time.monotonic()
+    reply = running.call("POST", "/tasks/iris/infer", "ada", body={"X": X[:5].tolist()})
+    elapsed = time.monotonic() - started
+    mode_file.write_text("")
+    assert reply.status == 422, reply.body  # not the service's 500 when its wait ran out first
+    error = reply.body["error"]
+    assert error["code"] == "user_model_timeout" and error["field"] == "mine.predict", error
+    bound = wait - wait / 4  # the wait less its margin
+    assert f"{bound:g} s after the request arrived" in error["message"]
+    assert elapsed < wait + 1  # killed at the bound, not at her limit
+    assert len(ada.infer(X[:3])) == 3  # the call thread is free: nothing of hers still runs
+
+
+def test_a_call_queued_past_its_deadline_fails_at_once_without_running_her_code(trained, iris):
+    from concurrent.futures import Future
+
+    from ease_jupyter.service.own_model_calls import Deadline, own_predictions_of, waited
+
+    running, _, _, mode_file = trained
+    X, _ = iris
+    store, blobs, task, job = _hers(running)
+    pids = mode_file.parent / "mode.pids"
+    pids.unlink(missing_ok=True)
+    mode_file.write_text("hang")  # her predict would write its pid, then hang
+    started = time.monotonic()
+    with pytest.raises(UserModelCallTimeout, match="'mine'.*predict had not started by its time limit"):
+        own_predictions_of(store, blobs, task.id, job.id, X[:3], Deadline(time.time() - 0.5, 3.0))
+    mode_file.write_text("")
+    assert time.monotonic() - started < 2 and not pids.exists()  # her code never started
+    # A wait that still runs out (the call thread busy elsewhere) is her request's typed error.
+    never = Future()
+    with pytest.raises(UserModelCallTimeout) as raised:
+        waited(never, job, 0.05)
+    assert raised.value.code == "user_model_timeout" and raised.value.http_status == 422
+    assert never.cancelled()  # a queued call never runs
+
+
+def test_every_reply_from_her_code_is_data(trained, iris, monkeypatch):
+    import io
+
+    import joblib
+
+    from ease_jupyter.errors import DataError
+    from ease_jupyter.service import own_model_calls
+
+    running, _, _, _ = trained
+    X, _ = iris
+    store, blobs, task, job = _hers(running)
+    kinds = []
+    real = own_model_calls.run_user_code
+
+    def recorded(*args, returns="object", **kwargs):
+        kinds.append(returns)
+        return real(*args, returns=returns, **kwargs)
+
+    monkeypatch.setattr(own_model_calls, "run_user_code", recorded)
+    assert len(own_model_calls.own_predictions_of(store, blobs, task.id, job.id, X[:4])) == 4
+    outputs = own_model_calls.own_outputs(blobs, task, job, X[:4].astype(np.float32), True, 3, True)
+    assert outputs.proba.shape == (4, 3)
+    artifact = own_model_calls.own_artifact_of(store, blobs, task.id, job.id, "joblib")
+    assert artifact.format == "joblib" and artifact.outputs[0]["name"] == "predict"
+    assert list(joblib.load(io.BytesIO(artifact.data)).predict(X[:4])) == list(
+        own_model_calls.own_predictions_of(store, blobs, task.id, job.id, X[:4]))
+    try:  # a format her model cannot take: the child's DataError, sent as data and raised here
+        own_model_calls.own_artifact_of(store, blobs, task.id, job.id, "onnx")
+    except DataError as error:
+        assert error.field and error.found and error.expected
+    assert kinds and set(kinds) == {"array"}, kinds
+
+
+@pytest.mark.parametrize("mode", sorted(CLASSES))
+def test_classes_that_are_not_distinct_whole_indices_are_a_data_error(trained, iris, mode):
+    from ease_jupyter.errors import DataError
+    from ease_jupyter.service.own_model_calls import own_outputs
+
+    running, _, _, mode_file = trained
+    X, _ = iris
+    _, blobs, task, job = _hers(running)
+    mode_file.write_text(mode)  # her model loads with these classes_
+    try:
+        with pytest.raises(DataError) as raised:
+            own_outputs(blobs, task, job, X[:4].astype(np.float32), True, 3, True)
+    finally:
+        mode_file.write_text("")
+    assert raised.value.field == "mine.classes_" and "distinct whole class indices" in raised.value.expected
+
+
+class _BrokenProba(LogisticRegression):
+    def predict_proba(self, X):
+        raise AttributeError("my predict_proba broke on purpose")
+
+
+def test_an_attribute_error_inside_her_predict_proba_is_hers_not_a_missing_method(iris):
+    import pickle
+
+    from sklearn.svm import SVC
+
+    from ease_jupyter.fitted_calls import fitted_proba
+
+    X, y = iris
+    broken = _BrokenProba(max_iter=200).fit(X, y)
+    with pytest.raises(AttributeError, match="my predict_proba broke on purpose"):
+        fitted_proba(pickle.dumps(broken), X[:3])
+    assert fitted_proba(pickle.dumps(SVC().fit(X, y)), X[:3]).size == 0  # available_if hides it: predict's turn
+    assert fitted_proba(pickle.dumps(LogisticRegression(max_iter=200).fit(X, y)), X[:3]).shape == (3, 3)

@@ -21,6 +21,7 @@ from .conftest import start
 from .test_own_model_calls import _gone, _in_thread, _serve_only, _stored
 
 LIMIT = 15.0  # her model's limit: her training job (child starts, profiling runs, 1 epoch on iris) fits in it; a hang ends at it
+HIS_LIMIT = 4 * LIMIT  # his request queues behind her hanging one, and his deadline counts that wait
 
 
 class SwitchNet(nn.Module):
@@ -77,7 +78,7 @@ def trained(tmp_path_factory, iris):
         ada.add_model(SwitchFactory(str(mode_file)), grid={"lr": [0.1]}, name="mine",
                       limit=LIMIT)
         (tmp_path / "his_mode").write_text("")  # his net always behaves
-        bob.add_model(SwitchFactory(str(tmp_path / "his_mode")), grid={"lr": [0.1]}, name="his", limit=LIMIT)
+        bob.add_model(SwitchFactory(str(tmp_path / "his_mode")), grid={"lr": [0.1]}, name="his", limit=HIS_LIMIT)
         ada.feed(X, y)
         bob.feed(X, y)
         assert ada.wait(timeout=300) and bob.wait(timeout=300)
@@ -168,3 +169,29 @@ def test_suspicion_and_export_of_a_hanging_net_end_at_her_limit(trained, tmp_pat
     traced = torch.jit.load(str(tmp_path / "mine.pt"))
     with torch.no_grad():
         assert traced(torch.as_tensor(X)).argmax(dim=1).tolist() == list(ada.infer(X))
+
+
+def test_every_reply_from_her_net_is_data(trained, iris, monkeypatch):
+    from ease_jupyter.service import own_model_calls
+    from ease_jupyter.service.export import torch_example
+    from ease_jupyter.datasets import program_of
+
+    running, ada, _, _ = trained
+    X, _ = iris
+    store = running.service.store
+    task = store.task_by_name(store.user_by_name("ada").id, "iris")
+    job = next(j for j in store.list_jobs(task.id) if j.model == "mine")
+    kinds = []
+    real = own_model_calls.run_user_code
+
+    def recorded(*args, returns="object", **kwargs):
+        kinds.append(returns)
+        return real(*args, returns=returns, **kwargs)
+
+    monkeypatch.setattr(own_model_calls, "run_user_code", recorded)
+    logits = own_model_calls.own_net_outputs(store, running.service.blobs, task, job, X[:4])
+    assert logits.shape == (4, 3) and list(logits.argmax(axis=1)) == list(ada.infer(X[:4]))
+    artifact = own_model_calls.own_net_artifact_of(store, running.service.blobs, task.id, job.id, "torchscript",
+                                                   torch_example(program_of(task)))
+    assert artifact.format == "torchscript" and artifact.data and artifact.inputs
+    assert kinds and set(kinds) == {"array"}, kinds
