@@ -129,37 +129,41 @@ def trained(tmp_path_factory, iris):
         running.thread.stop()
 
 
-def test_a_predict_that_hangs_at_infer_is_killed_at_her_limit_and_frees_the_worker(trained, iris):
+def a_hang_at_infer_ends_at_her_limit_and_frees_the_worker(trained, X, field: str, limit: float) -> None:
+    """Her model hangs at ``infer``: her request answers 422 naming ``field``
+    and ``limit``, long before her code would return; his request, queued
+    behind hers on the same call thread, completes once hers is killed; her
+    code's process is gone; her model serves again once it behaves."""
     running, ada, bob, mode_file = trained
-    X, _ = iris
     assert len(ada.infer(X[:5])) == 5  # her model serves while it behaves
     mode_file.write_text("hang")
     hers, her_box = _in_thread(lambda: running.call("POST", "/tasks/iris/infer", "ada",
                                                     body={"X": X[:5].tolist()}))
-    time.sleep(0.5)  # his request queues behind hers on the one worker that runs users' models
+    time.sleep(0.5)  # his request queues behind hers on the one call thread that runs users' models
     his, his_box = _in_thread(lambda: bob.infer(X[:7]))
-    hers.join(LIMIT + 30)
-    his.join(LIMIT + 30)
+    hers.join(limit + 30)
+    his.join(limit + 30)
     assert not hers.is_alive() and not his.is_alive()
     reply = her_box["value"]
     assert reply.status == 422, reply.body
     error = reply.body["error"]
-    assert error["code"] == "user_model_timeout" and error["field"] == "mine.predict"
-    assert "'mine'" in error["message"] and f"{LIMIT:g} s" in error["message"]
-    assert her_box["ended"] - her_box["started"] < LIMIT + 10  # not the 60 s her predict sleeps
-    # His infer, on the same worker, completed once hers was killed.
+    assert error["code"] == "user_model_timeout" and error["field"] == field
+    assert "'mine'" in error["message"] and f"{limit:g} s" in error["message"]
+    assert her_box["ended"] - her_box["started"] < limit + 10  # not the 60 s her code sleeps
     assert "error" not in his_box, his_box.get("error")
     assert len(his_box["value"]) == 7 and set(np.asarray(his_box["value"]).tolist()) <= {0, 1, 2}
-    # Her predict ran in a process of its own, which is gone.
     pids = [int(p) for p in (mode_file.parent / "mode.pids").read_text().split()]
     assert pids and os.getpid() not in pids
     deadline = time.monotonic() + 5
     while not all(_gone(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert all(_gone(p) for p in pids)
-    # Her model serves again once it behaves.
     mode_file.write_text("")
     assert len(ada.infer(X[:3])) == 3
+
+
+def test_a_predict_that_hangs_at_infer_is_killed_at_her_limit_and_frees_the_worker(trained, iris):
+    a_hang_at_infer_ends_at_her_limit_and_frees_the_worker(trained, iris[0], "mine.predict", LIMIT)
 
 
 def test_suspicion_and_export_of_a_hanging_model_end_at_her_limit(trained, tmp_path):

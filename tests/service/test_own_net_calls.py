@@ -18,7 +18,7 @@ from ease_jupyter.errors import UserModelCallError, UserModelCallTimeout
 from ease_jupyter.service.suspicion import MAX_TOP_K
 
 from .conftest import start
-from .test_own_model_calls import _gone, _in_thread, _serve_only, _stored
+from .test_own_model_calls import _serve_only, _stored, a_hang_at_infer_ends_at_her_limit_and_frees_the_worker
 
 LIMIT = 15.0  # her model's limit: her training job (child starts, profiling runs, 1 epoch on iris) fits in it; a hang ends at it
 HIS_LIMIT = 4 * LIMIT  # his request queues behind her hanging one, and his deadline counts that wait
@@ -95,35 +95,7 @@ def trained(tmp_path_factory, iris):
 
 
 def test_a_forward_that_hangs_at_infer_is_killed_at_her_limit_and_frees_the_torch_worker(trained, iris):
-    running, ada, bob, mode_file = trained
-    X, _ = iris
-    assert len(ada.infer(X[:5])) == 5  # her net serves while it behaves
-    mode_file.write_text("hang")
-    hers, her_box = _in_thread(lambda: running.call("POST", "/tasks/iris/infer", "ada",
-                                                    body={"X": X[:5].tolist()}))
-    time.sleep(0.5)  # his request queues behind hers on the one call thread of the torch workers
-    his, his_box = _in_thread(lambda: bob.infer(X[:7]))
-    hers.join(LIMIT + 30)
-    his.join(LIMIT + 30)
-    assert not hers.is_alive() and not his.is_alive()
-    reply = her_box["value"]
-    assert reply.status == 422, reply.body
-    error = reply.body["error"]
-    assert error["code"] == "user_model_timeout" and error["field"] == "mine.forward"
-    assert "'mine'" in error["message"] and f"{LIMIT:g} s" in error["message"]
-    assert her_box["ended"] - her_box["started"] < LIMIT + 10  # not the 60 s her forward sleeps
-    # His net's infer, on the same torch worker, completed once hers was killed.
-    assert "error" not in his_box, his_box.get("error")
-    assert len(his_box["value"]) == 7 and set(np.asarray(his_box["value"]).tolist()) <= {0, 1, 2}
-    # Her forward ran in a process of its own, which is gone.
-    pids = [int(p) for p in (mode_file.parent / "mode.pids").read_text().split()]
-    assert pids and os.getpid() not in pids
-    deadline = time.monotonic() + 5
-    while not all(_gone(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert all(_gone(p) for p in pids)
-    mode_file.write_text("")
-    assert len(ada.infer(X[:3])) == 3  # her net serves again once it behaves
+    a_hang_at_infer_ends_at_her_limit_and_frees_the_worker(trained, iris[0], "mine.forward", LIMIT)
 
 
 def test_a_forward_that_raises_or_answers_the_wrong_shape_fails_with_her_error(trained, iris):
