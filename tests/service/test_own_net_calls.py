@@ -20,7 +20,7 @@ from ease_jupyter.service.suspicion import MAX_TOP_K
 from .conftest import start
 from .test_own_model_calls import _serve_only, _stored, a_hang_at_infer_ends_at_her_limit_and_frees_the_worker
 
-LIMIT = 15.0  # her model's limit: her training job (child starts, profiling runs, 1 epoch on iris) fits in it; a hang ends at it
+LIMIT = 20.0  # her model's limit: her training job (child starts, profiling runs, 1 epoch on iris) fits in it on a loaded machine (15 s did not, once); a hang ends at it
 HIS_LIMIT = 4 * LIMIT  # his request queues behind her hanging one, and his deadline counts that wait
 
 
