@@ -20,6 +20,7 @@ import numpy as np
 
 from .. import datasets
 from ..errors import AlreadyExistsError, DataError, InvalidStateError, NotFoundError
+from ..jobspec import parse_job
 from ..schema import format_program, parse, program_from_shapes
 from ..schema.limits import check_program_size, check_program_text
 from ..store import DatasetVersion, Edge, Job, Node, NodeKind, Store, BlobStore, Task, User, open_store
@@ -165,7 +166,7 @@ class Service:
         """A torch model's outputs where the torch jobs run; here when this service trains no torch."""
         if Engine.TORCH not in self.loop.executors:
             return models.torch_outputs(self.store, self.blobs, task, job, X)
-        if own_model_calls.is_user_model(job):
+        if parse_job(job.model, job.config).is_user_model:
             return self._own_call(Engine.TORCH, own_model_calls.own_net_outputs_of, task, job, X)
         return self._where_jobs_run(Engine.TORCH, models.torch_outputs_of, task, job, X)
 

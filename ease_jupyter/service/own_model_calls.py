@@ -67,11 +67,6 @@ class Deadline:
     seconds: float
 
 
-def is_user_model(job: Job) -> bool:
-    """Whether ``job`` trains a user's own model (her code: called through this module)."""
-    return parse_job(job.model, job.config).is_user_model
-
-
 def request_deadline(job: Job, wait_seconds: float | None = None) -> Deadline:
     """The deadline of a request into her model, arriving now: her model's
     ``limit``, bounded, where the service waits at most ``wait_seconds`` for

@@ -184,28 +184,38 @@ def test_suspicion_and_export_of_a_hanging_model_end_at_her_limit(trained, tmp_p
     assert (tmp_path / "mine.joblib").exists() and card["outputs"]
 
 
-def test_a_model_that_raises_or_answers_the_wrong_shape_at_infer_fails_with_her_error(trained, iris):
+def a_raise_or_a_wrong_shape_at_infer_fails_with_her_error(trained, X, what: str, found: str,
+                                                          expected_ok) -> None:
+    """Her ``what`` (predict, forward) raises at ``infer``: 422 with her
+    traceback, also through the suspicion scores; it answers the wrong shape:
+    400 naming the call, the shape ``found`` and an expected shape that
+    ``expected_ok`` accepts. Nothing stored changes."""
     running, ada, _, mode_file = trained
-    X, _ = iris
+    field = f"mine.{what}"
     task = running.service.store.task_by_name(running.service.store.user_by_name("ada").id, "iris")
     before = _stored(running, task)
     mode_file.write_text("raise")
     reply = running.call("POST", "/tasks/iris/infer", "ada", body={"X": X[:4].tolist()})
     assert reply.status == 422, reply.body
     error = reply.body["error"]
-    assert error["code"] == "user_model_error" and error["field"] == "mine.predict"
-    assert "Traceback" in error["message"] and "my predict broke on purpose" in error["message"]
-    assert "in predict" in error["message"]  # her frame
-    with pytest.raises(UserModelCallError, match="my predict broke on purpose"):
+    assert error["code"] == "user_model_error" and error["field"] == field
+    assert "Traceback" in error["message"] and f"my {what} broke on purpose" in error["message"]
+    assert f"in {what}" in error["message"]  # her frame
+    with pytest.raises(UserModelCallError, match=f"my {what} broke on purpose"):
         ada.suspicion(k=MAX_TOP_K)  # every finished model: hers among them
     mode_file.write_text("shape")
     reply = running.call("POST", "/tasks/iris/infer", "ada", body={"X": X[:4].tolist()})
     assert reply.status == 400, reply.body
     error = reply.body["error"]
-    assert error["code"] == "bad_data" and error["field"] == "mine.predict"
-    assert error["found"] == "shape (4, 2)" and "one class index per example" in error["expected"]
+    assert error["code"] == "bad_data" and error["field"] == field
+    assert error["found"] == found and expected_ok(error["expected"]), error["expected"]
     assert _stored(running, task) == before  # nothing stored changed
     mode_file.write_text("")
+
+
+def test_a_model_that_raises_or_answers_the_wrong_shape_at_infer_fails_with_her_error(trained, iris):
+    a_raise_or_a_wrong_shape_at_infer_fails_with_her_error(
+        trained, iris[0], "predict", "shape (4, 2)", lambda expected: "one class index per example" in expected)
 
 
 def test_a_dataframe_and_series_feed_and_infer_through_her_model(tmp_path):

@@ -14,11 +14,15 @@ import pytest
 import torch
 from torch import nn
 
-from ease_jupyter.errors import UserModelCallError, UserModelCallTimeout
+from ease_jupyter.errors import UserModelCallTimeout
 from ease_jupyter.service.suspicion import MAX_TOP_K
 
 from .conftest import start
-from .test_own_model_calls import _serve_only, _stored, a_hang_at_infer_ends_at_her_limit_and_frees_the_worker
+from .test_own_model_calls import (
+    _serve_only,
+    a_hang_at_infer_ends_at_her_limit_and_frees_the_worker,
+    a_raise_or_a_wrong_shape_at_infer_fails_with_her_error,
+)
 
 LIMIT = 20.0  # her model's limit: her training job (child starts, profiling runs, 1 epoch on iris) fits in it on a loaded machine (15 s did not, once); a hang ends at it
 HIS_LIMIT = 4 * LIMIT  # his request queues behind her hanging one, and his deadline counts that wait
@@ -99,27 +103,8 @@ def test_a_forward_that_hangs_at_infer_is_killed_at_her_limit_and_frees_the_torc
 
 
 def test_a_forward_that_raises_or_answers_the_wrong_shape_fails_with_her_error(trained, iris):
-    running, ada, _, mode_file = trained
-    X, _ = iris
-    task = running.service.store.task_by_name(running.service.store.user_by_name("ada").id, "iris")
-    before = _stored(running, task)
-    mode_file.write_text("raise")
-    reply = running.call("POST", "/tasks/iris/infer", "ada", body={"X": X[:4].tolist()})
-    assert reply.status == 422, reply.body
-    error = reply.body["error"]
-    assert error["code"] == "user_model_error" and error["field"] == "mine.forward"
-    assert "Traceback" in error["message"] and "my forward broke on purpose" in error["message"]
-    assert "in forward" in error["message"]  # her frame
-    with pytest.raises(UserModelCallError, match="my forward broke on purpose"):
-        ada.suspicion(k=MAX_TOP_K)  # every finished model: hers among them
-    mode_file.write_text("shape")
-    reply = running.call("POST", "/tasks/iris/infer", "ada", body={"X": X[:4].tolist()})
-    assert reply.status == 400, reply.body
-    error = reply.body["error"]
-    assert error["code"] == "bad_data" and error["field"] == "mine.forward"
-    assert error["found"] == "shape (4, 6)" and error["expected"].startswith("(4, 3)")
-    assert _stored(running, task) == before  # nothing stored changed
-    mode_file.write_text("")
+    a_raise_or_a_wrong_shape_at_infer_fails_with_her_error(
+        trained, iris[0], "forward", "shape (4, 6)", lambda expected: expected.startswith("(4, 3)"))
 
 
 def test_suspicion_and_export_of_a_hanging_net_end_at_her_limit(trained, tmp_path):
