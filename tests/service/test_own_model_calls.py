@@ -5,6 +5,7 @@ holding the worker that serves other users' models."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -23,6 +24,9 @@ from .conftest import start
 
 CLASSES = {"classes_fraction": [0.0, 1.5, 2.0], "classes_twice": [0, 0, 2]}
 LIMIT = 10.0  # her model's limit: her training job (child starts, fits) fits in it on a busy CI; a hang ends at it
+# The service's wait for a model call while a hanging request of hers arrives, where a test need not wait out
+# LIMIT: her deadline is then this wait less its margin, and it still leaves her child time to start and load.
+CALL_WAIT = 6.0
 
 
 class Switch(LogisticRegression):
@@ -129,30 +133,70 @@ def trained(tmp_path_factory, iris):
         running.thread.stop()
 
 
-def a_hang_at_infer_ends_at_her_limit_and_frees_the_worker(trained, X, field: str, limit: float) -> None:
+@contextlib.contextmanager
+def service_wait(seconds: float):
+    """The service waits at most ``seconds`` for a model call whose request
+    arrives meanwhile (``core.MODEL_CALL_SECONDS``): her deadline is then that
+    wait less its margin (``own_model_calls.request_deadline``), which the
+    context gives. A request keeps the deadline fixed as it arrived after
+    the wait is restored."""
+    from ease_jupyter.service import core
+    from ease_jupyter.service.own_model_calls import REPLY_MARGIN_SECONDS
+
+    usual = core.MODEL_CALL_SECONDS
+    core.MODEL_CALL_SECONDS = seconds
+    try:
+        yield seconds - min(REPLY_MARGIN_SECONDS, seconds / 4)
+    finally:
+        core.MODEL_CALL_SECONDS = usual
+
+
+def _her_code_started(pid_file, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not (pid_file.exists() and pid_file.read_text().split()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return pid_file.exists() and bool(pid_file.read_text().split())
+
+
+def a_hang_at_infer_ends_at_her_limit_and_frees_the_worker(trained, X, field: str, limit: float,
+                                                          wait: float | None = None) -> None:
     """Her model hangs at ``infer``: her request answers 422 naming ``field``
-    and ``limit``, long before her code would return; his request, queued
+    and her deadline, long before her code would return; his request, queued
     behind hers on the same call thread, completes once hers is killed; her
-    code's process is gone; her model serves again once it behaves."""
+    code's process is gone; her model serves again once it behaves.
+
+    Her deadline is her ``limit`` under the service's usual wait; with
+    ``wait``, the service waits that long for her request alone (his arrives
+    under the usual wait), so her deadline is that wait less its margin."""
+    from ease_jupyter.service import core
+    from ease_jupyter.service.own_model_calls import request_deadline
+
     running, ada, bob, mode_file = trained
     assert len(ada.infer(X[:5])) == 5  # her model serves while it behaves
+    assert request_deadline(_hers(running)[3], core.MODEL_CALL_SECONDS).seconds == limit  # her limit decides
+    pid_file = mode_file.parent / "mode.pids"
+    pid_file.unlink(missing_ok=True)
     mode_file.write_text("hang")
-    hers, her_box = _in_thread(lambda: running.call("POST", "/tasks/iris/infer", "ada",
-                                                    body={"X": X[:5].tolist()}))
-    time.sleep(0.5)  # his request queues behind hers on the one call thread that runs users' models
+    with service_wait(core.MODEL_CALL_SECONDS if wait is None else wait) as bound:
+        bound = min(bound, limit)
+        hers, her_box = _in_thread(lambda: running.call("POST", "/tasks/iris/infer", "ada",
+                                                        body={"X": X[:5].tolist()}))
+        # her code hangs: her request arrived and its deadline is fixed
+        assert _her_code_started(pid_file, bound), "her code did not start by her deadline"
+    # his request queues behind hers on the one call thread that runs users' models
     his, his_box = _in_thread(lambda: bob.infer(X[:7]))
-    hers.join(limit + 30)
-    his.join(limit + 30)
+    hers.join(bound + 30)
+    his.join(bound + 30)
     assert not hers.is_alive() and not his.is_alive()
     reply = her_box["value"]
     assert reply.status == 422, reply.body
     error = reply.body["error"]
     assert error["code"] == "user_model_timeout" and error["field"] == field
-    assert "'mine'" in error["message"] and f"{limit:g} s" in error["message"]
-    assert her_box["ended"] - her_box["started"] < limit + 10  # not the 60 s her code sleeps
+    assert "'mine'" in error["message"] and f"{bound:g} s after the request arrived" in error["message"]
+    assert bound - 1 < her_box["ended"] - her_box["started"] < bound + 10  # at her deadline, not the 60 s her code sleeps
     assert "error" not in his_box, his_box.get("error")
     assert len(his_box["value"]) == 7 and set(np.asarray(his_box["value"]).tolist()) <= {0, 1, 2}
-    pids = [int(p) for p in (mode_file.parent / "mode.pids").read_text().split()]
+    pids = [int(p) for p in pid_file.read_text().split()]
     assert pids and os.getpid() not in pids
     deadline = time.monotonic() + 5
     while not all(_gone(p) for p in pids) and time.monotonic() < deadline:
@@ -167,17 +211,26 @@ def test_a_predict_that_hangs_at_infer_is_killed_at_her_limit_and_frees_the_work
 
 
 def test_suspicion_and_export_of_a_hanging_model_end_at_her_limit(trained, tmp_path):
+    from ease_jupyter.service import core
+    from ease_jupyter.service.own_model_calls import request_deadline
+
     running, ada, _, mode_file = trained
-    mode_file.write_text("hang")
-    started = time.monotonic()
-    reply = running.call("GET", f"/tasks/iris/suspicion?k={MAX_TOP_K}", "ada")  # every model: hers among them
-    assert reply.status == 422 and reply.body["error"]["code"] == "user_model_timeout", reply.body
-    # predict_proba where hers is the most accurate model (its loss), predict where another is (disagreement)
-    assert reply.body["error"]["field"] in ("mine.predict_proba", "mine.predict")
-    mode_file.write_text("hang_load")  # her class's __setstate__ hangs: export loads it in the child too
-    with pytest.raises(UserModelCallTimeout, match="'mine'.*export.*time limit"):
-        ada.export(tmp_path / "mine.joblib")
-    assert time.monotonic() - started < 2 * LIMIT + 20
+    # each request's deadline is her limit under the service's usual wait; here the service waits
+    # CALL_WAIT, so a hang ends at that wait less its margin (the infer test above waits out LIMIT)
+    assert request_deadline(_hers(running)[3], core.MODEL_CALL_SECONDS).seconds == LIMIT
+    with service_wait(CALL_WAIT) as bound:
+        assert bound < LIMIT
+        mode_file.write_text("hang")
+        started = time.monotonic()
+        reply = running.call("GET", f"/tasks/iris/suspicion?k={MAX_TOP_K}", "ada")  # every model: hers among them
+        assert reply.status == 422 and reply.body["error"]["code"] == "user_model_timeout", reply.body
+        assert f"{bound:g} s after the request arrived" in reply.body["error"]["message"]
+        # predict_proba where hers is the most accurate model (its loss), predict where another is (disagreement)
+        assert reply.body["error"]["field"] in ("mine.predict_proba", "mine.predict")
+        mode_file.write_text("hang_load")  # her class's __setstate__ hangs: export loads it in the child too
+        with pytest.raises(UserModelCallTimeout, match=f"'mine'.*export.*time limit, {bound:g} s after"):
+            ada.export(tmp_path / "mine.joblib")
+        assert time.monotonic() - started < 2 * bound + 20
     assert not (tmp_path / "mine.joblib").exists()
     mode_file.write_text("")
     card = ada.export(tmp_path / "mine.joblib")  # once it behaves, it exports (converted in the child)
@@ -314,13 +367,13 @@ def test_every_reply_from_her_code_is_data(trained, iris, monkeypatch):
         return real(*args, returns=returns, **kwargs)
 
     monkeypatch.setattr(own_model_calls, "run_user_code", recorded)
-    assert len(own_model_calls.own_predictions_of(store, blobs, task.id, job.id, X[:4])) == 4
+    predicted = own_model_calls.own_predictions_of(store, blobs, task.id, job.id, X[:4])
+    assert len(predicted) == 4
     outputs = own_model_calls.own_outputs(blobs, task, job, X[:4].astype(np.float32), True, 3, True)
     assert outputs.proba.shape == (4, 3)
     artifact = own_model_calls.own_artifact_of(store, blobs, task.id, job.id, "joblib")
     assert artifact.format == "joblib" and artifact.outputs[0]["name"] == "predict"
-    assert list(joblib.load(io.BytesIO(artifact.data)).predict(X[:4])) == list(
-        own_model_calls.own_predictions_of(store, blobs, task.id, job.id, X[:4]))
+    assert list(joblib.load(io.BytesIO(artifact.data)).predict(X[:4])) == list(predicted)
     try:  # a format her model cannot take: the child's DataError, sent as data and raised here
         own_model_calls.own_artifact_of(store, blobs, task.id, job.id, "onnx")
     except DataError as error:

@@ -19,13 +19,18 @@ from ease_jupyter.service.suspicion import MAX_TOP_K
 
 from .conftest import start
 from .test_own_model_calls import (
+    _hers,
     _serve_only,
     a_hang_at_infer_ends_at_her_limit_and_frees_the_worker,
     a_raise_or_a_wrong_shape_at_infer_fails_with_her_error,
+    service_wait,
 )
 
 LIMIT = 20.0  # her model's limit: her training job (child starts, profiling runs, 1 epoch on iris) fits in it on a loaded machine (15 s did not, once); a hang ends at it
 HIS_LIMIT = 4 * LIMIT  # his request queues behind her hanging one, and his deadline counts that wait
+# The service's wait for a model call while a hanging request of hers arrives (``service_wait``): her deadline is
+# then this wait less its margin, far below LIMIT, and it still leaves her child time to import torch and load.
+CALL_WAIT = 8.0
 
 
 class SwitchNet(nn.Module):
@@ -99,7 +104,8 @@ def trained(tmp_path_factory, iris):
 
 
 def test_a_forward_that_hangs_at_infer_is_killed_at_her_limit_and_frees_the_torch_worker(trained, iris):
-    a_hang_at_infer_ends_at_her_limit_and_frees_the_worker(trained, iris[0], "mine.forward", LIMIT)
+    # the estimator's test waits out her LIMIT itself; here the service's wait bounds her request
+    a_hang_at_infer_ends_at_her_limit_and_frees_the_worker(trained, iris[0], "mine.forward", LIMIT, CALL_WAIT)
 
 
 def test_a_forward_that_raises_or_answers_the_wrong_shape_fails_with_her_error(trained, iris):
@@ -108,16 +114,25 @@ def test_a_forward_that_raises_or_answers_the_wrong_shape_fails_with_her_error(t
 
 
 def test_suspicion_and_export_of_a_hanging_net_end_at_her_limit(trained, tmp_path):
+    from ease_jupyter.service import core
+    from ease_jupyter.service.own_model_calls import request_deadline
+
     running, ada, _, mode_file = trained
-    mode_file.write_text("hang")
-    started = time.monotonic()
-    reply = running.call("GET", f"/tasks/iris/suspicion?k={MAX_TOP_K}", "ada")  # every model: hers among them
-    assert reply.status == 422 and reply.body["error"]["code"] == "user_model_timeout", reply.body
-    assert reply.body["error"]["field"] == "mine.forward"
-    mode_file.write_text("hang_always")
-    with pytest.raises(UserModelCallTimeout, match="'mine'.*export.*time limit"):
-        ada.export(tmp_path / "mine.pt", format="torchscript")  # tracing runs her forward
-    assert time.monotonic() - started < 2 * LIMIT + 20
+    # each request's deadline is her limit under the service's usual wait; here the service waits
+    # CALL_WAIT, so a hang ends at that wait less its margin
+    assert request_deadline(_hers(running)[3], core.MODEL_CALL_SECONDS).seconds == LIMIT
+    with service_wait(CALL_WAIT) as bound:
+        assert bound < LIMIT
+        mode_file.write_text("hang")
+        started = time.monotonic()
+        reply = running.call("GET", f"/tasks/iris/suspicion?k={MAX_TOP_K}", "ada")  # every model: hers among them
+        assert reply.status == 422 and reply.body["error"]["code"] == "user_model_timeout", reply.body
+        assert reply.body["error"]["field"] == "mine.forward"
+        assert f"{bound:g} s after the request arrived" in reply.body["error"]["message"]
+        mode_file.write_text("hang_always")
+        with pytest.raises(UserModelCallTimeout, match=f"'mine'.*export.*time limit, {bound:g} s after"):
+            ada.export(tmp_path / "mine.pt", format="torchscript")  # tracing runs her forward
+        assert time.monotonic() - started < 2 * bound + 20
     assert not (tmp_path / "mine.pt").exists()
     mode_file.write_text("")
     card = ada.export(tmp_path / "mine.pt", format="torchscript")  # once it behaves, it exports (traced in the child)
