@@ -3,6 +3,7 @@
     python benchmarks/concurrency.py            # simulation: W = 2, 8, 32, 128 x 2-64 tasks, 8 seeds
     python benchmarks/concurrency.py --quick    # W = 2, 8, 32 x 2-8 tasks, 8 seeds (seconds)
     python benchmarks/concurrency.py --live     # also the live Dask part (W = 2; --quick: a few minutes)
+    python benchmarks/concurrency.py --live-only --live-tasks 2 --repeats 2 --out x.json  # the live part alone
 
 Writes benchmarks/results/concurrency_sim.json (``--quick``:
 concurrency_sim_quick.json, which git ignores).
@@ -41,8 +42,10 @@ Parts
     (the same driver, one workload after the other), same configs,
     procedure, epochs and data: makespan ratio, each task's time
     to its first unit and first finished model (a config's first validated
-    epoch), units per workload, and per-unit overhead (W x makespan minus
-    the units' own compute, per unit). Writes concurrency_live.json
+    epoch), units per workload, per-unit overhead (W x makespan minus
+    the units' own compute, per unit), each kind of unit's own seconds, the
+    CPU seconds per unit of the driver's process and of each worker, and
+    the workers' torch/BLAS thread settings. Writes concurrency_live.json
     (``--quick``: concurrency_live_quick.json; ``grid``: concurrency_live_grid*.json).
 """
 
@@ -234,15 +237,41 @@ def _live_runner(engine, X, y, procedure: str, epochs: int, t0: list[float], log
                      on_unit=on_unit, on_metrics=on_metrics)
 
 
+def _cpu_seconds(processes: dict) -> dict[str, float]:
+    """User + system CPU seconds so far of each named process."""
+    out = {}
+    for name, p in processes.items():
+        t = p.cpu_times()
+        out[name] = t.user + t.system
+    return out
+
+
+def _worker_threads() -> dict:
+    """On a worker: the torch and BLAS thread settings its units run with."""
+    import os
+
+    import torch
+
+    return {"torch_threads": torch.get_num_threads(), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
+            "MKL_NUM_THREADS": os.environ.get("MKL_NUM_THREADS")}
+
+
 def _live_round(engine, tasks, procedure: str, epochs: int, across: bool) -> dict:
     """All tasks submitted at once at t = 0: on one PoolDriver together
-    (MOP across tasks), or one torch job after the other on the same driver."""
+    (MOP across tasks), or one torch job after the other on the same driver.
+    Also the CPU seconds per unit of this process (the driver, the Dask
+    scheduler and the nannies of a LocalCluster) and of the workers."""
+    import psutil
+
     from ease_jupyter.execution.mop.pool_driver import PoolDriver
 
     driver = PoolDriver(engine, seed=0)
     t0 = [0.0]
     logs = {user: {} for user, _, _ in tasks}
     runners = [(user, _live_runner(engine, X, y, procedure, epochs, t0, logs[user])) for user, X, y in tasks]
+    processes = {"driver": psutil.Process(), **{f"worker{i}": psutil.Process(pid)
+                                                 for i, pid in enumerate(sorted(engine.worker_pids().values()))}}
+    cpu0 = _cpu_seconds(processes)
     t0[0] = time.monotonic()
     if across:
         futures = [driver.submit(r, owner=user) for user, r in runners]
@@ -252,8 +281,10 @@ def _live_round(engine, tasks, procedure: str, epochs: int, across: bool) -> dic
         for user, r in runners:
             driver.run(r, owner=user)
     makespan = time.monotonic() - t0[0]
+    cpu1 = _cpu_seconds(processes)
     units = sum(len(log["units"]) for log in logs.values())
     compute = sum(sec for log in logs.values() for _, _, sec in log["units"])
+    by_kind = {kind: [sec for log in logs.values() for _, k, sec in log["units"] if k == kind] for kind in ("train", "val")}
     workers = len(engine.workers())
     return {
         "makespan_s": makespan,
@@ -269,6 +300,9 @@ def _live_round(engine, tasks, procedure: str, epochs: int, across: bool) -> dic
         },
         "units": units,
         "unit_compute_s_mean": compute / units,
+        # a unit's own seconds by kind: longer across tasks than one at a time would mean contention
+        "unit_compute_s_mean_by_kind": {k: statistics.fmean(v) for k, v in by_kind.items() if v},
+        "cpu_s_per_unit": {name: (cpu1[name] - cpu0[name]) / units for name in processes},
         # what a unit costs beyond its own compute: hops, dispatch, validation barriers, idle workers
         "overhead_per_unit_s": (workers * makespan - compute) / units,
     }
@@ -293,7 +327,7 @@ def measure_live(args: argparse.Namespace) -> dict:
         epochs = default_max_epochs(examples)
     else:
         epochs = 2 if args.quick else 3
-    repeats = 1 if args.quick else 2
+    repeats = args.repeats or (1 if args.quick else 2)
     out: dict = {"workers": 2, "procedure": args.procedure, "epochs": epochs, "examples_per_task": examples,
                  "lrs": list(LIVE_LRS), "model": LIVE_MODEL[0], "repeats": repeats,
                  "load_before": os.getloadavg(), "cells": {}}
@@ -303,7 +337,8 @@ def measure_live(args: argparse.Namespace) -> dict:
     try:
         warm = _live_tasks(1, 200)
         _live_round(engine, warm, "grid", 1, across=False)  # the workers import torch once, before any timing
-        for n in (2, 4):
+        out["worker_threads"] = engine.client.run(_worker_threads)
+        for n in args.live_tasks:
             tasks = _live_tasks(n, examples)
             rounds: dict[str, list[dict]] = {"across": [], "one_at_a_time": []}
             for _ in range(repeats):  # alternate the two, so drift in the machine's load hits both
@@ -323,6 +358,13 @@ def measure_live(args: argparse.Namespace) -> dict:
                   f"{statistics.fmean(r['overhead_per_unit_s'] for r in rounds['one_at_a_time']):.3f} s "
                   f"(unit compute {statistics.fmean(r['unit_compute_s_mean'] for r in rounds['across']):.3f} s)",
                   flush=True)
+            for mode in ("one_at_a_time", "across"):
+                train = statistics.fmean(r["unit_compute_s_mean_by_kind"]["train"] for r in rounds[mode])
+                cpu = {k: statistics.fmean(r["cpu_s_per_unit"][k] for r in rounds[mode]) for k in rounds[mode][0]["cpu_s_per_unit"]}
+                spans = ", ".join(f"{r['makespan_s']:.2f}" for r in rounds[mode])
+                print(f"  {mode}: makespans {spans} s; train unit "
+                      f"{train:.3f} s; CPU per unit " + ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in cpu.items()),
+                      flush=True)
     finally:
         engine.close()
     out["load_after"] = os.getloadavg()
@@ -340,15 +382,23 @@ def main(argv: list[str] | None = None) -> int:
                              "(every config every epoch; writes concurrency_live_grid*.json)")
     parser.add_argument("--examples", type=int, default=7188,
                         help="live: examples per task (default 7,188: the digits four times, with noise beyond the first)")
+    parser.add_argument("--live-only", action="store_true", help="the live measurement only, no simulation")
+    parser.add_argument("--live-tasks", type=lambda v: tuple(int(n) for n in v.split(",")), default=(2, 4),
+                        help="live: the numbers of tasks, comma-separated (default: 2,4)")
+    parser.add_argument("--repeats", type=int, default=0, help="live: repeats per mode (default: 2; --quick: 1)")
     parser.add_argument("--out", type=Path, default=None, help="where to write the JSON")
     args = parser.parse_args(argv)
-    if args.live:
+    if args.live or args.live_only:
         live = measure_live(args)
         stem = "concurrency_live" + ("_grid" if args.procedure == "grid" else "")
         live_out = RESULTS / (f"{stem}_quick.json" if args.quick else f"{stem}.json")
+        if args.live_only and args.out is not None:
+            live_out = args.out
         live_out.parent.mkdir(parents=True, exist_ok=True)
         live_out.write_text(json.dumps({**live, "python": platform.python_version()}, indent=1) + "\n")
-        print(f"wrote {live_out.relative_to(ROOT)}")
+        print(f"wrote {live_out}")
+        if args.live_only:
+            return 0
     seeds = list(range(args.seeds))
     workers, tasks = (QUICK_WORKERS, QUICK_TASKS) if args.quick else (WORKERS, TASKS)
     print("simulation: MOP across tasks vs one task at a time (same scheduler, tasks, configs, epochs, partitions)")

@@ -74,15 +74,27 @@ def worker_settings(dask_worker):
         "profile_callbacks": sorted(k for k in dask_worker.periodic_callbacks if k.startswith("profile")),
         "threads": dask_worker.state.nthreads,
         "omp": os.environ.get("OMP_NUM_THREADS"),
+        # milliseconds between the server's diagnostics callbacks
+        "tick_ms": dask_worker.periodic_callbacks["tick"].callback_time,
+        "monitor_ms": dask_worker.periodic_callbacks["monitor"].callback_time,
     }
 
 
 @pytest.mark.parametrize("engine", ["dask"], indirect=True)  # worker process settings exist on Dask only
 def test_dask_workers_are_set_up_for_mop(engine):
+    from dask.utils import parse_timedelta
+
+    from ease_jupyter.execution.engine.dask import DASK_CONFIG
+
     settings = engine.client.run(worker_settings)
     assert len(settings) <= (os.cpu_count() or 1)  # at most one worker per core
+    # the diagnostics run rarely, not at Dask's defaults (20 ms, 500 ms), on the cores the units need
+    tick_ms = parse_timedelta(DASK_CONFIG["distributed.admin.tick.interval"]) * 1000
+    monitor_ms = parse_timedelta(DASK_CONFIG["distributed.admin.system-monitor.interval"]) * 1000
+    assert tick_ms > 20 and monitor_ms > 500
     for s in settings.values():
-        assert s == {"profile_enabled": False, "profile_callbacks": [], "threads": 1, "omp": "1"}
+        assert s == {"profile_enabled": False, "profile_callbacks": [], "threads": 1, "omp": "1",
+                     "tick_ms": tick_ms, "monitor_ms": monitor_ms}
 
 
 def test_dask_refuses_more_workers_than_cores():

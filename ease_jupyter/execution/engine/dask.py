@@ -74,6 +74,13 @@ DASK_CONFIG: dict[str, Any] = {
     # Belt and braces if a deployment re-enables it: sample rarely.
     "distributed.worker.profile.interval": "1s",
     "distributed.worker.profile.cycle": "60s",
+    # Diagnostics only: the event-loop health check (default every 20 ms; it
+    # warns after 3 s blocked) and the dashboard's CPU/memory/network samples
+    # (default every 500 ms). At the defaults every server (scheduler,
+    # nannies, workers) spends CPU on them all the time, which a worker that
+    # trains on every core takes from its units.
+    "distributed.admin.tick.interval": "500ms",
+    "distributed.admin.system-monitor.interval": "2s",
 }
 
 _PROFILE_CALLBACKS = ("profile", "profile-cycle")
