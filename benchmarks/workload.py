@@ -325,11 +325,21 @@ def ratio(other: float | None, ours: float | None, budget: float) -> dict[str, A
     return {"ratio": round(other / ours, 3), "lower_bound": False}
 
 
+def first_result_wait(results: Results, arrivals: dict[str, float]) -> dict[str, float | None]:
+    """Seconds from each user's arrival to her first result (None: she had none)."""
+    return {u: (round(min(t for t, _ in results.get(u, [])) - at, 3) if results.get(u) else None)
+            for u, at in arrivals.items()}
+
+
 def summarize(runs: dict[str, list[dict[str, Any]]], names: Sequence[str], budget: float,
-              held_out: dict[str, int] | None = None, last_arrival: float = 0.0) -> dict[str, Any]:
+              held_out: dict[str, int] | None = None, last_arrival: float = 0.0,
+              arrivals: dict[str, float] | None = None) -> dict[str, Any]:
     """The JSON's ``reference_accuracy``, ``arms`` and ``targets`` from each
     arm's runs (``{"results": Results, "final_accuracy": {user: acc}, "end": s, ...}``);
-    ``time_after_last_arrival`` counts from ``last_arrival``."""
+    ``time_after_last_arrival`` counts from ``last_arrival``; with ``arrivals``
+    (user -> seconds), each arm's ``first_result_wait``: per user, the mean
+    over runs of the seconds from her arrival to her first result (None
+    where a run gave her none: what a user sharing the service waits)."""
     reference = reference_accuracy([r["results"] for rs in runs.values() for r in rs], names)
     arms: dict[str, Any] = {}
     for arm, rs in runs.items():
@@ -338,12 +348,16 @@ def summarize(runs: dict[str, list[dict[str, Any]]], names: Sequence[str], budge
         times = {lvl: (round(statistics.mean(p[lvl] for p in per_run), 3)
                        if all(p[lvl] is not None for p in per_run) else None) for lvl in LEVELS}
         final = {u: round(statistics.mean(r["final_accuracy"].get(u, 0.0) for r in rs), 4) for u in names}
+        waits = [first_result_wait(r["results"], arrivals or {}) for r in rs]
+        first_wait = {u: (round(statistics.mean(w[u] for w in waits), 3) if all(w[u] is not None for w in waits)
+                          else None) for u in (arrivals or {})}
         arms[arm] = {
             "time_to_loss": times,
             "time_after_last_arrival": {lvl: None if t is None else round(t - last_arrival, 3) for lvl, t in times.items()},
             "censored": {lvl: sum(p[lvl] is None for p in per_run) for lvl in LEVELS},
             "curve": mean_curve(curves),
             "final_accuracy": final,
+            "first_result_wait": first_wait,
             "repetitions": len(rs),
             "runs": [{"time_to_loss": p, "curve": c, **{k: v for k, v in r.items() if k != "results"},
                       "results": {u: [[round(t, 3), round(a, 6)] for t, a in sorted(r["results"].get(u, []))]
@@ -698,6 +712,11 @@ def render_markdown(payload: dict[str, Any]) -> str:
     for u in payload["setup"]["users"]:
         lines.append(f"| {u['name']} | {u['task']} | " + " | ".join(f"{arms[a]['final_accuracy'][u['name']]:.4f}"
                                                                    for a in arms) + " |")
+    lines += ["", "Seconds from each user's arrival to her first result:", "",
+              "| user | " + " | ".join(arms) + " |", "|---|" + "---|" * len(arms)]
+    for u in payload["setup"]["users"]:
+        waits = [arms[a].get("first_result_wait", {}).get(u["name"]) for a in arms]
+        lines.append(f"| {u['name']} | " + " | ".join("never" if w is None else f"{w:.1f}" for w in waits) + " |")
     lines += ["", "Targets:", ""]
     for name, t in payload["targets"].items():
         if "ratio" in t:
@@ -790,7 +809,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                               "mean over repetitions",
         },
         **summarize(runs, [d.user.name for d in data], setup.budget, {d.user.name: len(d.held) for d in data},
-                    last_arrival=max(d.user.arrival for d in data)),
+                    last_arrival=max(d.user.arrival for d in data),
+                    arrivals={d.user.name: d.user.arrival for d in data}),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
                     "load_per_arm": {a: [r["load"] for r in rs] for a, rs in runs.items()},
                     "note": "a shared machine: the 1-minute load average includes other people's work, so the "

@@ -151,3 +151,11 @@ def test_smoke_run_on_the_live_service_and_per_user_optuna(tmp_path):
             assert 0.5 < arm["final_accuracy"][user] <= 1.0
             assert run["results"][user], (name, user)  # every user got results in both arms
     assert out.with_suffix(".md").exists()
+
+
+def test_first_result_wait_counts_from_each_users_arrival(wl):
+    runs = {"easeml": [_run({"a": [(5.0, 0.9), (3.0, 0.8)], "b": []}, {"a": 0.9, "b": 0.0}),
+                       _run({"a": [(2.0, 0.9)], "b": [(9.0, 0.7)]}, {"a": 0.9, "b": 0.7})]}
+    out = wl.summarize(runs, ["a", "b"], budget=10.0, arrivals={"a": 1.0, "b": 4.0})
+    # a: 3 - 1 and 2 - 1, mean 1.5; b: none in one run, so none over the runs
+    assert out["arms"]["easeml"]["first_result_wait"] == {"a": 1.5, "b": None}

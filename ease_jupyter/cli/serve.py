@@ -37,6 +37,12 @@ import click
 @click.option("--cross-user-prior/--no-cross-user-prior", default=True, show_default=True,
               help="The selector's GP prior from other tasks' results (the tasks finished in this store, else the "
                    "prior shipped with the package); --no-cross-user-prior: model descriptors only.")
+@click.option("--long-job-seconds", default=30.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="A pick predicted to take longer is a long job: it may not take the slots kept for short jobs "
+                   "(--short-slots), so a newcomer's quick models need not wait for it. inf: no such limit.")
+@click.option("--short-slots", default=0, show_default=True, type=click.IntRange(0, 64),
+              help="Slots of each engine kept for short jobs, which one user's long jobs may not fill (0: none; an "
+                   "engine with no more slots takes any job).")
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8585, show_default=True, type=click.IntRange(0, 65535), help="0 picks a free port.")
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64), help="Local training workers (W).")
@@ -86,7 +92,7 @@ import click
               help="Run as a JupyterHub service: users authenticate with hub API tokens (or the hub's OAuth "
                    "login); the API lives under $JUPYTERHUB_SERVICE_PREFIX, and --host/--port default to "
                    "$JUPYTERHUB_SERVICE_URL.")
-def command(db_url, data_dir, engine, precision, blob_url, policy, cross_user_prior, host, port, workers, executor, max_running, torch_epochs, mop_partitions,
+def command(db_url, data_dir, engine, precision, blob_url, policy, cross_user_prior, long_job_seconds, short_slots, host, port, workers, executor, max_running, torch_epochs, mop_partitions,
             max_torch_workloads, max_json_mb, max_chunk_mb,
             idle_shutdown, worker_nice, upload_ttl, quota_gb, blob_gc, allow_user_models, user_model_timeout,
             notebook_timeout, price_cpu, price_gb, price_gpu, jupyterhub) -> None:
@@ -114,7 +120,8 @@ def command(db_url, data_dir, engine, precision, blob_url, policy, cross_user_pr
     try:
         config = ServiceConfig(db_url=db_url, data_dir=data_dir or default_data_dir(), host=host, port=port,
                                engine=engine, precision=precision, blob_url=blob_url, policy=policy,
-                               cross_user_prior=cross_user_prior, workers=workers, executor=executor, max_running_per_user=max_running, torch_epochs=torch_epochs,
+                               cross_user_prior=cross_user_prior, long_job_seconds=long_job_seconds,
+                               short_slots=short_slots, workers=workers, executor=executor, max_running_per_user=max_running, torch_epochs=torch_epochs,
                                mop_partitions=mop_partitions, max_torch_workloads=max_torch_workloads,
                                max_json_bytes=int(max_json_mb * 1024 * 1024), max_chunk_bytes=int(max_chunk_mb * 1024 * 1024),
                                idle_shutdown_seconds=idle_shutdown, worker_nice=worker_nice, upload_ttl_seconds=upload_ttl,

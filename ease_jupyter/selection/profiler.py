@@ -24,13 +24,24 @@ exponents instead of toward no dependence at all. Fits are scikit-learn's
 ``BayesianRidge`` on log seconds, whose predictive std is the prediction's
 ``log_sd``. A family with no finished job at all gets no prediction (its
 scale is unknown; the caller's FLOPs proxy knows more). Pure: no I/O.
+
+Beyond the sizes a family was seen at, the power law is not trusted alone:
+fitted on small jobs, whose seconds are mostly fixed overhead, it finds
+exponents well below 1 and prices a job on 16 times the data at little more
+than the small ones. A fit does at least linear work in the data it
+reads (a scikit-learn estimator, or each epoch of a net, reads every one of
+the n × d values), so a job
+more than :data:`EXTRAPOLATION_FACTOR` times larger (in n × d) than the
+family's largest record is priced at no less than the model's prediction at
+that record's size scaled linearly by the size ratio, and its ``log_sd``
+grows by the gap between the two.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Literal
 
 import numpy as np
@@ -40,6 +51,7 @@ from ..errors import DataError
 
 MIN_FAMILY_RECORDS = 3  # a family's own model needs this many finished jobs ...
 MIN_POOLED_RECORDS = 3  # ... the pooled model this many over all families
+EXTRAPOLATION_FACTOR = 2.0  # a job this much larger (n × d) than a family's largest record is extrapolated
 DEVICES = ("cpu", "gpu")
 GIB = 2.0**30
 
@@ -78,6 +90,11 @@ class JobFeatures:
                                            or value < 0):
                 raise DataError(f.name, repr(value), "a count, 0 or more")
 
+    @property
+    def size(self) -> int:
+        """The data a fit reads: examples × input size."""
+        return max(int(self.n), 1) * max(int(self.d), 1)
+
     def row(self) -> np.ndarray:
         """The numeric design row, in the order of :data:`FEATURE_NAMES`."""
         def lg(v: int) -> float:
@@ -114,9 +131,12 @@ class Profiler:
     """Runtime models per family, fitted on (features, measured seconds)."""
 
     def __init__(self, min_family_records: int = MIN_FAMILY_RECORDS,
-                 min_pooled_records: int = MIN_POOLED_RECORDS):
+                 min_pooled_records: int = MIN_POOLED_RECORDS,
+                 extrapolation_factor: float = EXTRAPOLATION_FACTOR):
         self.min_family_records = min_family_records
         self.min_pooled_records = min_pooled_records
+        self.extrapolation_factor = float(extrapolation_factor)
+        self._largest: dict[str, JobFeatures] = {}  # family -> its record with the most data (n × d)
         self._families: tuple[str, ...] = ()  # those with a record: the pooled model's offsets
         self._pooled: BayesianRidge | None = None
         self._own: dict[str, BayesianRidge] = {}  # family -> its residuals' model
@@ -131,8 +151,12 @@ class Profiler:
         kept = [(f, float(s)) for f, s in records if math.isfinite(float(s)) and float(s) > 0]
         self._predicted = {}
         self.counts = {}
+        self._largest = {}
         for f, _ in kept:
             self.counts[f.family] = self.counts.get(f.family, 0) + 1
+            largest = self._largest.get(f.family)
+            if largest is None or f.size > largest.size:
+                self._largest[f.family] = f
         self._families = tuple(sorted(self.counts))
         self._pooled, self._own = None, {}
         if len(kept) < self.min_pooled_records:
@@ -161,6 +185,18 @@ class Profiler:
         return found
 
     def _predict(self, features: JobFeatures) -> Prediction:
+        fitted = self._fitted(features)
+        largest = self._largest.get(features.family)
+        if largest is None or features.size <= self.extrapolation_factor * largest.size:
+            return fitted
+        # Beyond the family's sizes: at least linear in n × d from its largest record (see the module doc).
+        anchor = self._fitted(replace(features, n=largest.n, d=largest.d))
+        linear = anchor.seconds * features.size / largest.size
+        if linear <= fitted.seconds:
+            return fitted
+        return Prediction(linear, fitted.log_sd + math.log(linear / fitted.seconds), fitted.source)
+
+    def _fitted(self, features: JobFeatures) -> Prediction:
         mean, sd = self._pooled.predict(self._pooled_row(features)[None, :], return_std=True)
         own = self._own.get(features.family)
         if own is None:

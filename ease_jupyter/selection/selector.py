@@ -767,6 +767,15 @@ class Selector:
         u = self._get(user)
         return None if u.best_k is None else (u.names[u.best_k], float(u.best_y))
 
+    def cost(self, user: str, model: str) -> float:
+        """The cost estimate ``c_k`` (seconds) the user's candidate is ranked with.
+
+        Raises:
+            KeyError: an unknown user, or a model that is not her candidate.
+        """
+        u = self._get(user)
+        return float(u.cost[u.index[model]])
+
     def posterior(self, user: str) -> dict[str, tuple[float, float]]:
         """model -> (posterior mean, std) for one user."""
         u = self._get(user)

@@ -103,6 +103,9 @@ class ServiceConfig:
             (ease.ml App. A: the tasks finished in this store, else the prior
             shipped with the package; ``loop/prior.py``). False: model
             descriptors only, each task learning from its own results.
+        long_job_seconds, short_slots: a pick predicted to take longer than
+            ``long_job_seconds`` may not take the last ``short_slots`` free
+            slots of its engine, kept for short jobs (``loop/lanes.py``).
         state_save_seconds: save the selector state at most this often (0:
             after every change). Each save is a new blob, so a busy service
             may want a few seconds; a restart reconciles an older state with
@@ -131,6 +134,8 @@ class ServiceConfig:
     seed: int | None = 0
     policy: str = DEFAULT_POLICY
     cross_user_prior: bool = True
+    long_job_seconds: float = 30.0  # loop/lanes.py: picks predicted longer may not take the reserved slots ...
+    short_slots: int = 0  # ... this many per engine (0: none, the default)
     state_save_seconds: float = 0.0
     torch: bool = True
     torch_epochs: int | None = None
@@ -186,6 +191,10 @@ class ServiceConfig:
         if engine_form(self.engine) is None:
             raise ValueError(f"engine: found {self.engine!r}, expected local, dask, gateway, a scheduler address "
                              "such as tcp://HOST:PORT, or module:callable (a factory of a Dask client or cluster)")
+        if not self.long_job_seconds > 0:
+            raise ValueError(f"long_job_seconds: found {self.long_job_seconds!r}, expected seconds > 0 (inf: no lane)")
+        if self.short_slots < 0:
+            raise ValueError(f"short_slots: found {self.short_slots!r}, expected an integer, 0 or more")
         if self.policy not in LIVE_POLICIES:
             raise ValueError(f"policy: found {self.policy!r}, expected one of {', '.join(LIVE_POLICIES)}")
         if self.precision not in PRECISIONS:

@@ -32,6 +32,7 @@ from .notebooks import NotebookRegistry
 from .quota import Quota, added_version, forget_usage
 from .loop import ControlLoop
 from .loop.provision import service_pools
+from .loop.lanes import ShortLane
 from . import models
 from . import export as model_export
 from . import budget_api
@@ -155,6 +156,7 @@ class Service:
                                                     own_processes=processes,
                                                     grid_workers=1 if config.engine == "local" else config.workers,
                                                     mop_workers=config.workers, mop_partitions=config.mop_partitions))
+        self.loop.admission.lane = ShortLane(config.long_job_seconds, config.short_slots)  # slots kept for short jobs
 
     def _where_jobs_run(self, engine: Engine, fn: Any, task: Task, job: Job, *args: Any) -> Any:
         """``fn(store, blobs, task.id, job.id, *args)`` where ``engine``'s jobs

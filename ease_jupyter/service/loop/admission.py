@@ -2,7 +2,9 @@
 and each owner is under the cap of ``k`` running jobs (ACAI §3.3; across
 users, the order is ease.ml's selector, not FIFO) and within her budget
 (``budget.BudgetGate``: no new picks over budget or past her deadline;
-queued jobs, which had started before a restart, still go on)."""
+queued jobs, which had started before a restart, still go on), and a pick
+predicted to run long never fills an engine with one user's long jobs
+(``lanes.ShortLane``: a newcomer's models need not wait for them)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from ...selection.selector import Pick
 from ...store import Job, JobStatus
 from .budget import BudgetGate, PickEpochs
 from .costs import Costs
+from .lanes import ShortLane
 from .results import StorageHolds
 from .state import LoopState, Running, Tenant, tenant_name
 
@@ -29,8 +32,10 @@ class Admission:
 
     def __init__(self, state: LoopState, holds: StorageHolds, *, on_done: Callable[[int], None],
                  on_decision: Callable[[dict], None], budget: BudgetGate | None = None,
-                 epochs: PickEpochs | None = None, costs: Costs | None = None):
+                 epochs: PickEpochs | None = None, costs: Costs | None = None, lane: ShortLane | None = None):
         self.state, self.holds = state, holds
+        self.lane = lane if lane is not None else ShortLane()
+        self._long: set[int] = set()  # running jobs launched as long picks (see ShortLane)
         self.costs = costs  # None: launched jobs keep no predicted cost
         self.budget = budget if budget is not None else BudgetGate(state, gpu_pool=lambda: False)
         self.epochs = epochs if epochs is not None else PickEpochs(state, None)
@@ -105,7 +110,8 @@ class Admission:
                     info = state.tenants[pick.user]
                     spec = info.configs[pick.model]
                     if (per_owner[info.owner_id] >= state.cap or state.engine_full(spec.engine)
-                            or self.holds.on_hold(pick.user) or budget.holds(info.owner_id, spec.engine)):
+                            or self.holds.on_hold(pick.user) or budget.holds(info.owner_id, spec.engine)
+                            or not self._in_lane(pick, spec, info.owner_id)):
                         held.append(pick)
                         continue
                     try:
@@ -120,6 +126,8 @@ class Admission:
                     self.predicted(job, spec, info)
                     state.emit_job(job, info.owner_id)
                     self.launch(job, spec, pick.user, info.owner_id)
+                    if self.lane.is_long(selector.cost(pick.user, pick.model)):
+                        self._long.add(job.id)
                     self.decided(pick, job, waiting)
                     per_owner[info.owner_id] += 1
                     launched = True
@@ -127,6 +135,17 @@ class Admission:
             for pick in held:
                 selector.cancel(pick.user, pick.model)
         return launched
+
+    def _in_lane(self, pick: Pick, spec: JobSpec, owner_id: int) -> bool:
+        """Whether the pick may start beside its owner's long jobs running on
+        its engine (``ShortLane.admits``, at the selector's cost estimate)."""
+        state = self.state
+        self._long &= state.running.keys()  # finished jobs leave the count
+        executor = state.executors.get(spec.engine)
+        long_running = sum(state.running[j].engine is spec.engine and state.running[j].owner_id == owner_id
+                           for j in self._long)
+        return self.lane.admits(state.selector.cost(pick.user, pick.model),
+                                executor.workers if executor is not None else 0, long_running)
 
     def predicted(self, job: Job, spec: JobSpec, info: Tenant) -> None:
         """Keep with the new job what it is predicted to cost
