@@ -41,8 +41,8 @@ import click
               help="A pick predicted to take longer is a long job: it may not take the slots kept for short jobs "
                    "(--short-slots), so a newcomer's quick models need not wait for it. inf: no such limit.")
 @click.option("--short-slots", default=0, show_default=True, type=click.IntRange(0, 64),
-              help="Slots of each engine kept for short jobs, which one user's long jobs may not fill (0: none; an "
-                   "engine with no more slots takes any job).")
+              help="Slots of each engine kept for short jobs: one user's long jobs may run on at most the engine's "
+                   "slots less these (at least one). 0: none.")
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8585, show_default=True, type=click.IntRange(0, 65535), help="0 picks a free port.")
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64), help="Local training workers (W).")

@@ -28,13 +28,16 @@ scale is unknown; the caller's FLOPs proxy knows more). Pure: no I/O.
 Beyond the sizes a family was seen at, the power law is not trusted alone:
 fitted on small jobs, whose seconds are mostly fixed overhead, it finds
 exponents well below 1 and prices a job on 16 times the data at little more
-than the small ones. A fit does at least linear work in the data it
-reads (a scikit-learn estimator, or each epoch of a net, reads every one of
-the n × d values), so a job
-more than :data:`EXTRAPOLATION_FACTOR` times larger (in n × d) than the
-family's largest record is priced at no less than the model's prediction at
-that record's size scaled linearly by the size ratio, and its ``log_sd``
-grows by the gap between the two.
+than the small ones. A fit's work beyond its fixed overhead is at least
+linear in the data it reads (a scikit-learn estimator, or each epoch of a
+net, reads every one of the n × d values), so a job more than
+:data:`EXTRAPOLATION_FACTOR` times larger (in n × d) than the family's
+largest record is priced at no less than the straight line through the
+model's predictions at the family's smallest and largest record sizes,
+continued to the job's size: the overhead is counted once, only the
+marginal seconds per value grow. Its ``log_sd`` grows by the gap between
+the two prices. A family seen at one size only has no such line and keeps
+the fitted law.
 """
 
 from __future__ import annotations
@@ -137,6 +140,7 @@ class Profiler:
         self.min_pooled_records = min_pooled_records
         self.extrapolation_factor = float(extrapolation_factor)
         self._largest: dict[str, JobFeatures] = {}  # family -> its record with the most data (n × d)
+        self._smallest: dict[str, JobFeatures] = {}  # ... and with the least
         self._families: tuple[str, ...] = ()  # those with a record: the pooled model's offsets
         self._pooled: BayesianRidge | None = None
         self._own: dict[str, BayesianRidge] = {}  # family -> its residuals' model
@@ -151,12 +155,15 @@ class Profiler:
         kept = [(f, float(s)) for f, s in records if math.isfinite(float(s)) and float(s) > 0]
         self._predicted = {}
         self.counts = {}
-        self._largest = {}
+        self._largest, self._smallest = {}, {}
         for f, _ in kept:
             self.counts[f.family] = self.counts.get(f.family, 0) + 1
             largest = self._largest.get(f.family)
             if largest is None or f.size > largest.size:
                 self._largest[f.family] = f
+            smallest = self._smallest.get(f.family)
+            if smallest is None or f.size < smallest.size:
+                self._smallest[f.family] = f
         self._families = tuple(sorted(self.counts))
         self._pooled, self._own = None, {}
         if len(kept) < self.min_pooled_records:
@@ -189,9 +196,14 @@ class Profiler:
         largest = self._largest.get(features.family)
         if largest is None or features.size <= self.extrapolation_factor * largest.size:
             return fitted
-        # Beyond the family's sizes: at least linear in n × d from its largest record (see the module doc).
-        anchor = self._fitted(replace(features, n=largest.n, d=largest.d))
-        linear = anchor.seconds * features.size / largest.size
+        # Beyond the family's sizes: at least its marginal seconds per value, continued (see the module doc).
+        smallest = self._smallest[features.family]
+        if smallest.size == largest.size:
+            return fitted
+        high = self._fitted(replace(features, n=largest.n, d=largest.d)).seconds
+        low = self._fitted(replace(features, n=smallest.n, d=smallest.d)).seconds
+        per_value = max(high - low, 0.0) / (largest.size - smallest.size)
+        linear = high + per_value * (features.size - largest.size)
         if linear <= fitted.seconds:
             return fitted
         return Prediction(linear, fitted.log_sd + math.log(linear / fitted.seconds), fitted.source)

@@ -9,6 +9,7 @@ from ..execution.device import PRECISIONS
 from ..execution.engine.clusters import engine_spec_form as engine_form, is_url
 from ..selection.baselines import DEFAULT_POLICY, POLICIES
 from ..selection.provisioner import DEFAULT_PRICES, Prices
+from .loop.lanes import LONG_SECONDS, RESERVED_SLOTS
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
@@ -104,8 +105,9 @@ class ServiceConfig:
             shipped with the package; ``loop/prior.py``). False: model
             descriptors only, each task learning from its own results.
         long_job_seconds, short_slots: a pick predicted to take longer than
-            ``long_job_seconds`` may not take the last ``short_slots`` free
-            slots of its engine, kept for short jobs (``loop/lanes.py``).
+            ``long_job_seconds`` is long, and one user's long jobs may run on
+            at most her engine's slots less ``short_slots`` (at least one),
+            keeping slots for short jobs (``loop/lanes.py``; 0: off).
         state_save_seconds: save the selector state at most this often (0:
             after every change). Each save is a new blob, so a busy service
             may want a few seconds; a restart reconciles an older state with
@@ -134,8 +136,8 @@ class ServiceConfig:
     seed: int | None = 0
     policy: str = DEFAULT_POLICY
     cross_user_prior: bool = True
-    long_job_seconds: float = 30.0  # loop/lanes.py: picks predicted longer may not take the reserved slots ...
-    short_slots: int = 0  # ... this many per engine (0: none, the default)
+    long_job_seconds: float = LONG_SECONDS  # loop/lanes.py: picks predicted longer are long ...
+    short_slots: int = RESERVED_SLOTS  # ... and may not fill this many slots per engine (0: none, the default)
     state_save_seconds: float = 0.0
     torch: bool = True
     torch_epochs: int | None = None
@@ -193,7 +195,7 @@ class ServiceConfig:
                              "such as tcp://HOST:PORT, or module:callable (a factory of a Dask client or cluster)")
         if not self.long_job_seconds > 0:
             raise ValueError(f"long_job_seconds: found {self.long_job_seconds!r}, expected seconds > 0 (inf: no lane)")
-        if self.short_slots < 0:
+        if isinstance(self.short_slots, bool) or not isinstance(self.short_slots, int) or self.short_slots < 0:
             raise ValueError(f"short_slots: found {self.short_slots!r}, expected an integer, 0 or more")
         if self.policy not in LIVE_POLICIES:
             raise ValueError(f"policy: found {self.policy!r}, expected one of {', '.join(LIVE_POLICIES)}")

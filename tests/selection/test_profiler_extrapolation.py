@@ -40,6 +40,9 @@ def test_a_much_larger_job_is_priced_at_least_linearly_in_its_data():
     assert predicted(guarded, "costly", *NEW) == pytest.approx(truth, rel=0.5)
     # ... and it keeps the families' order there: the costly one is no longer priced near the cheap one
     assert predicted(guarded, "costly", *NEW) > 10 * predicted(guarded, "cheap", *NEW)
+    # the fixed overhead is counted once: the overhead-bound family is not priced as if it grew with the data
+    cheap_truth = 4 * seconds("cheap", *NEW)
+    assert predicted(guarded, "cheap", *NEW) == pytest.approx(cheap_truth, rel=0.5)
     # the extrapolation is uncertain, and says so
     wide = guarded.predict(JobFeatures("costly", "sklearn", n=NEW[0], d=NEW[1], points=4)).log_sd
     narrow = plain.predict(JobFeatures("costly", "sklearn", n=NEW[0], d=NEW[1], points=4)).log_sd
@@ -51,3 +54,20 @@ def test_within_the_seen_sizes_the_fitted_law_is_kept():
     plain = Profiler(extrapolation_factor=math.inf).fit(records())
     for n, d in [*SEEN, (1617, 100)]:  # up to twice the largest seen: the fit alone
         assert predicted(guarded, "costly", n, d) == predicted(plain, "costly", n, d)
+
+
+def test_far_beyond_the_seen_sizes_the_price_follows_the_marginal_cost_not_the_overhead():
+    guarded = Profiler().fit(records())
+    far = (60000, 784)  # about 450 times the largest seen
+    for family in LAWS:
+        truth = 4 * seconds(family, *far)
+        assert predicted(guarded, family, *far) == pytest.approx(truth, rel=0.5), family
+
+
+def test_a_family_seen_at_one_size_only_keeps_the_fitted_law():
+    one_size = [(JobFeatures(family, "sklearn", n=500, d=30, points=p), p * seconds(family, 500, 30))
+                for family in LAWS for p in (1, 2, 4)]
+    guarded = Profiler().fit(one_size)
+    plain = Profiler(extrapolation_factor=math.inf).fit(one_size)
+    for family in LAWS:
+        assert predicted(guarded, family, *NEW) == predicted(plain, family, *NEW)

@@ -109,3 +109,27 @@ def test_the_service_runs_the_lane_it_was_configured_with(tmp_path):
         assert running.thread.service.loop.admission.lane == ShortLane(long_seconds=12.0, reserved=2)
     finally:
         running.thread.stop()
+
+
+def test_after_a_restart_her_requeued_long_job_still_holds_her_long_slot():
+    store, blobs = InMemoryStore(), MemoryBlobStore()
+    costly = add_task(store, blobs, "eve", "costly")
+
+    def service_loop() -> ControlLoop:
+        loop = ControlLoop(store, blobs, executors={Engine.SKLEARN: ManualExecutor(store, workers=2)},
+                           max_running_per_user=2)
+        loop.admission.lane = ShortLane(long_seconds=30.0, reserved=1)
+        loop.costs.arm_costs = lambda task, configs, arms, n: {k: LONG for k in arms}
+        return loop
+
+    before = service_loop()
+    before.recover()
+    before.step()
+    before.stop()
+    assert len(running_of(store, costly)) == 1
+    after = service_loop()  # the service restarts: her running job is queued again and relaunched
+    after.recover()
+    after.step()
+    after.step()
+    after.stop()
+    assert len(running_of(store, costly)) == 1  # relaunched, it counts: her next long pick is still held

@@ -30,7 +30,7 @@ LIMIT = 20.0  # her model's limit: her training job (child starts, profiling run
 HIS_LIMIT = 4 * LIMIT  # his request queues behind her hanging one, and his deadline counts that wait
 # The service's wait for a model call while a hanging request of hers arrives (``service_wait``): her deadline is
 # then this wait less its margin, far below LIMIT, and it still leaves her child time to import torch and load.
-CALL_WAIT = 8.0
+CALL_WAIT = 10.0
 
 
 class SwitchNet(nn.Module):

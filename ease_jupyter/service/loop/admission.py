@@ -2,9 +2,9 @@
 and each owner is under the cap of ``k`` running jobs (ACAI §3.3; across
 users, the order is ease.ml's selector, not FIFO) and within her budget
 (``budget.BudgetGate``: no new picks over budget or past her deadline;
-queued jobs, which had started before a restart, still go on), and a pick
-predicted to run long never fills an engine with one user's long jobs
-(``lanes.ShortLane``: a newcomer's models need not wait for them)."""
+queued jobs, which had started before a restart, still go on), and, where
+slots are kept for short jobs (``lanes.ShortLane``, off by default), one
+user's long picks do not fill an engine."""
 
 from __future__ import annotations
 
@@ -65,9 +65,19 @@ class Admission:
             if per_owner[info.owner_id] >= state.cap or state.engine_full(spec.engine):
                 continue
             self.launch(job, spec, tenant, info.owner_id)
+            self._count_if_long(job.id, tenant, spec)
             per_owner[info.owner_id] += 1
             started = True
         return started
+
+    def _count_if_long(self, job_id: int, tenant: str, spec: JobSpec) -> None:
+        """Remember a launched job as long (``ShortLane``) at the selector's cost of its arm."""
+        try:
+            cost = self.state.selector.cost(tenant, spec.arm)
+        except KeyError:  # an arm the selector no longer ranks (its tenant left): not counted
+            return
+        if self.lane.is_long(cost):
+            self._long.add(job_id)
 
     def pick(self) -> bool:
         """Ask for exactly as many picks as there are free workers. A pick whose
@@ -126,8 +136,7 @@ class Admission:
                     self.predicted(job, spec, info)
                     state.emit_job(job, info.owner_id)
                     self.launch(job, spec, pick.user, info.owner_id)
-                    if self.lane.is_long(selector.cost(pick.user, pick.model)):
-                        self._long.add(job.id)
+                    self._count_if_long(job.id, pick.user, spec)
                     self.decided(pick, job, waiting)
                     per_owner[info.owner_id] += 1
                     launched = True

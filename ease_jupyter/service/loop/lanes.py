@@ -11,9 +11,9 @@ newcomer's first pick is never held, even where every candidate is long,
 as a torch task's may all be), and her further long jobs may run on at most
 ``slots - reserved`` slots. It gives up some work conservation on purpose:
 while one user's long picks alone are waiting, the kept slot idles, which
-delays her long jobs and no one else's. An engine with no more slots than
-are reserved is left alone (its one slot takes any pick). It is off by
-default: on the workload benchmark it did not change the time to a good
+delays her long jobs and no one else's. A user may always run one long
+job on an engine (``max(1, slots - reserved)``), so an engine of one slot
+takes any pick. It is off by default: on the workload benchmark it did not change the time to a good
 model measurably, and a user alone on the service would lose a slot.
 """
 
