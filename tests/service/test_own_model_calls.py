@@ -210,31 +210,40 @@ def test_a_predict_that_hangs_at_infer_is_killed_at_her_limit_and_frees_the_work
     a_hang_at_infer_ends_at_her_limit_and_frees_the_worker(trained, iris[0], "mine.predict", LIMIT)
 
 
-def test_suspicion_and_export_of_a_hanging_model_end_at_her_limit(trained, tmp_path):
+def suspicion_and_export_of_a_hang_end_at_the_services_wait(trained, tmp_path, limit: float, fields, export_hang: str,
+                                                            file_name: str, **export_options) -> None:
+    """Her model hangs: suspicion answers 422 naming one of ``fields``, and
+    export (with her code in mode ``export_hang``) raises, each at her
+    deadline under the service's shortened wait (CALL_WAIT; her ``limit``
+    under the usual wait); nothing is written; once she behaves, export works."""
     from ease_jupyter.service import core
     from ease_jupyter.service.own_model_calls import request_deadline
 
     running, ada, _, mode_file = trained
-    # each request's deadline is her limit under the service's usual wait; here the service waits
-    # CALL_WAIT, so a hang ends at that wait less its margin (the infer test above waits out LIMIT)
-    assert request_deadline(_hers(running)[3], core.MODEL_CALL_SECONDS).seconds == LIMIT
+    assert request_deadline(_hers(running)[3], core.MODEL_CALL_SECONDS).seconds == limit
     with service_wait(CALL_WAIT) as bound:
-        assert bound < LIMIT
+        assert bound < limit
         mode_file.write_text("hang")
         started = time.monotonic()
         reply = running.call("GET", f"/tasks/iris/suspicion?k={MAX_TOP_K}", "ada")  # every model: hers among them
         assert reply.status == 422 and reply.body["error"]["code"] == "user_model_timeout", reply.body
+        assert reply.body["error"]["field"] in fields
         assert f"{bound:g} s after the request arrived" in reply.body["error"]["message"]
-        # predict_proba where hers is the most accurate model (its loss), predict where another is (disagreement)
-        assert reply.body["error"]["field"] in ("mine.predict_proba", "mine.predict")
-        mode_file.write_text("hang_load")  # her class's __setstate__ hangs: export loads it in the child too
+        mode_file.write_text(export_hang)
         with pytest.raises(UserModelCallTimeout, match=f"'mine'.*export.*time limit, {bound:g} s after"):
-            ada.export(tmp_path / "mine.joblib")
+            ada.export(tmp_path / file_name, **export_options)
         assert time.monotonic() - started < 2 * bound + 20
-    assert not (tmp_path / "mine.joblib").exists()
+    assert not (tmp_path / file_name).exists()
     mode_file.write_text("")
-    card = ada.export(tmp_path / "mine.joblib")  # once it behaves, it exports (converted in the child)
-    assert (tmp_path / "mine.joblib").exists() and card["outputs"]
+    card = ada.export(tmp_path / file_name, **export_options)  # once it behaves, it exports (in the child)
+    assert (tmp_path / file_name).exists() and card["outputs"]
+
+
+def test_suspicion_and_export_of_a_hanging_model_end_at_the_services_wait(trained, tmp_path):
+    # predict_proba where hers is the most accurate model (its loss), predict where another is (disagreement);
+    # her class's __setstate__ hangs in "hang_load": export loads it in the child too
+    suspicion_and_export_of_a_hang_end_at_the_services_wait(
+        trained, tmp_path, LIMIT, ("mine.predict_proba", "mine.predict"), "hang_load", "mine.joblib")
 
 
 def a_raise_or_a_wrong_shape_at_infer_fails_with_her_error(trained, X, what: str, found: str,

@@ -14,23 +14,18 @@ import pytest
 import torch
 from torch import nn
 
-from ease_jupyter.errors import UserModelCallTimeout
-from ease_jupyter.service.suspicion import MAX_TOP_K
 
 from .conftest import start
 from .test_own_model_calls import (
-    _hers,
+    CALL_WAIT,
     _serve_only,
     a_hang_at_infer_ends_at_her_limit_and_frees_the_worker,
     a_raise_or_a_wrong_shape_at_infer_fails_with_her_error,
-    service_wait,
+    suspicion_and_export_of_a_hang_end_at_the_services_wait,
 )
 
 LIMIT = 20.0  # her model's limit: her training job (child starts, profiling runs, 1 epoch on iris) fits in it on a loaded machine (15 s did not, once); a hang ends at it
 HIS_LIMIT = 4 * LIMIT  # his request queues behind her hanging one, and his deadline counts that wait
-# The service's wait for a model call while a hanging request of hers arrives (``service_wait``): her deadline is
-# then this wait less its margin, far below LIMIT, and it still leaves her child time to import torch and load.
-CALL_WAIT = 10.0
 
 
 class SwitchNet(nn.Module):
@@ -113,30 +108,11 @@ def test_a_forward_that_raises_or_answers_the_wrong_shape_fails_with_her_error(t
         trained, iris[0], "forward", "shape (4, 6)", lambda expected: expected.startswith("(4, 3)"))
 
 
-def test_suspicion_and_export_of_a_hanging_net_end_at_her_limit(trained, tmp_path):
-    from ease_jupyter.service import core
-    from ease_jupyter.service.own_model_calls import request_deadline
-
-    running, ada, _, mode_file = trained
-    # each request's deadline is her limit under the service's usual wait; here the service waits
-    # CALL_WAIT, so a hang ends at that wait less its margin
-    assert request_deadline(_hers(running)[3], core.MODEL_CALL_SECONDS).seconds == LIMIT
-    with service_wait(CALL_WAIT) as bound:
-        assert bound < LIMIT
-        mode_file.write_text("hang")
-        started = time.monotonic()
-        reply = running.call("GET", f"/tasks/iris/suspicion?k={MAX_TOP_K}", "ada")  # every model: hers among them
-        assert reply.status == 422 and reply.body["error"]["code"] == "user_model_timeout", reply.body
-        assert reply.body["error"]["field"] == "mine.forward"
-        assert f"{bound:g} s after the request arrived" in reply.body["error"]["message"]
-        mode_file.write_text("hang_always")
-        with pytest.raises(UserModelCallTimeout, match=f"'mine'.*export.*time limit, {bound:g} s after"):
-            ada.export(tmp_path / "mine.pt", format="torchscript")  # tracing runs her forward
-        assert time.monotonic() - started < 2 * bound + 20
-    assert not (tmp_path / "mine.pt").exists()
-    mode_file.write_text("")
-    card = ada.export(tmp_path / "mine.pt", format="torchscript")  # once it behaves, it exports (traced in the child)
-    assert (tmp_path / "mine.pt").exists() and card["outputs"]
+def test_suspicion_and_export_of_a_hanging_net_end_at_the_services_wait(trained, tmp_path):
+    # "hang_always": tracing for export runs her forward, which hangs too
+    suspicion_and_export_of_a_hang_end_at_the_services_wait(
+        trained, tmp_path, LIMIT, ("mine.forward",), "hang_always", "mine.pt", format="torchscript")
+    ada = trained[1]
     X = np.asarray([[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3]], dtype=np.float32)
     traced = torch.jit.load(str(tmp_path / "mine.pt"))
     with torch.no_grad():

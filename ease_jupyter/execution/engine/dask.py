@@ -78,7 +78,9 @@ DASK_CONFIG: dict[str, Any] = {
     # warns after 3 s blocked) and the dashboard's CPU/memory/network samples
     # (default every 500 ms). At the defaults every server (scheduler,
     # nannies, workers) spends CPU on them all the time, which a worker that
-    # trains on every core takes from its units.
+    # trains on every core takes from its units. Like the rest of this dict,
+    # it reaches the clusters this process starts (LocalCluster); a gateway's
+    # or a tcp:// cluster's servers keep their own configuration.
     "distributed.admin.tick.interval": "500ms",
     "distributed.admin.system-monitor.interval": "2s",
 }
