@@ -715,8 +715,11 @@ def render_markdown(payload: dict[str, Any]) -> str:
     lines += ["", "Seconds from each user's arrival to her first result:", "",
               "| user | " + " | ".join(arms) + " |", "|---|" + "---|" * len(arms)]
     for u in payload["setup"]["users"]:
-        waits = [arms[a].get("first_result_wait", {}).get(u["name"]) for a in arms]
-        lines.append(f"| {u['name']} | " + " | ".join("never" if w is None else f"{w:.1f}" for w in waits) + " |")
+        # None: no result in that arm; "–": a payload from before the field was recorded
+        waits = ["–" if "first_result_wait" not in arms[a] else arms[a]["first_result_wait"].get(u["name"])
+                 for a in arms]
+        lines.append(f"| {u['name']} | " + " | ".join("never" if w is None else w if isinstance(w, str) else f"{w:.1f}"
+                                                      for w in waits) + " |")
     lines += ["", "Targets:", ""]
     for name, t in payload["targets"].items():
         if "ratio" in t:

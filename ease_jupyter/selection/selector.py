@@ -774,6 +774,8 @@ class Selector:
             KeyError: an unknown user, or a model that is not her candidate.
         """
         u = self._get(user)
+        if model not in u.index:
+            raise KeyError(f"model: {model!r} is not a candidate of user {user!r}")
         return float(u.cost[u.index[model]])
 
     def posterior(self, user: str) -> dict[str, tuple[float, float]]:
