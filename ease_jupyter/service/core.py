@@ -155,8 +155,8 @@ class Service:
                                 pools=service_pools(cpus=os.cpu_count() or 1, sklearn_slots=config.workers,
                                                     own_processes=processes,
                                                     grid_workers=1 if config.engine == "local" else config.workers,
-                                                    mop_workers=config.workers, mop_partitions=config.mop_partitions))
-        self.loop.admission.lane = ShortLane(config.long_job_seconds, config.short_slots)  # slots kept for short jobs
+                                                    mop_workers=config.workers, mop_partitions=config.mop_partitions),
+                                lane=ShortLane(config.long_job_seconds, config.short_slots))
 
     def _where_jobs_run(self, engine: Engine, fn: Any, task: Task, job: Job, *args: Any) -> Any:
         """``fn(store, blobs, task.id, job.id, *args)`` where ``engine``'s jobs

@@ -133,3 +133,9 @@ def test_after_a_restart_her_requeued_long_job_still_holds_her_long_slot():
     after.step()
     after.stop()
     assert len(running_of(store, costly)) == 1  # relaunched, it counts: her next long pick is still held
+
+
+def test_the_lane_is_off_by_default_and_with_no_long_line():
+    assert not ShortLane().active  # the service's default: no slot kept, nothing counted
+    assert not ShortLane(long_seconds=math.inf, reserved=1).active
+    assert ShortLane(long_seconds=30.0, reserved=1).active

@@ -72,6 +72,8 @@ class Admission:
 
     def _count_if_long(self, job_id: int, tenant: str, spec: JobSpec) -> None:
         """Remember a launched job as long (``ShortLane``) at the selector's cost of its arm."""
+        if not self.lane.active:
+            return
         try:
             cost = self.state.selector.cost(tenant, spec.arm)
         except KeyError:  # an arm the selector no longer ranks (its tenant left): not counted
@@ -148,6 +150,8 @@ class Admission:
     def _in_lane(self, pick: Pick, spec: JobSpec, owner_id: int) -> bool:
         """Whether the pick may start beside its owner's long jobs running on
         its engine (``ShortLane.admits``, at the selector's cost estimate)."""
+        if not self.lane.active:
+            return True
         state = self.state
         self._long &= state.running.keys()  # finished jobs leave the count
         executor = state.executors.get(spec.engine)

@@ -23,6 +23,7 @@ from .admission import Admission
 from .budget import BudgetGate, PickEpochs
 from .costs import Costs, ProfileRefits, catalogue
 from .forget import forget_task
+from .lanes import ShortLane
 from .outage import STORE_OUTAGES, StoreOutage, backoff_seconds
 from .prior import PriorRefits
 from .provision import PickProvisioner, Pools
@@ -46,7 +47,7 @@ class ControlLoop:
                  tick_seconds: float = 0.5, seed: int | None = 0, save_every_seconds: float = 0.0,
                  torch_epochs: int | None = None, on_decision: Callable[[dict], None] | None = None,
                  policy: str = DEFAULT_POLICY, cross_user_prior: bool = True, prices: Prices = DEFAULT_PRICES,
-                 pools: Pools | None = None):
+                 pools: Pools | None = None, lane: ShortLane | None = None):
         self.store, self.blobs, self.executors = store, blobs, executors
         self.publish = publish or (lambda owner, event: None)
         self.tick = tick_seconds
@@ -79,7 +80,7 @@ class ControlLoop:
         self.budget = BudgetGate(self.state, gpu_pool=lambda: self.gpu_pool, price=self.provisioner.job_cost)
         self.admission = Admission(self.state, self.holds, on_done=self._finished,
                                    on_decision=on_decision or (lambda decision: None), budget=self.budget,
-                                   epochs=PickEpochs(self.state, self.torch_epochs), costs=self.costs)
+                                   epochs=PickEpochs(self.state, self.torch_epochs), costs=self.costs, lane=lane)
         self.store_health = StoreOutage()
         self._lock = threading.RLock()  # one turn at a time; the views below take it too
         self._wake = threading.Event()

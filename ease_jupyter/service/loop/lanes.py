@@ -13,8 +13,9 @@ as a torch task's may all be), and her further long jobs may run on at most
 while one user's long picks alone are waiting, the kept slot idles, which
 delays her long jobs and no one else's. A user may always run one long
 job on an engine (``max(1, slots - reserved)``), so an engine of one slot
-takes any pick. It is off by default: on the workload benchmark it did not change the time to a good
-model measurably, and a user alone on the service would lose a slot.
+takes any pick. It is off by default: on the workload benchmark it did not
+change the time to a good model measurably, and a user alone on the service
+would lose a slot.
 """
 
 from __future__ import annotations
@@ -44,6 +45,11 @@ class ShortLane:
             raise DataError("long_seconds", repr(self.long_seconds), "a number of seconds > 0 (inf: no lane)")
         if isinstance(self.reserved, bool) or not isinstance(self.reserved, int) or self.reserved < 0:
             raise DataError("reserved", repr(self.reserved), "an integer, 0 or more")
+
+    @property
+    def active(self) -> bool:
+        """Whether the rule can ever hold a pick (off: nothing to count or check)."""
+        return self.reserved > 0 and math.isfinite(self.long_seconds)
 
     def is_long(self, predicted_seconds: float) -> bool:
         return predicted_seconds > self.long_seconds
