@@ -64,7 +64,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from ease_jupyter.execution.automl import pick_schedule  # noqa: E402
-from ease_jupyter.execution.mop.pool_simulation import compare_admission, concurrency_tasks  # noqa: E402
+from ease_jupyter.execution.mop.pool_simulation import PoolTask, compare_admission, concurrency_tasks  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 WORKERS = (2, 8, 32, 128)
@@ -308,6 +308,26 @@ def _live_round(engine, tasks, procedure: str, epochs: int, across: bool) -> dic
     }
 
 
+def unit_time_ratio(across: dict, one_at_a_time: dict) -> float:
+    """One repeat's makespan ratio with each makespan counted in its own
+    round's mean training unit, which removes the drift of the machine's
+    speed between the two rounds (other users' load)."""
+    def in_units(r: dict) -> float:
+        return r["makespan_s"] / r["unit_compute_s_mean_by_kind"]["train"]
+    return in_units(one_at_a_time) / in_units(across)
+
+
+def live_ceiling(n_tasks: int, epochs: int, procedure: str, seeds: int = 8) -> float:
+    """The live cell's makespan ratio with no overhead at all: ``n_tasks``
+    equal tasks of the live schedule, equal unit costs, W = 2, in the
+    compute-only simulation (no validation, dispatch or hops), averaged over
+    the scheduler's random draws."""
+    kept = pick_schedule(len(LIVE_LRS), epochs).configs_per_epoch if procedure == "halving" else ()
+    tasks = [PoolTask(f"t{i}", f"u{i}", (1.0,) * len(LIVE_LRS), epochs=epochs, configs_per_epoch=tuple(kept))
+             for i in range(n_tasks)]
+    return statistics.fmean(compare_admission(tasks, 2, seed)["makespan_ratio"] for seed in range(seeds))
+
+
 def measure_live(args: argparse.Namespace) -> dict:
     """Two and four image tasks of different users on a Dask LocalCluster of
     W = 2 workers, all submitted at once: MOP across tasks (one
@@ -346,11 +366,17 @@ def measure_live(args: argparse.Namespace) -> dict:
                     rounds[mode].append(_live_round(engine, tasks, args.procedure, epochs, across=mode == "across"))
             ratios = [b["makespan_s"] / a["makespan_s"]
                       for a, b in zip(rounds["across"], rounds["one_at_a_time"])]
-            cell = {"makespan_ratio": statistics.fmean(ratios), "ratios": ratios, **rounds}
+            in_units = [unit_time_ratio(a, b) for a, b in zip(rounds["across"], rounds["one_at_a_time"])]
+            cell = {"makespan_ratio": statistics.fmean(ratios), "ratios": ratios,
+                    # each makespan in its own round's mean training unit: the machine's drift cancels
+                    "makespan_ratio_in_unit_times": interval(in_units), "ratios_in_unit_times": in_units,
+                    "ceiling": live_ceiling(n, epochs, args.procedure), **rounds}
             out["cells"][f"tasks={n}"] = cell
             first = {m: [max(r["per_task"][u]["first_model_s"] for u in r["per_task"]) for r in rounds[m]]
                      for m in rounds}
-            print(f"live W=2 tasks={n}: makespan ratio {cell['makespan_ratio']:.2f} "
+            in_u = cell["makespan_ratio_in_unit_times"]
+            print(f"live W=2 tasks={n}: makespan ratio {cell['makespan_ratio']:.2f}, in unit times "
+                  f"{in_u['mean']:.2f} [{in_u['lo']:.2f}, {in_u['hi']:.2f}] (compute-only ceiling {cell['ceiling']:.2f}) "
                   f"(across {statistics.fmean(r['makespan_s'] for r in rounds['across']):.1f} s, one at a time "
                   f"{statistics.fmean(r['makespan_s'] for r in rounds['one_at_a_time']):.1f} s); latest first model "
                   f"{statistics.fmean(first['across']):.1f} s vs {statistics.fmean(first['one_at_a_time']):.1f} s; "

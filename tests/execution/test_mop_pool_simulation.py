@@ -185,3 +185,22 @@ def test_cli_writes_the_simulation_and_points_to_the_live_results(bench, tmp_pat
     assert data["mode"] == "quick" and data["live"] == "concurrency_live.json (--live)"
     assert {c["workers"] for c in data["cells"].values()} == set(bench.QUICK_WORKERS)
     assert "simulation: MOP across tasks" in capsys.readouterr().out
+
+
+def test_the_live_cells_ratio_in_unit_times_cancels_the_machines_drift():
+    bench = load_benchmark("concurrency")
+
+    def round_(makespan: float, unit: float) -> dict:
+        return {"makespan_s": makespan, "unit_compute_s_mean_by_kind": {"train": unit}}
+
+    # the same schedules (30 and 18 units) on a machine that ran twice as slow for one arm
+    assert bench.unit_time_ratio(round_(18 * 0.4, 0.4), round_(30 * 0.8, 0.8)) == pytest.approx(30 / 18)
+    assert bench.unit_time_ratio(round_(18 * 0.8, 0.8), round_(30 * 0.4, 0.4)) == pytest.approx(30 / 18)
+
+
+def test_the_live_ceiling_grows_with_the_epochs_a_halving_pick_trains_alone():
+    bench = load_benchmark("concurrency")
+    seven, twelve = bench.live_ceiling(2, 7, "halving"), bench.live_ceiling(2, 12, "halving")
+    # one at a time keeps at least one of the W = 2 workers busy, so no ceiling passes 2
+    assert 1.6 < seven < twelve < 2
+    assert bench.live_ceiling(2, 3, "grid") < 1.25  # a grid of 3 configs already fills W = 2
