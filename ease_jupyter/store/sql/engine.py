@@ -30,6 +30,14 @@ MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 # Execution option that marks an engine whose transactions write (see module doc).
 WRITE_OPTION = "easeml_write"
+# Connections a file SQLite engine keeps open. QueuePool keeps 5 by default
+# and closes every connection past them on return, so under many threads (the
+# service's request and read threads, the control loop) most checkouts opened
+# a connection (its PRAGMAs, the schema parsed again, no prepared statements)
+# and closed it again. A SQLite connection is cheap to keep, and the pool opens
+# them only as threads use them at once.
+SQLITE_POOL_SIZE = 64
+PG_POOL_SIZE = 15
 # Serialises concurrent schema upgrades of one PostgreSQL database (any constant will do).
 _PG_MIGRATION_LOCK = 0x6561_7365  # "ease"
 
@@ -45,6 +53,12 @@ def make_engine(url: str | URL, **kwargs: Any) -> Engine:
     url = make_url(url)
     if url.get_backend_name() != "sqlite":
         kwargs.setdefault("pool_pre_ping", True)  # survive a restarted database server
+        # QueuePool's default cap (5 kept + 10 overflow), but all 15 kept:
+        # an overflow connection was closed on return, and a new server
+        # connection costs a backend process.
+        if "poolclass" not in kwargs:  # (another pool class may take no size)
+            kwargs.setdefault("pool_size", PG_POOL_SIZE)
+            kwargs.setdefault("max_overflow", 0)
         return create_engine(url, **kwargs)
 
     connect_args = kwargs.pop("connect_args", {})
@@ -53,6 +67,8 @@ def make_engine(url: str | URL, **kwargs: Any) -> Engine:
     if is_sqlite_memory(url):
         # One shared connection, or every connection would see its own empty database.
         kwargs.setdefault("poolclass", StaticPool)
+    elif "poolclass" not in kwargs:
+        kwargs.setdefault("pool_size", SQLITE_POOL_SIZE)
     engine = create_engine(url, connect_args=connect_args, **kwargs)
     event.listen(engine, "connect", _sqlite_on_connect)
     event.listen(engine, "begin", _sqlite_on_begin)
