@@ -26,7 +26,7 @@ import io
 import json
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
 import numpy as np
 
@@ -39,6 +39,7 @@ from .store.base import unreadable_blob
 from .store.space import storage_full
 
 T = TypeVar("T")
+FeedState = tuple[DatasetVersion | None, tuple[ExampleChunk, ...]]  # Store.feed_state: the parent and the chunks
 MAX_STALE_RETRIES = 50  # versions another writer may store first before a feed or refine gives up
 _NPY_MAGIC = b"\x93NUMPY"
 _NPZ_MAGIC = b"PK"  # np.savez writes a zip archive
@@ -76,6 +77,9 @@ class FeedResult:
     duplicates: int
     mode: str
     chunk: NewChunk | None = None  # the arrays a created version added
+    # The size of each blob a created version references (its members and the
+    # chunk's arrays), known from the bytes written: no stat needed to count them.
+    blob_sizes: Mapping[str, int] | None = None
 
 
 def program_of(task: Task) -> Program:
@@ -96,7 +100,8 @@ def feed(store: Store, blobs: BlobStore, task: Task, X: Any, y: Any, *,
 
 
 def feed_rows(store: Store, blobs: BlobStore, task: Task, X: Any, y: Any, *,
-              reserve: Callable[[int], None] | None = None, mode: str = DEDUPE) -> FeedResult:
+              reserve: Callable[[int], None] | None = None, mode: str = DEDUPE,
+              state: FeedState | None = None) -> FeedResult:
     """Check (X, y) against the task's schema and store them as a new version.
 
     ``mode`` (``FEED_MODES``) says what happens to fed rows that the latest
@@ -118,6 +123,10 @@ def feed_rows(store: Store, blobs: BlobStore, task: Task, X: Any, y: Any, *,
     of the same task that stores its version first makes this one start
     again from the new latest version (``StaleParentError``), so concurrent
     feeds each keep all the examples before them.
+
+    ``state``: ``Store.feed_state`` as the caller read it just before (with
+    its other reads, ``Store.feed_reads``); the first attempt starts from it,
+    and a retry reads it again.
     """
     if mode not in FEED_MODES:
         raise DataError("mode", repr(mode), " or ".join(map(repr, FEED_MODES)))
@@ -125,7 +134,9 @@ def feed_rows(store: Store, blobs: BlobStore, task: Task, X: Any, y: Any, *,
     checked = X if isinstance(X, CheckedData) else check_data(program_of(task), X, y)
     inputs = input_digests(checked.X)
     fed = row_digests(inputs, checked.y)
-    return _on_the_latest(lambda: _feed_once(store, blobs, task, checked, (inputs, fed), mode, reserve))
+    given = [state] if state is not None else []
+    return _on_the_latest(lambda: _feed_once(store, blobs, task, checked, (inputs, fed), mode, reserve,
+                                             given.pop() if given else store.feed_state(task.id)))
 
 
 def _on_the_latest(attempt: Callable[[], T]) -> T:
@@ -139,10 +150,11 @@ def _on_the_latest(attempt: Callable[[], T]) -> T:
 
 
 def _feed_once(store: Store, blobs: BlobStore, task: Task, checked: CheckedData,
-               digests: tuple[np.ndarray, np.ndarray], mode: str, reserve: Callable[[int], None] | None) -> FeedResult:
+               digests: tuple[np.ndarray, np.ndarray], mode: str, reserve: Callable[[int], None] | None,
+               state: FeedState) -> FeedResult:
     inputs, fed = digests  # of each fed row: its input, and its input with its label
     # One read: the parent, and its chunks (the next example id, and the blobs to check).
-    parent, chunks = store.feed_state(task.id)
+    parent, chunks = state
     first_id = chunks[-1].first_example_id + chunks[-1].count if chunks else 0
     parent_members = None if parent is None else _readable_members(blobs, task, parent, chunks)
     held = np.empty(0, dtype=fed.dtype) if parent is None else _held_rows(blobs, task, parent, parent_members, chunks)
@@ -171,7 +183,8 @@ def _feed_once(store: Store, blobs: BlobStore, task: Task, checked: CheckedData,
             chunk=chunk,
         )
     row_identity.remember(chunk.x_blob, chunk.y_blob, inputs[keep], fed[keep])  # the next feed's and load's
-    return FeedResult(version, True, new, duplicates, mode, chunk)
+    sizes = {version.members_blob: len(members_bytes), chunk.x_blob: len(x_bytes), chunk.y_blob: len(y_bytes)}
+    return FeedResult(version, True, new, duplicates, mode, chunk, sizes)
 
 
 def _held_rows(blobs: BlobStore, task: Task, version: DatasetVersion, members: np.ndarray,

@@ -366,19 +366,21 @@ class Service:
         X = arrays.decode("X", body.get("X"), self.uploads, caller.id)
         y = arrays.decode("y", body.get("y"), self.uploads, caller.id)
         consumed = {ref["upload"] for ref in (body.get("X"), body.get("y")) if isinstance(ref, dict) and "upload" in ref}
-        reserve = self.quota.reserve(self.store, self.blobs, caller.id, what=f"feed of task {name!r}",
-                                     releasing=sum(self.uploads.size(caller.id, u) for u in consumed))
+        releasing = sum(self.uploads.size(caller.id, u) for u in consumed)
         mode = body.get("mode")  # datasets.FEED_MODES; rows already there are skipped by default
         # One feed of a task at a time maps its labels to class indices and stores
         # the names it added: two feeds adding "cat" and "dog" must not both take index k.
         with self._feed_locks.setdefault(task.id, threading.Lock()):
-            prepared = task_schema.prepare_feed(self.store, task, X, y)  # table columns checked, names mapped
+            # One read transaction for the tags, the parent and its chunks, and the quota's stamp.
+            tags, parent, chunks, stamp = self.store.feed_reads(task.id, caller.id)
+            reserve = self.quota.reserve(self.store, self.blobs, caller.id, what=f"feed of task {name!r}",
+                                         releasing=releasing, stamp=stamp)
+            prepared = task_schema.prepare_feed(self.store, task, X, y, tags)  # table columns checked, names mapped
             result = datasets.feed_rows(self.store, self.blobs, task, prepared.X, prepared.y, reserve=reserve,
-                                        mode=datasets.DEDUPE if mode is None else mode)
+                                        mode=datasets.DEDUPE if mode is None else mode, state=(parent, chunks))
             if result.created:
                 prepared.commit()
-                added_version(self.store, self.blobs, caller.id, result.version.id,
-                              [result.version.members_blob, result.chunk.x_blob, result.chunk.y_blob])
+                added_version(self.store, self.blobs, caller.id, result.version.id, result.blob_sizes)
         for upload in consumed:
             self.uploads.delete(caller.id, upload)
         out = self._new_version(caller, task, result.version) if result.created else version_json(result.version)

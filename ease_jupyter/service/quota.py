@@ -21,7 +21,7 @@ import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping
 
 from ..errors import QuotaExceededError
 from ..store import BlobStore, Job, Store, Task
@@ -50,8 +50,10 @@ class Quota:
     limit_bytes: int | None
     uploads_dir: Path | None = None
 
-    def usage(self, store: Store, blobs: BlobStore, owner_id: int) -> Usage:
-        data, models = _STORED.of(store, blobs, owner_id)
+    def usage(self, store: Store, blobs: BlobStore, owner_id: int, *, stamp: tuple[int, ...] | None = None) -> Usage:
+        """``stamp``: ``Store.owner_blobs_stamp`` as read just before (a feed
+        reads it with its other reads), so a count it matches is not asked for again."""
+        data, models = _STORED.of(store, blobs, owner_id, stamp=stamp)
         uploads = 0
         if self.uploads_dir is not None:
             from .arrays import Uploads
@@ -60,13 +62,13 @@ class Quota:
         return Usage(data=data, models=models, uploads=uploads)
 
     def check(self, store: Store, blobs: BlobStore, owner_id: int, adding: int, *, what: str,
-              releasing: int = 0) -> None:
+              releasing: int = 0, stamp: tuple[int, ...] | None = None) -> None:
         """Raise ``QuotaExceededError`` if storing ``adding`` more bytes (and
         freeing ``releasing``, e.g. the uploads a feed consumes) would take
         the owner over her limit; ``what`` names the write ("feed")."""
         if not self.limit_bytes:
             return
-        usage = self.usage(store, blobs, owner_id)
+        usage = self.usage(store, blobs, owner_id, stamp=stamp)
         after = usage.total - releasing + adding
         if after <= self.limit_bytes:
             return
@@ -82,10 +84,10 @@ class Quota:
         self.check(store, blobs, task.owner_id, size, what=f"{model_name(task, job)}: its model")
 
     def reserve(self, store: Store, blobs: BlobStore, owner_id: int, *, what: str,
-                releasing: int = 0) -> Callable[[int], None]:
+                releasing: int = 0, stamp: tuple[int, ...] | None = None) -> Callable[[int], None]:
         """``check`` as the ``reserve(n_bytes)`` callback that ``datasets.feed``
         and ``Uploads.append`` call before they write."""
-        return lambda adding: self.check(store, blobs, owner_id, adding, what=what, releasing=releasing)
+        return lambda adding: self.check(store, blobs, owner_id, adding, what=what, releasing=releasing, stamp=stamp)
 
 
 class _StoredBytes:
@@ -118,7 +120,18 @@ class _StoredBytes:
         # owner -> deletes of her rows so far: a count read across a delete is not kept
         self._forgotten: dict[int, int] = {}
 
-    def of(self, store: Store, blobs: BlobStore, owner_id: int) -> tuple[int, int]:
+    def of(self, store: Store, blobs: BlobStore, owner_id: int, *,
+           stamp: tuple[int, ...] | None = None) -> tuple[int, int]:
+        if stamp is not None:  # read by the caller: enough to reuse a count, not to keep one it made
+            with self._lock:
+                found = self._counted.get(store, {}).get(owner_id)
+                if found is not None and found[0] == stamp:
+                    return sum(found[1].values()), sum(found[2].values())
+                if not any(stamp):
+                    # No version and no model: she references nothing, at this
+                    # stamp whatever else happened (a user's first feed).
+                    self._keep(store, owner_id, (stamp, {}, {}))
+                    return 0, 0
         with self._lock:
             forgotten = self._forgotten.get(owner_id, 0)
         stamp = store.owner_blobs_stamp(owner_id)
@@ -132,21 +145,27 @@ class _StoredBytes:
             with self._lock:
                 if self._forgotten.get(owner_id, 0) != forgotten:  # a delete came between the two reads
                     return sum(data.values()), sum(models.values())
-                owners = self._counted.setdefault(store, OrderedDict())
-                owners[owner_id] = (stamp, data, models)
-                owners.move_to_end(owner_id)
-                while len(owners) > self.MAX_OWNERS:
-                    owners.popitem(last=False)
+                self._keep(store, owner_id, (stamp, data, models))
         return sum(data.values()), sum(models.values())
 
-    def added(self, store: Store, blobs: BlobStore, owner_id: int, version_id: int, digests: list[str]) -> None:
+    def _keep(self, store: Store, owner_id: int, counted: _Counted) -> None:
+        """(Under the lock.) Keep an owner's count at its stamp."""
+        owners = self._counted.setdefault(store, OrderedDict())
+        owners[owner_id] = counted
+        owners.move_to_end(owner_id)
+        while len(owners) > self.MAX_OWNERS:
+            owners.popitem(last=False)
+
+    def added(self, store: Store, blobs: BlobStore, owner_id: int, version_id: int,
+              digests: list[str] | Mapping[str, int]) -> None:
         with self._lock:
             owners = self._counted.get(store, {})
             found = owners.get(owner_id)
             if found is None:
                 return
             (versions, newest, *models_stamp), data, models = found
-            data = {**data, **_sizes(blobs, [d for d in digests if d not in data])}
+            new = [d for d in digests if d not in data]
+            data = {**data, **({d: digests[d] for d in new} if isinstance(digests, Mapping) else _sizes(blobs, new))}
             stamp = (versions + 1, max(newest, version_id), *models_stamp)
             owners[owner_id] = (stamp, data, {d: n for d, n in models.items() if d not in data})
 
@@ -167,9 +186,11 @@ def _sizes(blobs: BlobStore, digests: Iterable[str]) -> dict[str, int]:
 _STORED = _StoredBytes()
 
 
-def added_version(store: Store, blobs: BlobStore, owner_id: int, version_id: int, digests: list[str]) -> None:
-    """Count the blobs (``digests``) of the version ``version_id`` that this
-    process just stored for ``owner_id`` without counting her again."""
+def added_version(store: Store, blobs: BlobStore, owner_id: int, version_id: int,
+                  digests: list[str] | Mapping[str, int]) -> None:
+    """Count the blobs (``digests``, or {digest: size} where the writer knows
+    the sizes) of the version ``version_id`` that this process just stored
+    for ``owner_id`` without counting her again."""
     _STORED.added(store, blobs, owner_id, version_id, digests)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -123,10 +123,12 @@ def _named_labels(y: Any) -> bool:
     return array is not None and array.dtype.kind in "UO"
 
 
-def prepare_feed(store: Store, task: Task, X: Any, y: Any) -> PreparedFeed:
+def prepare_feed(store: Store, task: Task, X: Any, y: Any, tags: Mapping[str, str] | None = None) -> PreparedFeed:
     """Check a table task's columns and map named labels to indices, before
-    anything is written (DataError naming the column or label)."""
-    tags = store.tags("task", task.id)  # read once: the schema and the class names
+    anything is written (DataError naming the column or label). ``tags``: the
+    task's tags when the caller read them already (``Store.feed_reads``)."""
+    if tags is None:
+        tags = store.tags("task", task.id)  # read once: the schema and the class names
     schema = schema_in(tags)
     if schema is not None:
         table = _table_of(X)

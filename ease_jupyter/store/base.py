@@ -328,6 +328,14 @@ class Store(abc.ABC):
         reads before it writes, in one read where the store can."""
         return self.latest_dataset_version(task_id), self.list_chunks(task_id)
 
+    def feed_reads(self, task_id: int, owner_id: int) -> tuple[Mapping[str, str], DatasetVersion | None,
+                                                               tuple[ExampleChunk, ...], tuple[int, ...] | None]:
+        """(the task's tags, ``feed_state``, ``owner_blobs_stamp(owner_id)``):
+        everything a service feed reads before it writes (its table schema and
+        class names, the parent and chunks, the quota's stamp), in one read
+        where the store can. NotFoundError for an unknown task or user."""
+        return (self.tags("task", task_id), *self.feed_state(task_id), self.owner_blobs_stamp(owner_id))
+
     def task_overview(self, task_id: int) -> tuple[Mapping[str, str], DatasetVersion | None, dict[str, int]]:
         """(the task's tags, its latest version or None, {job status: count}
         in order of each status's first job): what ``GET /tasks/{name}``

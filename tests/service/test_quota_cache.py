@@ -103,3 +103,57 @@ def test_a_count_read_across_a_delete_is_not_kept(service, monkeypatch):
     monkeypatch.setattr(service.store, "owner_blobs", lambda owner_id: (asked.append(owner_id), owner_blobs(owner_id))[1])
     assert _usage(service, ada.id) == expected
     assert asked == [ada.id]  # counted again, not taken from a count made across the delete
+
+
+def test_a_feed_reads_once_before_it_writes(service, monkeypatch) -> None:
+    """The tags, the parent and its chunks, and the quota's stamp come from
+    one read (``Store.feed_reads``); a count that stamp matches is reused,
+    and a user's first feed (no version, no model yet) has nothing to count."""
+    user, _ = create_user(service.store, "alice")
+    service.create_task(user, {"name": "t", "input": [4], "output": [3]})
+    store = service.store
+    reads: list[str] = []
+    for name in ("feed_reads", "tags", "feed_state", "owner_blobs_stamp", "owner_blobs"):
+        method = getattr(store, name)
+        monkeypatch.setattr(store, name, lambda *a, _m=method, _n=name, **k: (reads.append(_n), _m(*a, **k))[1])
+    for seed in range(3):
+        _feed(service, user, "t", seed)
+        assert reads == ["feed_reads"]
+        reads.clear()
+        assert _usage(service, user.id) == _counted_afresh(service, user.id) > 0
+        reads.clear()
+
+
+def test_a_feed_sees_a_model_stored_by_another_process(tmp_path) -> None:
+    """The stamp a feed reads with its other reads is fresh: a model another
+    process stored since the last count takes the owner over her quota,
+    although the feed alone would fit."""
+    from ease_jupyter.errors import QuotaExceededError
+
+    first = Service(ServiceConfig(data_dir=tmp_path, executor="thread", tick_seconds=3600, torch=False))
+    user, _ = create_user(first.store, "alice")
+    first.create_task(user, {"name": "t", "input": [4], "output": [3]})
+    version = _feed(first, user, "t", 0)
+    used = _usage(first, user.id)
+    first.store.close()
+    # The third feed's new blobs: 12 rows of X and y, and the list of all 24 example ids.
+    adding = sum(len(datasets.npy_bytes(a)) for a in (np.zeros((12, 4), "float32"), np.zeros(12, "int64"),
+                                                      np.arange(24, dtype="int64")))
+    service = Service(ServiceConfig(data_dir=tmp_path, executor="thread", tick_seconds=3600, torch=False,
+                                    quota_bytes=used + adding + 750))
+    try:
+        _usage(service, user.id)  # counted at this stamp
+        store, blobs = open_store(f"sqlite:///{tmp_path / 'easeml.sqlite'}", tmp_path)
+        try:  # a worker process stores a model of 1,500 bytes
+            task = store.task_by_name(user.id, "t")
+            job = store.create_job(task.id, version["id"], "m", {})
+            store.update_job(job.id, JobStatus.RUNNING)
+            model = blobs.put_bytes(b"a trained model" * 100)
+            store.update_job(job.id, JobStatus.SUCCEEDED, JobUpdate(accuracy=0.5, artifact_blob=model))
+        finally:
+            store.close()
+        with pytest.raises(QuotaExceededError):
+            _feed(service, user, "t", 1)
+        assert _usage(service, user.id) == used + 1500 == _counted_afresh(service, user.id)
+    finally:
+        service.store.close()

@@ -60,3 +60,21 @@ def test_the_owner_blobs_stamp_moves_with_every_referencing_write(store: Store) 
         assert len(set(stamps)) == len(stamps)
     with pytest.raises(NotFoundError, match="user 999: not found"):
         store.owner_blobs_stamp(999) if stamps[0] is not None else store.owner_blobs(999)
+
+
+def test_feed_reads_are_the_tags_the_feed_state_and_the_stamp(store: Store) -> None:
+    ada = store.create_user("ada", "h-ada")
+    task = store.create_task(ada.id, "t", "x: {a: [4]} -> y: {c: [3]}")
+    assert store.feed_reads(task.id, ada.id) == ({}, None, (), store.owner_blobs_stamp(ada.id))
+    store.set_tag("task", task.id, "classes", '["cat"]')
+    feed(store, task.id, 5, seed="a")
+    feed(store, task.id, 3, seed="b")
+    tags, latest, chunks, stamp = store.feed_reads(task.id, ada.id)
+    assert tags == store.tags("task", task.id) == {"classes": '["cat"]'}
+    assert (latest, chunks) == store.feed_state(task.id) and latest.number == 2 and len(chunks) == 2
+    assert stamp == store.owner_blobs_stamp(ada.id)
+    with pytest.raises(NotFoundError, match="task 999: not found"):
+        store.feed_reads(999, ada.id)
+    if stamp is not None:  # (a store without a cheap stamp says None)
+        with pytest.raises(NotFoundError, match="user 999: not found"):
+            store.feed_reads(task.id, 999)

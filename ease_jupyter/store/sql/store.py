@@ -572,6 +572,23 @@ class SQLStore(Store):
                 self._check_exists(c, TaskRow, task_id, what="task")
             return None if latest is None else q.version_record(latest), chunks
 
+    def feed_reads(self, task_id: int, owner_id: int) -> tuple[Mapping[str, str], DatasetVersion | None,
+                                                               tuple[ExampleChunk, ...], tuple[int, ...] | None]:
+        task_id = v.check_id("task_id", task_id)
+        owner = v.check_id("user_id", owner_id)
+        with self._reading_rows() as c:
+            tag_rows = c.execute(_ENTITY_TAGS["task"], {"entity_id": task_id}).all()
+            if not tag_rows:
+                raise NotFoundError(f"task {task_id}: not found")
+            latest = c.execute(q.LATEST_VERSION, {"id": task_id}).first()
+            chunks = tuple(ExampleChunk(*r) for r in c.execute(_TASK_CHUNKS, {"task_id": task_id}))
+            stamp = c.execute(_OWNER_BLOBS_STAMP, {"id": owner}).one()
+            if stamp[0] is None:
+                raise NotFoundError(f"user {owner}: not found")
+        tags = FrozenDict(sorted((key, value) for _, key, value in tag_rows if key is not None))
+        return (tags, None if latest is None else q.version_record(latest), chunks,
+                tuple(0 if x is None else int(x) for x in stamp[1:]))
+
     def latest_dataset_version(self, task_id: int) -> DatasetVersion | None:
         task_id = v.check_id("task_id", task_id)
         with self._reading_rows() as c:
