@@ -46,21 +46,26 @@ def test_own_feeds_move_the_count_on(service) -> None:
         assert _usage(service, user.id) == _counted_afresh(service, user.id) > 0
 
 
-def test_a_model_stored_by_another_process_is_counted(service, tmp_path) -> None:
-    user, _ = create_user(service.store, "alice")
-    service.create_task(user, {"name": "t", "input": [4], "output": [3]})
-    version = _feed(service, user, "t", 0)
-    before = _usage(service, user.id)
-    # A worker process: its own connection to the same database and blob store.
-    store, blobs = open_store(f"sqlite:///{tmp_path / 'easeml.sqlite'}", tmp_path)
+def _worker_stores_a_model(data_dir, owner_id: int, version_id: int) -> None:
+    """A worker process, with its own connection to the same database and
+    blob store, stores a model of 1,500 bytes for task "t"."""
+    store, blobs = open_store(f"sqlite:///{data_dir / 'easeml.sqlite'}", data_dir)
     try:
-        task = store.task_by_name(user.id, "t")
-        job = store.create_job(task.id, version["id"], "m", {})
+        task = store.task_by_name(owner_id, "t")
+        job = store.create_job(task.id, version_id, "m", {})
         store.update_job(job.id, JobStatus.RUNNING)
         model = blobs.put_bytes(b"a trained model" * 100)
         store.update_job(job.id, JobStatus.SUCCEEDED, JobUpdate(accuracy=0.5, artifact_blob=model))
     finally:
         store.close()
+
+
+def test_a_model_stored_by_another_process_is_counted(service, tmp_path) -> None:
+    user, _ = create_user(service.store, "alice")
+    service.create_task(user, {"name": "t", "input": [4], "output": [3]})
+    version = _feed(service, user, "t", 0)
+    before = _usage(service, user.id)
+    _worker_stores_a_model(tmp_path, user.id, version["id"])
     assert _usage(service, user.id) == before + 1500 == _counted_afresh(service, user.id)
 
 
@@ -143,15 +148,7 @@ def test_a_feed_sees_a_model_stored_by_another_process(tmp_path) -> None:
                                     quota_bytes=used + adding + 750))
     try:
         _usage(service, user.id)  # counted at this stamp
-        store, blobs = open_store(f"sqlite:///{tmp_path / 'easeml.sqlite'}", tmp_path)
-        try:  # a worker process stores a model of 1,500 bytes
-            task = store.task_by_name(user.id, "t")
-            job = store.create_job(task.id, version["id"], "m", {})
-            store.update_job(job.id, JobStatus.RUNNING)
-            model = blobs.put_bytes(b"a trained model" * 100)
-            store.update_job(job.id, JobStatus.SUCCEEDED, JobUpdate(accuracy=0.5, artifact_blob=model))
-        finally:
-            store.close()
+        _worker_stores_a_model(tmp_path, user.id, version["id"])
         with pytest.raises(QuotaExceededError):
             _feed(service, user, "t", 1)
         assert _usage(service, user.id) == used + 1500 == _counted_afresh(service, user.id)
