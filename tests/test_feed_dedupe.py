@@ -173,3 +173,16 @@ def test_the_split_never_straddles_equal_keys_even_on_tiny_data():
         assert mask.any() and not mask.all()
         for key in set(keys):
             assert len(set(mask[np.array(keys) == key].tolist())) == 1
+
+
+def test_a_feed_given_an_old_state_starts_again_from_the_latest_version(task, rows):
+    """``feed_rows(state=...)``: the caller's read is only a first attempt's;
+    a version stored since then makes the feed retry from a fresh read."""
+    store, blobs, t = task
+    X, y = rows
+    datasets.feed(store, blobs, t, X[:20], y[:20])
+    old = store.feed_state(t.id)
+    between = datasets.feed(store, blobs, t, X[20:40], y[20:40])
+    result = datasets.feed_rows(store, blobs, t, X[40:], y[40:], state=old)
+    assert result.created and result.version.parent_id == between.id
+    assert result.version.n_examples == 60

@@ -86,8 +86,15 @@ class Quota:
     def reserve(self, store: Store, blobs: BlobStore, owner_id: int, *, what: str,
                 releasing: int = 0, stamp: tuple[int, ...] | None = None) -> Callable[[int], None]:
         """``check`` as the ``reserve(n_bytes)`` callback that ``datasets.feed``
-        and ``Uploads.append`` call before they write."""
-        return lambda adding: self.check(store, blobs, owner_id, adding, what=what, releasing=releasing, stamp=stamp)
+        and ``Uploads.append`` call before they write. ``stamp`` serves the
+        first check only: a later one (a feed's retry after another writer
+        stored a version first) reads the owner's stamp afresh."""
+        stamps = [stamp]
+
+        def reserve(adding: int) -> None:
+            self.check(store, blobs, owner_id, adding, what=what, releasing=releasing,
+                       stamp=stamps.pop() if stamps else None)
+        return reserve
 
 
 class _StoredBytes:

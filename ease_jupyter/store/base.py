@@ -333,7 +333,8 @@ class Store(abc.ABC):
         """(the task's tags, ``feed_state``, ``owner_blobs_stamp(owner_id)``):
         everything a service feed reads before it writes (its table schema and
         class names, the parent and chunks, the quota's stamp), in one read
-        where the store can. NotFoundError for an unknown task or user."""
+        where the store can. NotFoundError for an unknown task, and for an
+        unknown user where the store has a stamp (without one: None)."""
         return (self.tags("task", task_id), *self.feed_state(task_id), self.owner_blobs_stamp(owner_id))
 
     def task_overview(self, task_id: int) -> tuple[Mapping[str, str], DatasetVersion | None, dict[str, int]]:

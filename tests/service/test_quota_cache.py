@@ -141,7 +141,7 @@ def test_a_feed_sees_a_model_stored_by_another_process(tmp_path) -> None:
     version = _feed(first, user, "t", 0)
     used = _usage(first, user.id)
     first.store.close()
-    # The third feed's new blobs: 12 rows of X and y, and the list of all 24 example ids.
+    # The second feed's new blobs: 12 rows of X and y, and the list of all 24 example ids.
     adding = sum(len(datasets.npy_bytes(a)) for a in (np.zeros((12, 4), "float32"), np.zeros(12, "int64"),
                                                       np.arange(24, dtype="int64")))
     service = Service(ServiceConfig(data_dir=tmp_path, executor="thread", tick_seconds=3600, torch=False,
@@ -154,3 +154,21 @@ def test_a_feed_sees_a_model_stored_by_another_process(tmp_path) -> None:
         assert _usage(service, user.id) == used + 1500 == _counted_afresh(service, user.id)
     finally:
         service.store.close()
+
+
+def test_a_retried_check_reads_the_stamp_afresh(service, monkeypatch) -> None:
+    """A feed's stamp serves its first quota check only: a retry (another
+    writer stored a version first) must count what that writer stored."""
+    user, _ = create_user(service.store, "alice")
+    service.create_task(user, {"name": "t", "input": [4], "output": [3]})
+    _feed(service, user, "t", 0)
+    stamp = service.store.owner_blobs_stamp(user.id)
+    _usage(service, user.id)  # counted at this stamp
+    asked = []
+    stamp_of = service.store.owner_blobs_stamp
+    monkeypatch.setattr(service.store, "owner_blobs_stamp", lambda owner_id: (asked.append(owner_id), stamp_of(owner_id))[1])
+    reserve = service.quota.reserve(service.store, service.blobs, user.id, what="feed", stamp=stamp)
+    reserve(10)
+    assert asked == []  # the first check took the feed's stamp
+    reserve(10)
+    assert asked == [user.id]  # the retry's check did not
