@@ -380,7 +380,7 @@ class Service:
                                         mode=datasets.DEDUPE if mode is None else mode, state=(parent, chunks))
             if result.created:
                 prepared.commit()
-                added_version(self.store, self.blobs, caller.id, result.version.id, result.blob_sizes)
+                added_version(self.store, caller.id, result.version.id, result.blob_sizes)
         for upload in consumed:
             self.uploads.delete(caller.id, upload)
         out = self._new_version(caller, task, result.version) if result.created else version_json(result.version)

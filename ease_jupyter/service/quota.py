@@ -163,16 +163,14 @@ class _StoredBytes:
         while len(owners) > self.MAX_OWNERS:
             owners.popitem(last=False)
 
-    def added(self, store: Store, blobs: BlobStore, owner_id: int, version_id: int,
-              digests: list[str] | Mapping[str, int]) -> None:
+    def added(self, store: Store, owner_id: int, version_id: int, sizes: Mapping[str, int]) -> None:
         with self._lock:
             owners = self._counted.get(store, {})
             found = owners.get(owner_id)
             if found is None:
                 return
             (versions, newest, *models_stamp), data, models = found
-            new = [d for d in digests if d not in data]
-            data = {**data, **({d: digests[d] for d in new} if isinstance(digests, Mapping) else _sizes(blobs, new))}
+            data = {**data, **{d: n for d, n in sizes.items() if d not in data}}
             stamp = (versions + 1, max(newest, version_id), *models_stamp)
             owners[owner_id] = (stamp, data, {d: n for d, n in models.items() if d not in data})
 
@@ -193,12 +191,11 @@ def _sizes(blobs: BlobStore, digests: Iterable[str]) -> dict[str, int]:
 _STORED = _StoredBytes()
 
 
-def added_version(store: Store, blobs: BlobStore, owner_id: int, version_id: int,
-                  digests: list[str] | Mapping[str, int]) -> None:
-    """Count the blobs (``digests``, or {digest: size} where the writer knows
-    the sizes) of the version ``version_id`` that this process just stored
-    for ``owner_id`` without counting her again."""
-    _STORED.added(store, blobs, owner_id, version_id, digests)
+def added_version(store: Store, owner_id: int, version_id: int, sizes: Mapping[str, int]) -> None:
+    """Count the blobs (``sizes``: {digest: bytes}, as the writer knows them)
+    of the version ``version_id`` that this process just stored for
+    ``owner_id`` without counting her again."""
+    _STORED.added(store, owner_id, version_id, sizes)
 
 
 def forget_usage(store: Store, owner_id: int) -> None:
