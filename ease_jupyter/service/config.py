@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import DataError
 from ..execution.device import PRECISIONS
 from ..execution.engine.clusters import engine_spec_form as engine_form, is_url
 from ..selection.baselines import DEFAULT_POLICY, POLICIES
 from ..selection.provisioner import DEFAULT_PRICES, Prices
-from .loop.lanes import LONG_SECONDS, RESERVED_SLOTS
+from .loop.lanes import LONG_SECONDS, RESERVED_SLOTS, ShortLane
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
@@ -193,10 +194,11 @@ class ServiceConfig:
         if engine_form(self.engine) is None:
             raise ValueError(f"engine: found {self.engine!r}, expected local, dask, gateway, a scheduler address "
                              "such as tcp://HOST:PORT, or module:callable (a factory of a Dask client or cluster)")
-        if not self.long_job_seconds > 0:
-            raise ValueError(f"long_job_seconds: found {self.long_job_seconds!r}, expected seconds > 0 (inf: no lane)")
-        if isinstance(self.short_slots, bool) or not isinstance(self.short_slots, int) or self.short_slots < 0:
-            raise ValueError(f"short_slots: found {self.short_slots!r}, expected an integer, 0 or more")
+        try:  # the lane's own checks, named by this config's fields
+            ShortLane(self.long_job_seconds, self.short_slots)
+        except DataError as error:
+            field = {"long_seconds": "long_job_seconds", "reserved": "short_slots"}[error.field]
+            raise ValueError(f"{field}: found {error.found}, expected {error.expected}") from None
         if self.policy not in LIVE_POLICIES:
             raise ValueError(f"policy: found {self.policy!r}, expected one of {', '.join(LIVE_POLICIES)}")
         if self.precision not in PRECISIONS:
