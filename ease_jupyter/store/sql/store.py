@@ -566,28 +566,17 @@ class SQLStore(Store):
     def feed_state(self, task_id: int) -> tuple[DatasetVersion | None, tuple[ExampleChunk, ...]]:
         task_id = v.check_id("task_id", task_id)
         with self._reading_rows() as c:
-            latest = c.execute(q.LATEST_VERSION, {"id": task_id}).first()
-            chunks = tuple(ExampleChunk(*r) for r in c.execute(_TASK_CHUNKS, {"task_id": task_id}))
+            latest, chunks = _feed_state_rows(c, task_id)
             if latest is None and not chunks:
                 self._check_exists(c, TaskRow, task_id, what="task")
-            return None if latest is None else q.version_record(latest), chunks
+            return latest, chunks
 
     def feed_reads(self, task_id: int, owner_id: int) -> tuple[Mapping[str, str], DatasetVersion | None,
                                                                tuple[ExampleChunk, ...], tuple[int, ...] | None]:
         task_id = v.check_id("task_id", task_id)
         owner = v.check_id("user_id", owner_id)
-        with self._reading_rows() as c:
-            tag_rows = c.execute(_ENTITY_TAGS["task"], {"entity_id": task_id}).all()
-            if not tag_rows:
-                raise NotFoundError(f"task {task_id}: not found")
-            latest = c.execute(q.LATEST_VERSION, {"id": task_id}).first()
-            chunks = tuple(ExampleChunk(*r) for r in c.execute(_TASK_CHUNKS, {"task_id": task_id}))
-            stamp = c.execute(_OWNER_BLOBS_STAMP, {"id": owner}).one()
-            if stamp[0] is None:
-                raise NotFoundError(f"user {owner}: not found")
-        tags = FrozenDict(sorted((key, value) for _, key, value in tag_rows if key is not None))
-        return (tags, None if latest is None else q.version_record(latest), chunks,
-                tuple(0 if x is None else int(x) for x in stamp[1:]))
+        with self._reading_rows() as c:  # one read: the task's tags (it exists), its feed state, her stamp
+            return (_tags_rows(c, "task", task_id), *_feed_state_rows(c, task_id), _stamp_row(c, owner))
 
     def latest_dataset_version(self, task_id: int) -> DatasetVersion | None:
         task_id = v.check_id("task_id", task_id)
@@ -684,10 +673,7 @@ class SQLStore(Store):
     def owner_blobs_stamp(self, owner_id: int) -> tuple[int, ...]:
         owner = v.check_id("user_id", owner_id)
         with self._reading_rows() as c:
-            row = c.execute(_OWNER_BLOBS_STAMP, {"id": owner}).one()
-            if row[0] is None:
-                raise NotFoundError(f"user {owner}: not found")
-            return tuple(0 if x is None else int(x) for x in row[1:])
+            return _stamp_row(c, owner)
 
     def list_toggles(self, version_id: int) -> tuple[Toggle, ...]:
         with self._reading() as s:
@@ -808,14 +794,9 @@ class SQLStore(Store):
 
     def tags(self, entity: str, entity_id: int) -> Mapping[str, str]:
         v.check_entity(entity)
-        model, what = _TAGGABLE[entity]
         entity_id = v.check_id("entity_id", entity_id)
-        # One statement: the entity's row (NotFoundError without one) with its tags.
         with self._reading_rows() as c:
-            rows = c.execute(_ENTITY_TAGS[entity], {"entity_id": entity_id}).all()
-            if not rows:
-                raise NotFoundError(f"{what} {entity_id}: not found")
-            return FrozenDict(sorted((key, value) for _, key, value in rows if key is not None))
+            return _tags_rows(c, entity, entity_id)
 
     def find_by_tag(self, entity: str, key: str, value: str | None = None) -> tuple[int, ...]:
         v.check_entity(entity)
@@ -824,3 +805,27 @@ class SQLStore(Store):
             if value is not None:
                 query = query.where(TagRow.value == value)
             return tuple(s.scalars(query.order_by(TagRow.entity_id)))
+
+
+# -- reads on an open connection, shared by the single reads and feed_reads ----
+def _tags_rows(c, entity: str, entity_id: int) -> Mapping[str, str]:
+    """One statement: the entity's row (NotFoundError without one) with its tags."""
+    rows = c.execute(_ENTITY_TAGS[entity], {"entity_id": entity_id}).all()
+    if not rows:
+        raise NotFoundError(f"{_TAGGABLE[entity][1]} {entity_id}: not found")
+    return FrozenDict(sorted((key, value) for _, key, value in rows if key is not None))
+
+
+def _feed_state_rows(c, task_id: int) -> tuple[DatasetVersion | None, tuple[ExampleChunk, ...]]:
+    """The task's latest version and its chunks (nothing checks that the task exists)."""
+    latest = c.execute(q.LATEST_VERSION, {"id": task_id}).first()
+    chunks = tuple(ExampleChunk(*r) for r in c.execute(_TASK_CHUNKS, {"task_id": task_id}))
+    return None if latest is None else q.version_record(latest), chunks
+
+
+def _stamp_row(c, owner: int) -> tuple[int, ...]:
+    """``owner_blobs_stamp`` (NotFoundError for an unknown user)."""
+    row = c.execute(_OWNER_BLOBS_STAMP, {"id": owner}).one()
+    if row[0] is None:
+        raise NotFoundError(f"user {owner}: not found")
+    return tuple(0 if x is None else int(x) for x in row[1:])
