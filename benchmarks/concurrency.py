@@ -64,6 +64,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from ease_jupyter.execution.automl import pick_schedule  # noqa: E402
+from ease_jupyter.execution.mop.placement import AUTO_REPLICATION  # noqa: E402
 from ease_jupyter.execution.mop.pool_simulation import PoolTask, compare_admission, concurrency_tasks  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -219,7 +220,7 @@ def _live_procedure(procedure: str, epochs: int):
     return pick_procedure(name, [{"lr": lr} for lr in LIVE_LRS], max_epochs=epochs)
 
 
-def _live_runner(engine, X, y, procedure: str, epochs: int, t0: list[float], log: dict):
+def _live_runner(engine, X, y, procedure: str, epochs: int, t0: list[float], log: dict, replication):
     """The service's torch pick as one MOP workload (:func:`_live_procedure`);
     ``log`` gets each unit's end time and seconds."""
     from ease_jupyter.execution.mop.runner import MOPRunner
@@ -233,7 +234,7 @@ def _live_runner(engine, X, y, procedure: str, epochs: int, t0: list[float], log
 
     name, cls = LIVE_MODEL
     models = {name: TorchBuilder(name, cls, ((8, 8), 10))}
-    return MOPRunner(engine, _live_procedure(procedure, epochs), models, X, y,
+    return MOPRunner(engine, _live_procedure(procedure, epochs), models, X, y, replication=replication,
                      on_unit=on_unit, on_metrics=on_metrics)
 
 
@@ -256,7 +257,7 @@ def _worker_threads() -> dict:
             "MKL_NUM_THREADS": os.environ.get("MKL_NUM_THREADS")}
 
 
-def _live_round(engine, tasks, procedure: str, epochs: int, across: bool) -> dict:
+def _live_round(engine, tasks, procedure: str, epochs: int, across: bool, replication=AUTO_REPLICATION) -> dict:
     """All tasks submitted at once at t = 0: on one PoolDriver together
     (MOP across tasks), or one torch job after the other on the same driver.
     Also the CPU seconds per unit of this process (the driver, the Dask
@@ -268,7 +269,7 @@ def _live_round(engine, tasks, procedure: str, epochs: int, across: bool) -> dic
     driver = PoolDriver(engine, seed=0)
     t0 = [0.0]
     logs = {user: {} for user, _, _ in tasks}
-    runners = [(user, _live_runner(engine, X, y, procedure, epochs, t0, logs[user])) for user, X, y in tasks]
+    runners = [(user, _live_runner(engine, X, y, procedure, epochs, t0, logs[user], replication)) for user, X, y in tasks]
     processes = {"driver": psutil.Process(), **{f"worker{i}": psutil.Process(pid)
                                                  for i, pid in enumerate(sorted(engine.worker_pids().values()))}}
     cpu0 = _cpu_seconds(processes)
@@ -328,6 +329,38 @@ def live_ceiling(n_tasks: int, epochs: int, procedure: str, seeds: int = 8) -> f
     return statistics.fmean(compare_admission(tasks, 2, seed)["makespan_ratio"] for seed in range(seeds))
 
 
+def _live_cell(n_tasks: int, epochs: int, procedure: str, rounds: dict[str, list[dict]]) -> dict:
+    """One live cell: both arms' rounds and the makespan ratios pooled over repeats."""
+    ratios = [b["makespan_s"] / a["makespan_s"] for a, b in zip(rounds["across"], rounds["one_at_a_time"])]
+    in_units = [unit_time_ratio(a, b) for a, b in zip(rounds["across"], rounds["one_at_a_time"])]
+    return {"makespan_ratio": statistics.fmean(ratios), "ratios": ratios,
+            # each makespan in its own round's mean training unit: the machine's drift cancels
+            "makespan_ratio_in_unit_times": interval(in_units), "ratios_in_unit_times": in_units,
+            "ceiling": live_ceiling(n_tasks, epochs, procedure), **rounds}
+
+
+def _print_cell(name: str, cell: dict) -> None:
+    rounds = {m: cell[m] for m in ("across", "one_at_a_time")}
+    first = {m: [max(r["per_task"][u]["first_model_s"] for u in r["per_task"]) for r in rounds[m]] for m in rounds}
+    in_u = cell["makespan_ratio_in_unit_times"]
+    print(f"live W=2 {name}: makespan ratio {cell['makespan_ratio']:.2f}, in unit times "
+          f"{in_u['mean']:.2f} [{in_u['lo']:.2f}, {in_u['hi']:.2f}] (compute-only ceiling {cell['ceiling']:.2f}) "
+          f"(across {statistics.fmean(r['makespan_s'] for r in rounds['across']):.1f} s, one at a time "
+          f"{statistics.fmean(r['makespan_s'] for r in rounds['one_at_a_time']):.1f} s); latest first model "
+          f"{statistics.fmean(first['across']):.1f} s vs {statistics.fmean(first['one_at_a_time']):.1f} s; "
+          f"overhead/unit {statistics.fmean(r['overhead_per_unit_s'] for r in rounds['across']):.3f} s vs "
+          f"{statistics.fmean(r['overhead_per_unit_s'] for r in rounds['one_at_a_time']):.3f} s "
+          f"(unit compute {statistics.fmean(r['unit_compute_s_mean'] for r in rounds['across']):.3f} s)",
+          flush=True)
+    for mode in ("one_at_a_time", "across"):
+        train = statistics.fmean(r["unit_compute_s_mean_by_kind"]["train"] for r in rounds[mode])
+        cpu = {k: statistics.fmean(r["cpu_s_per_unit"][k] for r in rounds[mode]) for k in rounds[mode][0]["cpu_s_per_unit"]}
+        spans = ", ".join(f"{r['makespan_s']:.2f}" for r in rounds[mode])
+        print(f"  {mode}: makespans {spans} s; train unit "
+              f"{train:.3f} s; CPU per unit " + ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in cpu.items()),
+              flush=True)
+
+
 def measure_live(args: argparse.Namespace) -> dict:
     """Two and four image tasks of different users on a Dask LocalCluster of
     W = 2 workers, all submitted at once: MOP across tasks (one
@@ -349,6 +382,7 @@ def measure_live(args: argparse.Namespace) -> dict:
         epochs = 2 if args.quick else 3
     repeats = args.repeats or (1 if args.quick else 2)
     out: dict = {"workers": 2, "procedure": args.procedure, "epochs": epochs, "examples_per_task": examples,
+                 "replication": args.replication,
                  "lrs": list(LIVE_LRS), "model": LIVE_MODEL[0], "repeats": repeats,
                  "load_before": os.getloadavg(), "cells": {}}
     if args.procedure == "halving":
@@ -360,41 +394,28 @@ def measure_live(args: argparse.Namespace) -> dict:
         out["worker_threads"] = engine.client.run(_worker_threads)
         for n in args.live_tasks:
             tasks = _live_tasks(n, examples)
-            rounds: dict[str, list[dict]] = {"across": [], "one_at_a_time": []}
-            for _ in range(repeats):  # alternate the two, so drift in the machine's load hits both
-                for mode in ("one_at_a_time", "across"):
-                    rounds[mode].append(_live_round(engine, tasks, args.procedure, epochs, across=mode == "across"))
-            ratios = [b["makespan_s"] / a["makespan_s"]
-                      for a, b in zip(rounds["across"], rounds["one_at_a_time"])]
-            in_units = [unit_time_ratio(a, b) for a, b in zip(rounds["across"], rounds["one_at_a_time"])]
-            cell = {"makespan_ratio": statistics.fmean(ratios), "ratios": ratios,
-                    # each makespan in its own round's mean training unit: the machine's drift cancels
-                    "makespan_ratio_in_unit_times": interval(in_units), "ratios_in_unit_times": in_units,
-                    "ceiling": live_ceiling(n, epochs, args.procedure), **rounds}
-            out["cells"][f"tasks={n}"] = cell
-            first = {m: [max(r["per_task"][u]["first_model_s"] for u in r["per_task"]) for r in rounds[m]]
-                     for m in rounds}
-            in_u = cell["makespan_ratio_in_unit_times"]
-            print(f"live W=2 tasks={n}: makespan ratio {cell['makespan_ratio']:.2f}, in unit times "
-                  f"{in_u['mean']:.2f} [{in_u['lo']:.2f}, {in_u['hi']:.2f}] (compute-only ceiling {cell['ceiling']:.2f}) "
-                  f"(across {statistics.fmean(r['makespan_s'] for r in rounds['across']):.1f} s, one at a time "
-                  f"{statistics.fmean(r['makespan_s'] for r in rounds['one_at_a_time']):.1f} s); latest first model "
-                  f"{statistics.fmean(first['across']):.1f} s vs {statistics.fmean(first['one_at_a_time']):.1f} s; "
-                  f"overhead/unit {statistics.fmean(r['overhead_per_unit_s'] for r in rounds['across']):.3f} s vs "
-                  f"{statistics.fmean(r['overhead_per_unit_s'] for r in rounds['one_at_a_time']):.3f} s "
-                  f"(unit compute {statistics.fmean(r['unit_compute_s_mean'] for r in rounds['across']):.3f} s)",
-                  flush=True)
-            for mode in ("one_at_a_time", "across"):
-                train = statistics.fmean(r["unit_compute_s_mean_by_kind"]["train"] for r in rounds[mode])
-                cpu = {k: statistics.fmean(r["cpu_s_per_unit"][k] for r in rounds[mode]) for k in rounds[mode][0]["cpu_s_per_unit"]}
-                spans = ", ".join(f"{r['makespan_s']:.2f}" for r in rounds[mode])
-                print(f"  {mode}: makespans {spans} s; train unit "
-                      f"{train:.3f} s; CPU per unit " + ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in cpu.items()),
-                      flush=True)
+            rounds = {r: {"across": [], "one_at_a_time": []} for r in args.replication}
+            for _ in range(repeats):  # alternate the arms, so drift in the machine's load hits each
+                for r in args.replication:
+                    for mode in ("one_at_a_time", "across"):
+                        rounds[r][mode].append(_live_round(engine, tasks, args.procedure, epochs,
+                                                           across=mode == "across", replication=r))
+            for r in args.replication:
+                key = f"tasks={n}" + ("" if r == AUTO_REPLICATION else f",replication={r}")
+                out["cells"][key] = _live_cell(n, epochs, args.procedure, rounds[r])
+                _print_cell(f"tasks={n} replication={r}", out["cells"][key])
     finally:
         engine.close()
     out["load_after"] = os.getloadavg()
     return out
+
+
+def replications(value: str) -> tuple:
+    """``--replication``'s arms: "auto" or integers 1-2, comma-separated."""
+    arms = tuple(v if v == AUTO_REPLICATION else int(v) for v in value.split(","))
+    if any(a not in (AUTO_REPLICATION, 1, 2) for a in arms):
+        raise argparse.ArgumentTypeError(f"found {value!r}, expected a comma-separated list of auto, 1 and 2")
+    return arms
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -411,6 +432,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--live-only", action="store_true", help="the live measurement only, no simulation")
     parser.add_argument("--live-tasks", type=lambda v: tuple(int(n) for n in v.split(",")), default=(2, 4),
                         help="live: the numbers of tasks, comma-separated (default: 2,4)")
+    parser.add_argument("--replication", type=replications, default=(AUTO_REPLICATION,),
+                        help="live: copies of each partition on the W = 2 workers (Cerebro 5.5), comma-separated "
+                             "arms run alternated: 1, 2 or auto (what the service places: on every worker while "
+                             "the data are small; default; its cells are tasks=N, the others tasks=N,replication=R)")
     parser.add_argument("--repeats", type=int, default=0, help="live: repeats per mode (default: 2; --quick: 1)")
     parser.add_argument("--out", type=Path, default=None, help="where to write the JSON")
     args = parser.parse_args(argv)

@@ -83,6 +83,7 @@ import numpy as np
 
 from ..datasets import load
 from ..execution.automl import pick_procedure, pick_survivors
+from ..execution.mop.placement import AUTO_REPLICATION
 from ..execution.mop.pool_driver import PoolDriver
 from ..execution.mop.runner import EpochMetrics, MOPRunner, UnitRecord
 from ..execution.units import Hooks
@@ -225,7 +226,7 @@ def run_torch_job(store: Store, blobs: BlobStore, engine: Any, job_id: int, *,
 
             runner = MOPRunner(engine, pick_procedure(cand.name, spec.points(), max_epochs=epochs), [cand], X, y,
                                example_ids=data.split_keys, seed=seed, n_partitions=progress.partitions,
-                               hooks=Hooks(precision=precision), blob_url=blob_url,
+                               replication=AUTO_REPLICATION, hooks=Hooks(precision=precision), blob_url=blob_url,
                                on_metrics=on_metrics, on_unit=on_unit, resume=resume,
                                **({} if own is None else own.runner_options()))
             runner_box.append(runner)

@@ -102,6 +102,35 @@ def test_more_partitions_than_workers_and_replication(engine, digits):
     assert all(m.examples == n_train for m in res.history)
 
 
+@pytest.mark.parametrize("limit, copies", [(None, 2), (0, 1)])
+def test_auto_replication_copies_small_data_to_every_worker(engine, digits, monkeypatch, limit, copies):
+    from ease_jupyter.execution.mop import placement
+    from ease_jupyter.execution.mop.partitions import KINDS
+
+    if limit is not None:  # every data set is "large": one copy, Cerebro's layout
+        monkeypatch.setattr(placement, "FULL_REPLICATION_BYTES", limit)
+    X, y = digits
+    seen: list[int] = []
+
+    def holders(rec: UnitRecord) -> None:
+        pm = runner.partition_map
+        seen.extend(len(pm.holders(kind, pid)) for kind in KINDS for pid in pm.partitions(kind))
+
+    runner = MOPRunner(engine, grid(epochs=1), MODELS, X, y, n_partitions=2, replication="auto", on_unit=holders)
+    res = runner.run()
+    assert len(res.history) == 2 and seen and set(seen) == {copies}
+
+
+def test_replication_names_what_it_takes():
+    from ease_jupyter.execution.mop.placement import resolve_replication
+
+    assert resolve_replication("auto", 10, 3) == 3 and resolve_replication(2, 10, 3) == 2
+    assert resolve_replication("auto", 2**40, 3) == 1
+    for bad in (0, 4, True, "all", 1.0):
+        with pytest.raises(EaseMLError, match=r"replication: found .*expected 'auto' or an integer in \[1, 3\]"):
+            resolve_replication(bad, 10, 3)
+
+
 @dataclass(frozen=True)
 class HangOnce:
     """A train_fn that hangs (longer than the unit deadline) the first time it

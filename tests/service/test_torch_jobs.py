@@ -33,6 +33,12 @@ def digits_images():
 ])
 def test_image_task_trains_torch_jobs_over_http(tmp_path, digits_images, executor, engine, monkeypatch):
     X, y = digits_images
+    from ease_jupyter.execution.engine.base import Engine as UnitEngine
+
+    copies: list[int] = []  # the service places a small task's partitions on every worker ("auto")
+    place = UnitEngine.place_partitions
+    monkeypatch.setattr(UnitEngine, "place_partitions",
+                        lambda self, parts, **kw: copies.append(kw["replication"]) or place(self, parts, **kw))
     running = start(tmp_path, torch_epochs=2, workers=2, executor=executor, engine=engine)
     try:
         running.user("alice")
@@ -91,6 +97,7 @@ def test_image_task_trains_torch_jobs_over_http(tmp_path, digits_images, executo
             assert pids and os.getpid() not in pids
         else:
             assert type(executor_used.engines()[0]).__name__ == ("DaskEngine" if engine == "dask" else "LocalEngine")
+            assert copies and set(copies) == {2}
     finally:
         running.thread.stop()
 

@@ -20,7 +20,7 @@ import numpy as np
 from ease_jupyter.errors import EaseMLError, NotFoundError
 from ease_jupyter.execution.holdout import validation_mask
 
-__all__ = ["TRAIN", "VAL", "KINDS", "split_validation", "partition", "PartitionMap"]
+__all__ = ["TRAIN", "VAL", "KINDS", "split_validation", "partition", "data_bytes", "PartitionMap"]
 
 #: The two kinds of partitions: training units read TRAIN, validation units VAL.
 TRAIN, VAL = "train", "val"
@@ -79,6 +79,11 @@ def partition(train: Data, val: Data, parts: int, seed: int) -> dict[str, dict[i
         TRAIN: {i: (X[order[idx]], y[order[idx]]) for i, idx in enumerate(np.array_split(np.arange(len(X)), parts))},
         VAL: {i: (X_val[idx], y_val[idx]) for i, idx in enumerate(np.array_split(np.arange(len(X_val)), parts))},
     }
+
+
+def data_bytes(parts: Mapping[str, Mapping[int, Data]]) -> int:
+    """Bytes of every partition's arrays: what one copy of a run's data holds."""
+    return sum(np.asarray(a).nbytes for by_id in parts.values() for data in by_id.values() for a in data)
 
 
 class PartitionMap:

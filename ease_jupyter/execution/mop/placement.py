@@ -19,12 +19,41 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Mapping, Sequence
 
+from ease_jupyter.errors import EaseMLError
 from ease_jupyter.execution.engine.base import Engine, EngineError, partition_key
 from ease_jupyter.execution.mop.partitions import KINDS, PartitionMap
 from ease_jupyter.execution.mop.results import RunnerError
 from ease_jupyter.execution.mop.scheduler import MOPScheduler, Unit
 
-__all__ = ["FaultLog", "Placement"]
+__all__ = ["AUTO_REPLICATION", "FULL_REPLICATION_BYTES", "FaultLog", "Placement", "resolve_replication"]
+
+#: ``replication="auto"``: every worker holds every partition while the
+#: run's data (training and validation) is at most ``FULL_REPLICATION_BYTES``.
+AUTO_REPLICATION = "auto"
+FULL_REPLICATION_BYTES = 64 * 2**20
+
+
+def resolve_replication(replication: int | str, data_bytes: int, workers: int) -> int:
+    """The copies of each partition a run places on ``workers`` live workers.
+
+    An integer is checked and kept (Cerebro §5.5). ``"auto"`` goes beyond
+    the paper: with one copy (§3.1's layout), a config whose unit ends waits
+    for the one worker that holds its next partition, often busy with a
+    config of similar length, so paired configs move at the pace of the
+    slower; with a copy on every worker it runs at once on its own worker.
+    Small data make the copies cheap, so ``"auto"`` copies to every worker
+    up to :data:`FULL_REPLICATION_BYTES` of data and keeps one copy above.
+
+    Raises:
+        EaseMLError: ``replication`` is neither ``"auto"`` nor an integer in
+            [1, ``workers``].
+    """
+    if replication == AUTO_REPLICATION:
+        return workers if data_bytes <= FULL_REPLICATION_BYTES else 1
+    if isinstance(replication, bool) or not isinstance(replication, int) or not 1 <= replication <= workers:
+        raise EaseMLError(f"replication: found {replication!r}, expected {AUTO_REPLICATION!r} or an integer in "
+                          f"[1, {workers}] (the live workers)")
+    return replication
 
 
 class FaultLog:

@@ -99,8 +99,8 @@ from ease_jupyter.execution.blob_io import is_url, stage_partition
 from ease_jupyter.execution.engine.base import Engine
 from ease_jupyter.execution.gpu_memory import BatchSizing, GpuPlan, plan_from_sizings, sizing_unit
 from ease_jupyter.execution.mop.checkpoints import HopStore
-from ease_jupyter.execution.mop.partitions import TRAIN, VAL, PartitionMap, partition, split_validation
-from ease_jupyter.execution.mop.placement import FaultLog, Placement
+from ease_jupyter.execution.mop.partitions import TRAIN, VAL, PartitionMap, data_bytes, partition, split_validation
+from ease_jupyter.execution.mop.placement import FaultLog, Placement, resolve_replication
 from ease_jupyter.execution.mop.pool_driver import Phase, PoolDriver, PoolSlot
 from ease_jupyter.execution.mop.results import EpochMetrics, RunnerError, RunResult, UnitRecord
 from ease_jupyter.execution.mop.resume import (
@@ -162,7 +162,9 @@ class MOPRunner:
             ``0..n-1``): content keys keep copies of a row on one side.
         n_partitions: default: one per live GPU worker if the engine has
             any, else one per live worker.
-        replication: copies of each partition (Cerebro §5.5).
+        replication: copies of each partition (Cerebro §5.5), or
+            ``"auto"``: on every worker while the data are small
+            (``placement.resolve_replication``).
         hop: ``"bytes"``, ``"directory"`` (see ``units``) or ``"auto"``: the
             measured faster ``units.DEFAULT_HOP`` ("directory") when a
             ``checkpoint_dir`` or ``blob_url`` is given or the engine's
@@ -221,7 +223,7 @@ class MOPRunner:
         val_fraction: float = 0.2,
         example_ids: Sequence[int] | None = None,
         n_partitions: int | None = None,
-        replication: int = 1,
+        replication: int | str = 1,
         hop: str = "auto",
         checkpoint_dir: str | None = None,
         blob_url: str | None = None,
@@ -419,14 +421,13 @@ class MOPRunner:
         self._keep_off: dict[str, frozenset[str]] = {}  # trial -> GPU workers it was sized not to fit on
         self._gpus = set(self.engine.gpu_workers()) if self.sizing_fn is not None else set()
         self._placement = None  # this run's, once its partitions are staged
-        self._hops = HopStore(self.hop, self._checkpoint_dir, under=self.blob_url).open()
-        self._placement = Placement(self.engine, self._staged_parts(), replication=self.replication,
-                                    repair_grace=self.repair_grace, worker_wait=self.worker_wait,
-                                    faults=self._faults, forget=lambda sched, unit: None, namespace=namespace)
         if not workers:
             raise RunnerError("engine: found no live workers, expected at least one")
-        if isinstance(self.replication, bool) or not isinstance(self.replication, int) or not 1 <= self.replication <= len(workers):
-            raise EaseMLError(f"replication: found {self.replication!r}, expected an integer in [1, {len(workers)}] (the live workers)")
+        replication = resolve_replication(self.replication, data_bytes(self._parts), len(workers))
+        self._hops = HopStore(self.hop, self._checkpoint_dir, under=self.blob_url).open()
+        self._placement = Placement(self.engine, self._staged_parts(), replication=replication,
+                                    repair_grace=self.repair_grace, worker_wait=self.worker_wait,
+                                    faults=self._faults, forget=lambda sched, unit: None, namespace=namespace)
         specs = self.procedure.start()
         self._admit(specs)
         self._live = [s.id for s in specs]
