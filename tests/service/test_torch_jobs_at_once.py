@@ -1,6 +1,7 @@
 """Two users' image tasks over HTTP: their torch picks train at the same time
 on the service's one engine (MOP across tasks, one PoolDriver interleaving
-both workloads), both finish with their per-epoch metrics, and both infer."""
+both workloads), both finish with their per-epoch metrics, and both infer;
+on a service in the test process and on a real ``easeml serve``."""
 
 from __future__ import annotations
 
@@ -10,10 +11,14 @@ from datetime import datetime
 import numpy as np
 import pytest
 
+from ease_jupyter.client import Client
 from ease_jupyter.service import ServiceConfig
+from ease_jupyter.service.testing import add_user
 from ease_jupyter.zoo import Engine
 
-from .conftest import start
+from .conftest import ServeProcess, start
+
+USERS = ("alice", "bob")
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +35,42 @@ def _span(job: dict) -> tuple[float, float]:
             datetime.fromisoformat(job["finished_at"]).timestamp())
 
 
+def submit_digits(clients: dict[str, Client], X, y) -> dict:
+    """Each user's image task, both created and fed before either trains."""
+    tasks = {name: client.task(f"digits-{name}", input=[8, 8, 1], output=[10]) for name, client in clients.items()}
+    for task in tasks.values():
+        task.feed(X, y)
+    return tasks
+
+
+def assert_trained_at_once_and_infer(tasks: dict, X, y, *, timeout: float, context=lambda: "") -> None:
+    """Both users' tasks get two succeeded torch jobs, some job of alice's
+    and some of bob's ran at the same time (from their start and finish
+    times), each job reports both epochs of all three learning rates, and
+    each task infers well above chance. ``context()``: more to show on a
+    failure (a subprocess's log)."""
+    deadline = time.monotonic() + timeout
+    done: dict[str, list[dict]] = {}
+    while time.monotonic() < deadline:
+        done = {n: [j for j in t.jobs() if j["status"] == "succeeded"] for n, t in tasks.items()}
+        if all(len(d) >= 2 for d in done.values()):
+            break
+        time.sleep(0.5)
+    assert all(len(d) >= 2 for d in done.values()), ({n: t.jobs() for n, t in tasks.items()}, context())
+    spans = {n: [_span(j) for j in d] for n, d in done.items()}
+    overlaps = [(a, b) for a in spans["alice"] for b in spans["bob"] if a[0] < b[1] and b[0] < a[1]]
+    assert overlaps, spans  # the two users' workloads trained at the same time
+    for name, task in tasks.items():
+        job = done[name][0]
+        history = {h["id"]: h for h in task.history()}
+        assert [m["epoch"] for m in history[job["id"]]["metrics"]] == [1, 2]
+        assert all(sum(k.startswith("val_accuracy[lr=") for k in row) == 3
+                   for row in history[job["id"]]["metrics"])
+        predictions = np.asarray(task.infer(X[:50]))
+        # the best of the first two nets after two epochs: well above chance (0.1), not a quality bar
+        assert predictions.shape == (50,) and (predictions == y[:50]).mean() > 0.25
+
+
 @pytest.mark.parametrize("executor,engine", [
     ("thread", "local"),
     pytest.param("process", "dask", marks=pytest.mark.slow),  # one worker process, jobs on threads, a LocalCluster
@@ -40,35 +81,26 @@ def test_two_users_torch_jobs_overlap_and_both_finish(tmp_path, digits_images, e
     running = start(tmp_path, torch_epochs=2, workers=2, executor=executor, engine=engine,
                     max_running_per_user=1, max_torch_workloads=2)
     try:
-        tasks = {}
-        for name in ("alice", "bob"):
+        for name in USERS:
             running.user(name)
-        for name in ("alice", "bob"):  # both submitted at once
-            task = running.client(name).task(f"digits-{name}", input=[8, 8, 1], output=[10])
-            task.feed(X, y)
-            tasks[name] = task
-        deadline = time.monotonic() + 240
-        done: dict[str, list[dict]] = {}
-        while time.monotonic() < deadline:
-            done = {n: [j for j in t.jobs() if j["status"] == "succeeded"] for n, t in tasks.items()}
-            if all(len(d) >= 2 for d in done.values()):
-                break
-            time.sleep(0.5)
-        assert all(len(d) >= 2 for d in done.values()), {n: t.jobs() for n, t in tasks.items()}
-        spans = {n: [_span(j) for j in d] for n, d in done.items()}
-        overlaps = [(a, b) for a in spans["alice"] for b in spans["bob"] if a[0] < b[1] and b[0] < a[1]]
-        assert overlaps, spans  # the two users' workloads trained at the same time
-        for name, task in tasks.items():
-            job = done[name][0]
-            history = {h["id"]: h for h in task.history()}
-            assert [m["epoch"] for m in history[job["id"]]["metrics"]] == [1, 2]
-            assert all(sum(k.startswith("val_accuracy[lr=") for k in row) == 3
-                       for row in history[job["id"]]["metrics"])
-            predictions = np.asarray(task.infer(X[:50]))
-            # the best of the first two nets after two epochs: well above chance (0.1), not a quality bar
-            assert predictions.shape == (50,) and (predictions == y[:50]).mean() > 0.25
+        tasks = submit_digits({name: running.client(name) for name in USERS}, X, y)
+        assert_trained_at_once_and_infer(tasks, X, y, timeout=240)
     finally:
         running.thread.stop()
+
+
+@pytest.mark.slow
+def test_two_users_torch_jobs_overlap_on_easeml_serve(tmp_path, digits_images):
+    """The same on ``easeml serve --engine dask --workers 2`` in its own process."""
+    X, y = digits_images
+    tokens = {name: add_user(tmp_path, name) for name in USERS}
+    serve = ServeProcess(tmp_path, "--engine", "dask", "--workers", "2", "--torch-epochs", "2",
+                         "--max-running", "1", "--max-torch-workloads", "2")
+    try:
+        tasks = submit_digits({name: Client(serve.url, tokens[name]) for name in USERS}, X, y)
+        assert_trained_at_once_and_infer(tasks, X, y, timeout=300, context=serve.output)
+    finally:
+        assert serve.stop() == 0, serve.output()
 
 
 def test_max_torch_workloads_is_checked_and_sets_the_torch_slots(tmp_path):
