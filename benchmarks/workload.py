@@ -6,6 +6,7 @@ queue, and every user running her own Optuna study.
     python benchmarks/workload.py --quick    # 8 small users, 1 repetition (about 2.5 min)
     python benchmarks/workload.py --torch-epochs 12 --reps 1 --out benchmarks/results/workload_heavy.json
     python benchmarks/workload.py --reps 1 --budget 200 --arms easeml,fifo
+    python benchmarks/workload.py --quick --reps 2 --arms easeml,easeml_no_prior --out benchmarks/results/workload_prior.json
 
 Writes ``benchmarks/results/workload[_quick].json`` and ``.md``.
 
@@ -41,6 +42,15 @@ schedule, candidates, grids and epochs:
   running when users come).
 * ``fifo``: the same with ``--policy fifo``: tasks served in the order they
   arrived, each task's models in the zoo's order.
+* ``easeml_no_prior`` (only when named in ``--arms``): the default rule with
+  ``--no-cross-user-prior``, the selector's prior from the model descriptors
+  alone. Every service arm starts on a fresh data dir, so ``easeml`` starts
+  from the prior shipped with the package and moves to the store's own
+  history as the workload's tasks finish (``service/loop/prior.py``); this
+  arm measures what that brings. A family's block needs ``MIN_TASKS`` (5)
+  finished tasks, and the workload has five flat (and, full, five image)
+  tasks, so no pick here is made on a block of the store's own: what is
+  compared is the shipped prior against the descriptors (docs/service.md).
 * ``optuna_per_user``: what users do without a shared scheduler. Each user
   runs her own Optuna study (``TPESampler``, seeded, Optuna's defaults) in
   her own process, all at once on the same cores. A trial is one arm of her
@@ -135,8 +145,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import image_matrix as im
 
-ARMS = ("easeml", "fifo", "optuna_per_user")
-POLICY = {"easeml": "default", "fifo": "fifo"}
+ARMS = ("easeml", "fifo", "optuna_per_user")  # the default --arms
+ALL_ARMS = (*ARMS, "easeml_no_prior")
+POLICY = {"easeml": "default", "fifo": "fifo", "easeml_no_prior": "default"}
+SERVE_FLAGS = {"easeml_no_prior": ("--no-cross-user-prior",)}  # beyond --policy
 LEVELS = ("0.05", "0.02", "0.01")
 TARGET_LEVEL = "0.02"
 TARGET_RATIO = {"optuna_per_user": 2.0, "fifo": 1.5}
@@ -364,8 +376,22 @@ def summarize(runs: dict[str, list[dict[str, Any]]], names: Sequence[str], budge
                                   for u in names}}
                      for p, c, r in zip(per_run, curves, rs)],
         }
-    return {"reference_accuracy": reference, "arms": arms,
-            "targets": targets(arms, names, budget, held_out, last_arrival)}
+    out = {"reference_accuracy": reference, "arms": arms,
+           "targets": targets(arms, names, budget, held_out, last_arrival)}
+    if "easeml" in arms and "easeml_no_prior" in arms:
+        out["cross_user_prior"] = prior_effect(arms, budget)
+    return out
+
+
+def prior_effect(arms: dict[str, Any], budget: float) -> dict[str, Any]:
+    """What the cross-user prior brings, for information (no target): per
+    loss level, ``t_easeml_no_prior / t_easeml`` of the mean times (above 1:
+    the prior helped), and the same per repetition."""
+    ours, other = arms["easeml"], arms["easeml_no_prior"]
+    return {lvl: {**ratio(other["time_to_loss"][lvl], ours["time_to_loss"][lvl], budget),
+                  "per_repetition": [ratio(o["time_to_loss"][lvl], e["time_to_loss"][lvl], budget)["ratio"]
+                                     for o, e in zip(other["runs"], ours["runs"])]}
+            for lvl in LEVELS}
 
 
 def targets(arms: dict[str, Any], names: Sequence[str], budget: float,
@@ -390,6 +416,8 @@ def targets(arms: dict[str, Any], names: Sequence[str], budget: float,
         out[f"easeml_vs_{other}_t{TARGET_LEVEL}"] = {
             **r, "target": goal, "met": r["ratio"] is not None and r["ratio"] >= goal, "per_repetition": per_run,
             "ratio_after_last_arrival": ratio(*after, budget - last_arrival)["ratio"]}
+    if not any(other in arms for other in TARGET_RATIO):
+        return out  # nothing to judge the default against (easeml_no_prior is for information)
     worse = [{"user": u, "arm": other, "easeml": ours["final_accuracy"][u], other: arms[other]["final_accuracy"][u],
               "difference": round(ours["final_accuracy"][u] - arms[other]["final_accuracy"][u], 4),
               **({"examples": round((ours["final_accuracy"][u] - arms[other]["final_accuracy"][u]) * held_out[u], 2)}
@@ -435,7 +463,8 @@ class Setup:
 
 # -- the service arms ------------------------------------------------------------------------
 def run_service_arm(arm: str, data: list[UserData], setup: Setup, say: Callable[[str], None]) -> dict[str, Any]:
-    """One ``easeml serve --policy POLICY`` run of the workload; the run's record."""
+    """One ``easeml serve --policy POLICY`` run of the workload (with the arm's
+    ``SERVE_FLAGS``); the run's record."""
     from ease_jupyter.client import Client
     from ease_jupyter.errors import EaseMLError
     from ease_jupyter.service.testing import ServeProcess, add_user
@@ -443,9 +472,7 @@ def run_service_arm(arm: str, data: list[UserData], setup: Setup, say: Callable[
     with tempfile.TemporaryDirectory(prefix=f"easeml-workload-{arm}-") as scratch:
         admin_token = add_user(scratch, "admin", admin=True, cwd=ROOT)
         cpu = children_cpu_seconds()
-        server = ServeProcess(scratch, "--workers", str(setup.workers), "--policy", POLICY[arm],
-                              "--torch-epochs", str(setup.torch_epochs), "--worker-nice", str(setup.worker_nice),
-                              "--max-torch-workloads", str(setup.torch_workloads), cwd=ROOT)
+        server = ServeProcess(scratch, *serve_args(arm, setup), cwd=ROOT)
         record: dict[str, Any] = {}
         try:
             admin = Client(server.url, admin_token)
@@ -487,11 +514,20 @@ def run_service_arm(arm: str, data: list[UserData], setup: Setup, say: Callable[
             end = min(time.time() - t0, setup.budget)
             record = _service_record(data, tasks, t0, end, EaseMLError)
             record.update(end=round(end, 3), load=load.summary(), errors=errors, finished=finished,
-                          scheduler_errors=server.errors()[:5])
+                          scheduler_errors=server.errors()[:5],
+                          prior=admin.progress()["loop"]["prior"])  # where the selector's prior came from at the end
         finally:
             server.stop()
         record["cpu_seconds"] = round(children_cpu_seconds() - cpu, 1)
         return record
+
+
+def serve_args(arm: str, setup: Setup) -> list[str]:
+    """``easeml serve``'s options for a service arm: the same workers, epochs and
+    niceness for every arm, the arm's ``--policy`` and its ``SERVE_FLAGS``."""
+    return ["--workers", str(setup.workers), "--policy", POLICY[arm], *SERVE_FLAGS.get(arm, ()),
+            "--torch-epochs", str(setup.torch_epochs), "--worker-nice", str(setup.worker_nice),
+            "--max-torch-workloads", str(setup.torch_workloads)]
 
 
 def children_cpu_seconds() -> float:
@@ -720,7 +756,12 @@ def render_markdown(payload: dict[str, Any]) -> str:
                  for a in arms]
         lines.append(f"| {u['name']} | " + " | ".join("never" if w is None else w if isinstance(w, str) else f"{w:.1f}"
                                                       for w in waits) + " |")
-    lines += ["", "Targets:", ""]
+    if "cross_user_prior" in payload:
+        lines += ["", "The cross-user prior: t(easeml_no_prior) / t(easeml) (above 1: the prior helped):", ""]
+        for lvl, r in payload["cross_user_prior"].items():
+            bound = ">= " if r["lower_bound"] else ""
+            lines.append(f"- t({lvl}): {bound}{r['ratio']} (per repetition {r['per_repetition']})")
+    lines += ["", "Targets:", ""] if payload["targets"] else []
     for name, t in payload["targets"].items():
         if "ratio" in t:
             bound = ">= " if t["lower_bound"] else ""
@@ -736,7 +777,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="8 small users, 1 repetition: a few minutes")
-    parser.add_argument("--reps", type=int, default=None, help="repetitions of the three arms (default 2; 1 quick)")
+    parser.add_argument("--reps", type=int, default=None, help="repetitions of the arms (default 2; 1 quick)")
     parser.add_argument("--budget", type=float, default=None,
                         help="seconds an arm may run (default 300; 75 quick)")
     parser.add_argument("--workers", type=int, default=2, help="easeml serve --workers, the same for every arm")
@@ -744,7 +785,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-torch-workloads", type=int, default=None,
                         help="easeml serve --max-torch-workloads (default: --workers, one MOP workload per worker)")
     parser.add_argument("--worker-nice", type=int, default=5, help="niceness of the training processes in every arm")
-    parser.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated subset of {', '.join(ARMS)}")
+    parser.add_argument("--arms", default=",".join(ARMS),
+                        help=f"comma-separated, from {', '.join(ALL_ARMS)} (default {','.join(ARMS)})")
     parser.add_argument("--out", type=Path, default=None, help="JSON path (default benchmarks/results/workload[_quick].json)")
     parser.add_argument("--smoke", action="store_true",
                         help="3 small quick users, a 40 s budget, easeml and optuna_per_user only (for tests)")
@@ -759,9 +801,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     arm_names = [a for a in args.arms.split(",") if a]
     if args.smoke and args.arms == ",".join(ARMS):
         arm_names = ["easeml", "optuna_per_user"]
-    unknown = sorted(set(arm_names) - set(ARMS))
+    unknown = sorted(set(arm_names) - set(ALL_ARMS))
     if unknown:
-        parser.error(f"--arms: found {', '.join(unknown)}, expected names from {', '.join(ARMS)}")
+        parser.error(f"--arms: found {', '.join(unknown)}, expected names from {', '.join(ALL_ARMS)}")
     setup = Setup(workers=args.workers, torch_epochs=args.torch_epochs or (2 if quick else 6),
                   budget=args.budget or (40.0 if args.smoke else 75.0 if quick else 300.0),
                   warmup=3.0 if quick else 5.0, worker_nice=args.worker_nice,
@@ -800,6 +842,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "warmup_seconds": setup.warmup, "worker_nice": setup.worker_nice, "repetitions": reps,
             "max_torch_workloads": setup.torch_workloads,
             "arm_order": order_log, "policies": {a: POLICY[a] for a in arm_names if a in POLICY},
+            "serve_flags": {a: list(SERVE_FLAGS[a]) for a in arm_names if a in SERVE_FLAGS},
             "optuna": {"version": optuna.__version__, "sampler": "TPESampler(seed=1000*rep+user index), defaults",
                        "trial": "one arm (service.candidates.arm_specs), trained by the service's job code"},
         },

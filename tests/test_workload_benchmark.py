@@ -159,3 +159,29 @@ def test_first_result_wait_counts_from_each_users_arrival(wl):
     out = wl.summarize(runs, ["a", "b"], budget=10.0, arrivals={"a": 1.0, "b": 4.0})
     # a: 3 - 1 and 2 - 1, mean 1.5; b: none in one run, so none over the runs
     assert out["arms"]["easeml"]["first_result_wait"] == {"a": 1.5, "b": None}
+
+
+def test_the_no_prior_arm_runs_the_default_rule_without_the_cross_user_prior_and_is_compared(wl):
+    assert "easeml_no_prior" in wl.ALL_ARMS and "easeml_no_prior" not in wl.ARMS  # only when asked for
+    assert wl.POLICY["easeml_no_prior"] == wl.POLICY["easeml"] == "default"
+    setup = wl.Setup(workers=2, torch_epochs=2, budget=75.0, warmup=3.0, worker_nice=5, torch_workloads=2,
+                     poll=1.0, quick=True)
+    with_prior, without = wl.serve_args("easeml", setup), wl.serve_args("easeml_no_prior", setup)
+    assert "--no-cross-user-prior" in without and "--no-cross-user-prior" not in with_prior
+    assert [a for a in without if a != "--no-cross-user-prior"] == with_prior  # nothing else differs
+    runs = {"easeml": [_run({"a": [(2.0, 0.9)]}, {"a": 0.9}), _run({"a": [(4.0, 0.9)]}, {"a": 0.9})],
+            "easeml_no_prior": [_run({"a": [(6.0, 0.9)]}, {"a": 0.9}), _run({"a": [(6.0, 0.9)]}, {"a": 0.9})]}
+    out = wl.summarize(runs, ["a"], budget=10.0)
+    assert set(out["arms"]) == {"easeml", "easeml_no_prior"}
+    assert out["arms"]["easeml_no_prior"]["time_to_loss"]["0.02"] == 6.0
+    effect = out["cross_user_prior"]["0.02"]
+    assert (effect["ratio"], effect["lower_bound"], effect["per_repetition"]) == (2.0, False, [3.0, 1.5])
+    assert out["targets"] == {}  # the targets compare against fifo and optuna_per_user only
+    assert "cross_user_prior" not in wl.summarize({"easeml": runs["easeml"]}, ["a"], budget=10.0)
+    json.dumps(out)
+
+
+def test_an_unknown_arm_is_refused_naming_every_arm(wl, capsys):
+    with pytest.raises(SystemExit):
+        wl.main(["--arms", "easeml,nope"])
+    assert "easeml_no_prior" in capsys.readouterr().err

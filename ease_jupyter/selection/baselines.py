@@ -13,10 +13,11 @@ chosen user's candidates to train next. The choosers here are
 * ``"fixed"`` - a fixed model order, the MOSTCITED / MOSTRECENT heuristics of
   §6.2 ("the strategies that most of our users were using before ease.ml").
 
-and :func:`oracle_schedule` is ORACLE, the limit every policy is compared to.
+and :func:`oracle_schedule` is pvldb §6.2's ORACLE (the ``oracle_best`` policy).
 
 Policy names (``POLICIES``) accepted by :class:`~ease_jupyter.selection.Selector`
-and ``easeml simulate``:
+and ``easeml simulate``; the oracles know every quality and cost, so only
+the simulator runs them (``simulator.ORACLES``, docs/selection.md):
 
 ==============  ===========  ===========================================================
 name            users        models
@@ -44,11 +45,15 @@ ei_rate_rr      ROUNDROBIN   capped, calibrated EI per second: the strong single
                              (each user runs the default rule's chooser on her own)
 fifo            FCFS         fixed catalogue order; one user's whole queue before the next's
 default         GAIN-RATE    whatever the service uses by default (now ``gain_rate``)
-oracle          (oracle)     each user's best model, by loss drop per unit cost
+oracle          (oracle)     a true lower bound on the time to reach each loss level: the
+                             cheapest set of runs that reaches it, solved exactly
+                             (``oracle.py``, ``scipy.optimize.milp``; beyond the paper)
+oracle_best     (oracle)     pvldb §6.2's ORACLE: each user's single best model, in
+                             decreasing loss drop per unit cost (Smith's rule); not a bound
 oracle_greedy   (oracle)     knows every quality and cost; each step trains the pair with
                              the largest drop of the average loss per unit cost (beyond
-                             the paper: a tighter reference than ``oracle`` when a cheap
-                             model is almost as good as a user's best)
+                             the paper: a tighter reference than ``oracle_best`` when a cheap
+                             model is almost as good as a user's best); not a bound
 ==============  ===========  ===========================================================
 
 In cost-oblivious mode every cost is 1 for the policies (the paper's lesion

@@ -201,6 +201,8 @@ class ServiceConfig:
             raise ValueError(f"{field}: found {error.found}, expected {error.expected}") from None
         if self.policy not in LIVE_POLICIES:
             raise ValueError(f"policy: found {self.policy!r}, expected one of {', '.join(LIVE_POLICIES)}")
+        if not isinstance(self.cross_user_prior, bool):  # a string such as "false" would read as on
+            raise ValueError(f"cross_user_prior: found {self.cross_user_prior!r}, expected True or False")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision: found {self.precision!r}, expected one of {', '.join(PRECISIONS)}")
         if self.blob_url is not None and not is_url(self.blob_url):

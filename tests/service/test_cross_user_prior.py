@@ -103,17 +103,56 @@ def test_a_new_tasks_first_picks_follow_the_other_tasks_best_models():
 
 def test_without_the_cross_user_prior_each_task_learns_alone():
     store, blobs, task, _ = _store_with_history(6)
-    loop = ControlLoop(store, blobs, executors={Engine.SKLEARN: manual(store)}, cross_user_prior=False)
+    decisions: list[dict] = []
+    loop = ControlLoop(store, blobs, executors={Engine.SKLEARN: manual(store)}, cross_user_prior=False,
+                       on_decision=decisions.append)
     loop.recover()
     loop.step()
+    picks = [d["model"] for d in decisions if d["task_id"] == task.id]
+    assert len(picks) == len(TOP) and picks != list(TOP)  # the store's ranking is not followed
     assert loop.priors.current.source == "descriptors" and loop.selector.refit_every_doubling
+    assert loop.progress()["prior"] == {"source": "descriptors", "tasks": 0, "models": [], "refits": 0}
     tenant = next(n for n, t in loop._tenants.items() if t.task_id == task.id)
     means = {m for m, _ in loop.selector.posterior(tenant).values()}
     assert means == {0.5}  # nothing learnt from the other tasks
     loop.priors.finished([t.id for t in store.list_tasks()])
+    assert loop.priors._thread is None  # no refit thread started
     loop.priors.join(30)
     assert loop.priors.refits == 0
     loop.stop()
+
+
+def test_the_setting_must_be_a_bool_named_in_the_error():
+    from ease_jupyter.service import ServiceConfig
+
+    assert ServiceConfig().cross_user_prior is True
+    with pytest.raises(ValueError, match=r"^cross_user_prior: found 'no', expected True or False"):
+        ServiceConfig(cross_user_prior="no")
+
+
+@pytest.mark.parametrize("before, after", [(True, False), (False, True)])
+def test_a_restart_under_the_other_setting_runs_the_restored_selector_on_its_prior(before, after):
+    store, blobs, task, _ = _store_with_history(6)
+    loop = ControlLoop(store, blobs, executors={Engine.SKLEARN: manual(store)}, cross_user_prior=before)
+    loop.recover()
+    loop.step()
+    loop.executors[Engine.SKLEARN].finish_all()
+    loop.step()
+    tenant = next(n for n, t in loop._tenants.items() if t.task_id == task.id)
+    n_obs = loop.selector.stats(tenant)["n_obs"]
+    assert n_obs >= 2
+    loop.stop()  # saves the selector state, fitted on the old setting's prior
+
+    again = ControlLoop(store, blobs, executors={Engine.SKLEARN: manual(store)}, cross_user_prior=after)
+    again.recover()
+    assert again.selector.stats(tenant)["n_obs"] == n_obs  # restored, not rebuilt: the picks are facts
+    assert again.selector.prior is again.priors.current.prior
+    assert again.priors.current.source == ("store" if after else "descriptors")
+    assert again.selector.refit_every_doubling is (not after)  # her own kernel refitted only without the prior
+    assert again.selector.prior.source_ == ("history" if after else "descriptors")
+    mean = dict(zip(again.selector.model_names, again.selector.prior.mean_))
+    assert (sorted(CLASSIFIERS, key=mean.get, reverse=True)[:2] == list(TOP)) is after
+    again.stop()
 
 
 def test_too_few_finished_tasks_keep_the_shipped_prior():
