@@ -20,6 +20,7 @@ printed token.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import signal
 import subprocess
@@ -28,7 +29,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 _LISTENING = re.compile(r"listening on (http://[\d.]+:\d+)/api/v1")
 
@@ -51,12 +52,13 @@ class ServeProcess:
     stdout is drained on a thread so that the child never blocks on a pipe."""
 
     def __init__(self, data_dir: str | Path, *args: str, db_url: str | None = None, cwd: str | Path | None = None,
-                 timeout: float = 90.0):
+                 env: Mapping[str, str] | None = None, timeout: float = 90.0):
         cmd = [sys.executable, "-m", "ease_jupyter", "serve", "--data-dir", str(data_dir), "--port", "0", *args]
         cmd += ["--db", db_url] if db_url else []
         self.log = Path(data_dir) / "serve.out"
         self._log = open(self.log, "w")
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._log, text=True, cwd=cwd)
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._log, text=True, cwd=cwd,
+                                     env={**os.environ, **dict(env or {})})
         self.url = ""
         deadline = time.monotonic() + timeout
         while not self.url and time.monotonic() < deadline:
@@ -73,6 +75,10 @@ class ServeProcess:
     @property
     def pid(self) -> int:
         return self.proc.pid
+
+    def output(self, chars: int = 20_000) -> str:
+        """The end of the service's log (for a failing test's message)."""
+        return self.log.read_text()[-chars:] if self.log.exists() else ""
 
     def errors(self) -> list[str]:
         """Server-side tracebacks and 5xx lines from the service log."""

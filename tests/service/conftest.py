@@ -1,22 +1,16 @@
 """Fixtures: a real service on 127.0.0.1 (random free port) on a thread,
-``easeml serve`` as a subprocess, users with tokens, and a tiny stdlib HTTP
-helper."""
+users with tokens, and a tiny stdlib HTTP helper (``easeml serve`` as a
+subprocess is ``ease_jupyter.service.testing.ServeProcess``)."""
 
 from __future__ import annotations
 
 import json
-import os
-import re
-import signal
-import subprocess
-import sys
-import threading
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from concurrent.futures import Future
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -107,43 +101,6 @@ def until(predicate, timeout: float, every: float = 0.05) -> bool:
             return True
         time.sleep(every)
     return predicate()
-
-
-class ServeProcess:
-    """``easeml serve --port 0`` as a subprocess, started and waited for
-    until it announces its URL; its output is drained on a thread."""
-
-    def __init__(self, data_dir, *args: str, env: Mapping[str, str] | None = None, start_seconds: float = 120):
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ease_jupyter", "serve", "--data-dir", str(data_dir), "--port", "0", *args],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, **dict(env or {})})
-        self.lines: list[str] = []
-        self.url = None
-        deadline = time.monotonic() + start_seconds
-        while self.url is None and time.monotonic() < deadline:
-            line = self.proc.stdout.readline()
-            if not line and self.proc.poll() is not None:
-                break
-            self.lines.append(line)
-            m = re.search(r"listening on (http://[\d.:]+)/api/v1", line)
-            self.url = m.group(1) if m else None
-        if self.url is None:
-            self.stop(signal.SIGKILL)
-        assert self.url, "serve did not announce its URL:\n" + "".join(self.lines)
-        self._drain = threading.Thread(target=lambda: self.lines.extend(self.proc.stdout), daemon=True)
-        self._drain.start()
-
-    def stop(self, sig: int = signal.SIGTERM, wait: float = 90) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        try:
-            return self.proc.wait(wait)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            raise
-
-    def output(self) -> str:
-        return "".join(self.lines[-200:])
 
 
 class ManualExecutor:

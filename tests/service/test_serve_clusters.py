@@ -23,9 +23,8 @@ from click.testing import CliRunner
 
 from ease_jupyter.cli import main
 from ease_jupyter.client import Client
+from ease_jupyter.service.testing import ServeProcess
 from ease_jupyter.testing import clusters as loopback
-
-from .conftest import ServeProcess
 
 GPU = "GPU"
 

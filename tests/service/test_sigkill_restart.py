@@ -27,9 +27,10 @@ from ease_jupyter.cli import main
 from ease_jupyter.client import Client
 from ease_jupyter.execution.automl import pick_schedule
 from ease_jupyter.service.mop import PROGRESS_TAG, RESUMED_TAG, RESUMED_UNITS_TAG
+from ease_jupyter.service.testing import ServeProcess
 from ease_jupyter.store import JobStatus, open_store
 
-from .conftest import ServeProcess, http
+from .conftest import http
 
 EPOCHS = 2  # one rung (successive halving stops no config early): every epoch is all configs' units to catch
 PARTITIONS = 6  # units finer than epochs
@@ -52,7 +53,7 @@ class Serve(ServeProcess):
 
     def __init__(self, data_dir, *extra: str):
         super().__init__(data_dir, "--executor", "thread", "--workers", "1", "--torch-epochs", str(EPOCHS),
-                         "--mop-partitions", str(PARTITIONS), *extra, start_seconds=60)
+                         "--mop-partitions", str(PARTITIONS), *extra, timeout=60)
 
 
 def _history(client: Client, name: str) -> dict[int, dict]:

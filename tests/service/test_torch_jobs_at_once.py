@@ -13,10 +13,10 @@ import pytest
 
 from ease_jupyter.client import Client
 from ease_jupyter.service import ServiceConfig
-from ease_jupyter.service.testing import add_user
+from ease_jupyter.service.testing import ServeProcess, add_user
 from ease_jupyter.zoo import Engine
 
-from .conftest import ServeProcess, start
+from .conftest import start
 
 USERS = ("alice", "bob")
 
