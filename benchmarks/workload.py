@@ -149,6 +149,7 @@ ARMS = ("easeml", "fifo", "optuna_per_user")  # the default --arms
 ALL_ARMS = (*ARMS, "easeml_no_prior")
 POLICY = {"easeml": "default", "fifo": "fifo", "easeml_no_prior": "default"}
 SERVE_FLAGS = {"easeml_no_prior": ("--no-cross-user-prior",)}  # beyond --policy
+WORKERS = 2  # easeml serve --workers in every arm, fewer than the users of each kind
 LEVELS = ("0.05", "0.02", "0.01")
 TARGET_LEVEL = "0.02"
 TARGET_RATIO = {"optuna_per_user": 2.0, "fifo": 1.5}
@@ -780,7 +781,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=None, help="repetitions of the arms (default 2; 1 quick)")
     parser.add_argument("--budget", type=float, default=None,
                         help="seconds an arm may run (default 300; 75 quick)")
-    parser.add_argument("--workers", type=int, default=2, help="easeml serve --workers, the same for every arm")
+    parser.add_argument("--workers", type=int, default=WORKERS, help="easeml serve --workers, the same for every arm")
     parser.add_argument("--torch-epochs", type=int, default=None, help="epochs of every torch pick (default 6; 2 quick)")
     parser.add_argument("--max-torch-workloads", type=int, default=None,
                         help="easeml serve --max-torch-workloads (default: --workers, one MOP workload per worker)")

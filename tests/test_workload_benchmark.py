@@ -118,8 +118,13 @@ def test_the_workload_has_more_users_than_workers_of_both_kinds_arriving_in_orde
     people = wl.users(quick)
     assert len(people) >= 8 and len({u.name for u in people}) == len(people)
     assert {u.kind for u in people} == {"flat", "image"}
+    for kind in ("flat", "image"):
+        assert sum(u.kind == kind for u in people) > wl.WORKERS
     arrivals = [u.arrival for u in people]
     assert arrivals == sorted(arrivals) and arrivals[0] == 0.0 and arrivals[-1] > 0.0
+    # some candidates are costly: an image user's examples hold at least 4x the pixels of another's
+    pixels = [u.make()[0][0].size for u in people if u.kind == "image"]
+    assert max(pixels) >= 4 * min(pixels)
 
 
 def test_held_out_split_is_ten_percent_stratified_disjoint_and_seeded(wl):
