@@ -739,8 +739,9 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="processes")
     ap.add_argument("--seed", type=int, default=0, help="the first seed")
     ap.add_argument("--budget", type=budget_fraction, default=0.1,
-                    help="each run's budget, a fraction of the test users' total cost (default 0.1, the paper's "
-                         "protocol; a matrix with few, costly models per user needs more to compare anything)")
+                    help="the main runs' budget, a fraction of the test users' total cost (default 0.1, the "
+                         "paper's protocol; a matrix with few, costly models per user needs more to compare "
+                         "anything); the extension runs keep their own")
     ap.add_argument("--skip-latency", action="store_true")
     ap.add_argument("--skip-extensions", action="store_true")
     ap.add_argument("--matrices", default=None, help="comma-separated matrix names to run (default: all)")

@@ -52,7 +52,7 @@ class ServeProcess:
     stdout is drained on a thread so that the child never blocks on a pipe."""
 
     def __init__(self, data_dir: str | Path, *args: str, db_url: str | None = None, cwd: str | Path | None = None,
-                 env: Mapping[str, str] | None = None, timeout: float = 90.0):
+                 env: Mapping[str, str] | None = None, timeout: float = 120.0):
         cmd = [sys.executable, "-m", "ease_jupyter", "serve", "--data-dir", str(data_dir), "--port", "0", *args]
         cmd += ["--db", db_url] if db_url else []
         self.log = Path(data_dir) / "serve.out"

@@ -121,6 +121,27 @@ def test_auto_replication_copies_small_data_to_every_worker(engine, digits, monk
     assert len(res.history) == 2 and seen and set(seen) == {copies}
 
 
+def test_auto_replication_gives_a_worker_that_joins_later_every_partition(digits):
+    from ease_jupyter.execution.mop.partitions import KINDS
+
+    X, y = digits
+    with LocalEngine(2) as engine:
+        first = set(engine.workers())
+        added: list[str] = []
+        holders: dict = {}
+
+        def grow(rec: UnitRecord) -> None:
+            if not added:
+                added.append(engine.add_worker())
+            pm = runner.partition_map
+            holders.update({(kind, pid): pm.holders(kind, pid) for kind in KINDS for pid in pm.partitions(kind)})
+
+        runner = MOPRunner(engine, grid(epochs=3), MODELS, X, y, n_partitions=2, replication="auto", on_unit=grow)
+        res = runner.run()
+    assert len(res.history) == 6 and any("worker added" in f for f in res.faults)
+    assert holders and all(h == first | {added[0]} for h in holders.values()), holders
+
+
 def test_replication_names_what_it_takes():
     from ease_jupyter.execution.mop.placement import resolve_replication
 

@@ -100,7 +100,8 @@ def test_two_users_torch_jobs_overlap_on_easeml_serve(tmp_path, digits_images):
         tasks = submit_digits({name: Client(serve.url, tokens[name]) for name in USERS}, X, y)
         assert_trained_at_once_and_infer(tasks, X, y, timeout=300, context=serve.output)
     finally:
-        assert serve.stop() == 0, serve.output()
+        stopped = serve.stop()
+    assert stopped == 0, serve.output()
 
 
 def test_max_torch_workloads_is_checked_and_sets_the_torch_slots(tmp_path):

@@ -25,12 +25,19 @@ from ease_jupyter.execution.mop.partitions import KINDS, PartitionMap
 from ease_jupyter.execution.mop.results import RunnerError
 from ease_jupyter.execution.mop.scheduler import MOPScheduler, Unit
 
-__all__ = ["AUTO_REPLICATION", "FULL_REPLICATION_BYTES", "FaultLog", "Placement", "resolve_replication"]
+__all__ = ["AUTO_REPLICATION", "FULL_REPLICATION_BYTES", "FaultLog", "Placement", "copies_everywhere",
+           "resolve_replication"]
 
 #: ``replication="auto"``: every worker holds every partition while the
 #: run's data (training and validation) is at most ``FULL_REPLICATION_BYTES``.
 AUTO_REPLICATION = "auto"
 FULL_REPLICATION_BYTES = 64 * 2**20
+
+
+def copies_everywhere(replication: int | str, data_bytes: int) -> bool:
+    """Whether every live worker, at the start and joining later, holds every
+    partition: ``"auto"`` with at most :data:`FULL_REPLICATION_BYTES` of data."""
+    return replication == AUTO_REPLICATION and data_bytes <= FULL_REPLICATION_BYTES
 
 
 def resolve_replication(replication: int | str, data_bytes: int, workers: int) -> int:
@@ -49,7 +56,7 @@ def resolve_replication(replication: int | str, data_bytes: int, workers: int) -
             [1, ``workers``].
     """
     if replication == AUTO_REPLICATION:
-        return workers if data_bytes <= FULL_REPLICATION_BYTES else 1
+        return workers if copies_everywhere(replication, data_bytes) else 1
     if isinstance(replication, bool) or not isinstance(replication, int) or not 1 <= replication <= workers:
         raise EaseMLError(f"replication: found {replication!r}, expected {AUTO_REPLICATION!r} or an integer in "
                           f"[1, {workers}] (the live workers)")
@@ -84,6 +91,8 @@ class Placement:
             it; the scheduler has already put it back in Q).
         namespace: prefixes the run's data keys on the engine, so that
             several runs can place partitions on the same workers.
+        everywhere: every live worker holds every partition, a worker that
+            joins later too (``copies_everywhere``); nothing is rebalanced.
     """
 
     def __init__(
@@ -97,11 +106,13 @@ class Placement:
         faults: FaultLog,
         forget: Callable[[MOPScheduler, Unit], None],
         namespace: str = "",
+        everywhere: bool = False,
     ):
         self.engine = engine
         self.namespace = namespace
         self.parts = parts
         self.replication = replication
+        self.everywhere = everywhere
         self.repair_grace = repair_grace
         self.worker_wait = worker_wait
         self.faults = faults
@@ -144,13 +155,13 @@ class Placement:
 
     # -- workers ------------------------------------------------------------------------------------
     def worker_added(self, worker: str) -> None:
-        """A new worker: give it copies of the under-replicated partitions,
-        then let the schedulers use it."""
+        """A new worker: give it copies of the under-replicated partitions
+        (of every partition when ``everywhere``), then let the schedulers use it."""
         self.live.add(worker)
         self.faults.note(f"worker added {worker}")
         for kind in KINDS:
-            short = [p for p in self.map.under_replicated(kind, self.replication)
-                     if worker not in self.map.holders(kind, p)]
+            wanted = self.map.partitions(kind) if self.everywhere else self.map.under_replicated(kind, self.replication)
+            short = [p for p in wanted if worker not in self.map.holders(kind, p)]
             for pid in short:
                 if not self._place(kind, pid, worker):
                     return
@@ -244,7 +255,10 @@ class Placement:
         """At an epoch boundary (every worker idle): move partitions from the
         most loaded workers to workers that hold none of that kind, e.g. a
         replacement that joined after its predecessor's partitions had been
-        re-placed, so that every worker has work again (elasticity, §5.6)."""
+        re-placed, so that every worker has work again (elasticity, §5.6).
+        With copies everywhere no worker is short of work: nothing moves."""
+        if self.everywhere:
+            return
         for kind in KINDS:
             while True:
                 av = self.availability(kind)

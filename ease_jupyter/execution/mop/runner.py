@@ -100,7 +100,7 @@ from ease_jupyter.execution.engine.base import Engine
 from ease_jupyter.execution.gpu_memory import BatchSizing, GpuPlan, plan_from_sizings, sizing_unit
 from ease_jupyter.execution.mop.checkpoints import HopStore
 from ease_jupyter.execution.mop.partitions import TRAIN, VAL, PartitionMap, data_bytes, partition, split_validation
-from ease_jupyter.execution.mop.placement import FaultLog, Placement, resolve_replication
+from ease_jupyter.execution.mop.placement import FaultLog, Placement, copies_everywhere, resolve_replication
 from ease_jupyter.execution.mop.pool_driver import Phase, PoolDriver, PoolSlot
 from ease_jupyter.execution.mop.results import EpochMetrics, RunnerError, RunResult, UnitRecord
 from ease_jupyter.execution.mop.resume import (
@@ -423,11 +423,13 @@ class MOPRunner:
         self._placement = None  # this run's, once its partitions are staged
         if not workers:
             raise RunnerError("engine: found no live workers, expected at least one")
-        replication = resolve_replication(self.replication, data_bytes(self._parts), len(workers))
+        size = data_bytes(self._parts)
+        replication = resolve_replication(self.replication, size, len(workers))
         self._hops = HopStore(self.hop, self._checkpoint_dir, under=self.blob_url).open()
         self._placement = Placement(self.engine, self._staged_parts(), replication=replication,
                                     repair_grace=self.repair_grace, worker_wait=self.worker_wait,
-                                    faults=self._faults, forget=lambda sched, unit: None, namespace=namespace)
+                                    faults=self._faults, forget=lambda sched, unit: None, namespace=namespace,
+                                    everywhere=copies_everywhere(self.replication, size))
         specs = self.procedure.start()
         self._admit(specs)
         self._live = [s.id for s in specs]
