@@ -158,7 +158,11 @@ class Leaderboard(Live, anywidget.AnyWidget):
             self.latest_version = max(self.latest_version or 0, v["number"])
             self.rows = [{**r, "state": _state(r["status"], r["version"], self.latest_version)} for r in self.rows]
         elif kind == "task":
-            self.cancelled = event.get("status") == "cancelled"
+            if event.get("status") == "deleted":
+                return
+            # A task's status ("idle", "over_budget", ...) is not whether exploring was
+            # stopped: a cancelled task also goes idle. The service's flag says.
+            self.cancelled = bool(self._task.refresh().get("cancelled"))
             self._on_rows({"new": self.rows})
         elif kind == "job":
             rows = {r["job_id"]: r for r in self.rows}

@@ -118,6 +118,20 @@ def test_leaderboard_follows_job_states_and_cancel_button_cancels(service, iris)
     board.close()
 
 
+def test_a_cancelled_task_that_goes_idle_stays_cancelled(service, iris):
+    X, y = iris
+    task = service.client("bob").task("iris_idle", input=[4], output=[3])
+    board = Leaderboard(task)
+    task.feed(X, y)
+    board.cancel()
+    assert board.status.startswith("cancelled")
+    assert task.wait(timeout=60)
+    # the loop's "idle" event for the task, whenever it arrives, does not undo the cancel
+    board._on_event({"type": "task", "task_id": board.task_id, "status": "idle"})
+    assert board.cancelled and board.status.startswith("cancelled")
+    board.close()
+
+
 def test_service_view_follows_decisions(service, iris):
     X, y = iris
     alice, bob, root = service.client("alice"), service.client("bob"), service.client("root")
