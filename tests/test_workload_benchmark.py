@@ -141,7 +141,7 @@ def test_held_out_split_is_ten_percent_stratified_disjoint_and_seeded(wl):
 def test_smoke_run_on_the_live_service_and_per_user_optuna(tmp_path):
     out = tmp_path / "smoke.json"
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "workload.py"), "--smoke", "--out", str(out)],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT, check=False)
+                          capture_output=True, text=True, timeout=420, cwd=ROOT, check=False)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     payload = json.loads(out.read_text())
     names = [u["name"] for u in payload["setup"]["users"]]

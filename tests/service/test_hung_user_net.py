@@ -162,7 +162,8 @@ def test_a_hung_unit_is_given_up_at_its_workloads_deadline_and_its_worker_replac
         f_ok = driver.submit(_runner(engine, digits_images, (0.1, 0.05)), owner="bob")
         with pytest.raises(PastHerLimit):
             f_hung.result(60)
-        assert time.monotonic() - started < 3.0 + 3.0  # at her deadline, not the units' 300 s
+        # at her deadline, not the units' 300 s (the margin is for a loaded machine: 8.5 s was seen)
+        assert time.monotonic() - started < 3.0 + 20.0
         res = f_ok.result(120)  # his workload waited for the worker no longer than her deadline
         assert sorted(t for t, _ in res.visit_log) == ["t0", "t1"]
         def replaced():  # (an engine learns of workers as its events are read: the driver is idle now)
