@@ -52,7 +52,7 @@ def test_a_call_that_hangs_times_out_at_the_deadline_and_its_process_is_gone(tmp
     started = time.monotonic()
     with pytest.raises(UserModelTimeout, match="still running at the job's time limit"):
         run_user_code(_sleeps_forever, str(pid_file), deadline=deadline, what="sleeps")
-    assert time.monotonic() - started < 6
+    assert time.monotonic() - started < 3 + 10  # at the deadline (slack for a loaded machine), not never
     pid = int(pid_file.read_text())
     assert pid != os.getpid() and not psutil.pid_exists(pid)
     # The next job gets a fresh child, unaffected.
@@ -134,7 +134,7 @@ def test_a_child_that_writes_part_of_a_reply_and_stops_times_out_at_the_deadline
         if pid_file.exists():
             os.kill(int(pid_file.read_text()), 9)
     assert returned, "the parent waited past the deadline on a partial reply"
-    assert isinstance(box.get("error"), UserModelTimeout) and time.monotonic() - started < 6
+    assert isinstance(box.get("error"), UserModelTimeout) and time.monotonic() - started < 2 + 10
 
 
 def test_a_reply_longer_than_the_limit_is_refused_and_its_child_killed(monkeypatch):

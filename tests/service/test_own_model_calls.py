@@ -329,7 +329,7 @@ def test_her_deadline_is_fixed_as_the_request_arrives_and_ends_before_the_servic
     assert error["code"] == "user_model_timeout" and error["field"] == "mine.predict", error
     bound = wait - wait / 4  # the wait less its margin
     assert f"{bound:g} s after the request arrived" in error["message"]
-    assert elapsed < wait + 1  # killed at the bound, not at her limit
+    assert elapsed < wait + 5 < LIMIT  # killed at the bound, not at her limit (slack for a loaded machine)
     # The next call under the usual wait (a new call process may have to start on a busy
     # machine): the call thread is free, nothing of hers still runs.
     monkeypatch.undo()
@@ -351,7 +351,7 @@ def test_a_call_queued_past_its_deadline_fails_at_once_without_running_her_code(
     with pytest.raises(UserModelCallTimeout, match="'mine'.*predict had not started by its time limit"):
         own_predictions_of(store, blobs, task.id, job.id, X[:3], Deadline(time.time() - 0.5, 3.0))
     mode_file.write_text("")
-    assert time.monotonic() - started < 2 and not pids.exists()  # her code never started
+    assert time.monotonic() - started < 10 < LIMIT and not pids.exists()  # her code never started
     # A wait that still runs out (the call thread busy elsewhere) is her request's typed error.
     never = Future()
     with pytest.raises(UserModelCallTimeout) as raised:

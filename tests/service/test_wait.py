@@ -54,7 +54,7 @@ def test_wait_times_out(svc, iris):
     task.feed(*iris)
     started = time.monotonic()
     assert task.wait(timeout=0.05) is False  # six grids cannot all train this fast
-    assert time.monotonic() - started < 2.0
+    assert time.monotonic() - started < 10.0  # its timeout, not the grids' time (slack for a loaded machine)
 
 
 def test_wait_falls_back_to_polling_when_the_stream_is_unavailable(svc, iris, monkeypatch):
