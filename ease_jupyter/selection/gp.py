@@ -340,6 +340,30 @@ class ModelPrior:
     def n_models(self) -> int:
         return int(self.mean_.shape[0])
 
+    #: Monte Carlo draws of :meth:`near_best_probability` (fixed seed: the same picks every run).
+    N_DRAWS = 4096
+
+    def near_best_probability(self, models: Sequence[int] | None, delta: float) -> np.ndarray:
+        """``p_k = P(f_k >= max_j f_j - delta)`` for ``f ~ N(mean, cov)`` restricted to ``models``
+        (catalogue indices; None: all): the prior probability that model k is within ``delta`` of
+        the best of a new user's candidates. A Monte Carlo estimate with fixed draws, cached per
+        (models, delta): every new user with the same candidates shares it, and a refitted prior
+        (a new object) starts afresh. The shared offset of the kernel cancels in the comparison,
+        so ``p`` ranks models by how often they are near the top, not by how uncertain the
+        task's level is.
+        """
+        idx = np.arange(self.n_models) if models is None else np.asarray(models, dtype=np.intp)
+        key = (idx.tobytes(), float(delta))
+        cache = self.__dict__.setdefault("_near_best_cache", {})
+        if key not in cache:
+            cov = self.cov_[np.ix_(idx, idx)]
+            w, v = np.linalg.eigh(0.5 * (cov + cov.T))
+            root = v * np.sqrt(np.clip(w, 0.0, None))
+            z = np.random.default_rng(0).standard_normal((self.N_DRAWS, idx.size))
+            f = self.mean_[idx] + z @ root.T
+            cache[key] = np.mean(f >= f.max(axis=1, keepdims=True) - delta, axis=0)
+        return cache[key].copy()
+
     def with_own_models(self, n: int) -> "ModelPrior":
         """This prior over the catalogue plus ``n`` models of one user's own,
         appended (indices ``K .. K+n-1``). Nothing is known of an own model
@@ -480,6 +504,17 @@ class UserGP:
     @property
     def L_(self) -> np.ndarray:
         return self._L[: self.n_obs, : self.n_obs].copy()
+
+    def near_best_probability(self, delta: float) -> np.ndarray:
+        """Before her first observation: the prior probability that each of her models is within
+        ``delta`` of her best (:meth:`ModelPrior.near_best_probability`, cached per prior).
+
+        Raises:
+            ValueError: she has observations (her posterior is no longer the prior).
+        """
+        if self.n_obs or self._cov is not None:
+            raise ValueError("near_best_probability: defined before the first observation only")
+        return self.prior.near_best_probability(None if self._full else self.models, delta)
 
     def predict(self, return_std: bool = True):
         """Posterior mean (and standard deviation) of every candidate model."""

@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from .baselines import DEFAULT_POLICY, choose_ei, fixed_order_ranks, policy_spec
-from .capped_ei import gain_per_second, variance_scale
+from .capped_ei import first_pick, gain_per_second, near_best_margin, variance_scale
 from .gp import ModelPrior, UserGP, default_kernel
 from .parallel import pending_aware_std
 from .pickers import Greedy, PickState, make_picker
@@ -99,7 +99,8 @@ class Selector:
     The default rule (``policy="default"``, the same as ``"gain_rate"``) goes
     beyond the paper: it replaces GP-UCB (§4.1) and GREEDY / HYBRID (§5.3-5.4)
     by capped, variance-calibrated expected improvement per second, ``r_i(k) =
-    w_i EI_i(k) c*/c_ik`` over each user's untried models, and serves first the
+    w_i EI_i(k) c*/c_ik`` over each user's untried models (her first model: the
+    likeliest near-best one per second, ``capped_ei.first_pick``), and serves first the
     users who have no result yet, then, among the users whose best ``r`` is at
     least the mean, the one with the smallest weighted round-robin pass (see
     ``capped_ei.py`` and ``pickers.GainRate`` for what each part fixes). The
@@ -432,6 +433,12 @@ class Selector:
             best = u.best_y if u.best_y is not None else 0.0
             return choose_ei(u.gp.mean_, self._std(u), best, chat, avail)
         if self._chooser == "capped_ei":
+            if u.gp.n_obs == 0 and not u.pending:  # her first pick: the likeliest near-best model per second
+                p = u.gp.near_best_probability(near_best_margin(u.gp.alpha))
+                k = first_pick(p, u.cost if self.cost_aware else 1.0, avail, n_draws=self.prior.N_DRAWS,
+                               tie_break=u.rate)
+                if k is not None:
+                    return k
             rate = np.where(avail, u.rate, -np.inf)
             k = int(np.argmax(rate))
             if not rate[k] > 0.0:  # nothing left can beat her best (or EI underflowed): best mean per second

@@ -244,6 +244,69 @@ def test_the_chooser_takes_the_largest_gain_per_second():
     assert p.model == names[int(np.argmax(r))]
 
 
+# ---------------------------------------------------------------------------- the first pick
+def test_near_best_probability_matches_the_closed_form_and_ignores_the_shared_offset():
+    """Two independent models: P(f_0 >= max(f_0, f_1) - d) = Phi((mu_0 - mu_1 + d) / sqrt(s_0^2 + s_1^2)).
+    A common offset (the task's unknown level) moves both models alike and changes nothing."""
+    from scipy.stats import norm
+
+    mean, var, d = np.array([0.8, 0.85]), np.array([0.01, 0.02]), 0.02
+    want = [norm.cdf((mean[0] - mean[1] + d) / math.sqrt(var.sum())),
+            norm.cdf((mean[1] - mean[0] + d) / math.sqrt(var.sum()))]
+    p = ModelPrior.from_arrays(mean, np.diag(var)).near_best_probability(None, d)
+    np.testing.assert_allclose(p, want, atol=0.02)  # 4096 draws: a standard error below 0.008
+    shifted = ModelPrior.from_arrays(mean, np.diag(var) + 0.05).near_best_probability(None, d)
+    np.testing.assert_allclose(shifted, want, atol=0.02)
+    three = ModelPrior.from_arrays([0.8, 0.85, 0.1], np.diag([0.01, 0.02, 0.01]))
+    np.testing.assert_allclose(three.near_best_probability([0, 1], d), p)  # a subset: that user's own best
+
+
+def first_pick_case(policy="default", cost_aware=True):
+    """A new user: model "safe" is near the best of most tasks, "cheap" costs half as much
+    and is below it on most. The shared offset (how hard her task is) makes every model
+    uncertain, so EI with nothing observed (b = 0) is about each model's mean, and EI per
+    second buys "cheap"."""
+    mean = [0.85, 0.78, 0.6]
+    cov = 0.04 + np.diag([0.002, 0.002, 0.002])  # offset variance 0.04, model-specific 0.002
+    sel = Selector(["safe", "cheap", "poor"], prior=ModelPrior.from_arrays(mean, cov), policy=policy,
+                   cost_aware=cost_aware)
+    sel.add_user("new", costs={"safe": 2.0, "cheap": 1.0, "poor": 1.0})
+    return sel
+
+
+def test_a_new_users_first_pick_is_the_likeliest_near_best_model_per_second():
+    sel = first_pick_case()
+    u = sel._users["new"]
+    p = sel.prior.near_best_probability(None, capped_ei.near_best_margin(sel.prior.alpha))
+    assert p[0] / 2.0 > p[1] / 1.0 > p[2]  # "safe" is worth its cost
+    assert int(np.argmax(u.rate)) == 1  # what EI per second alone would buy: "cheap"
+    (pick,) = sel.next_picks(1)
+    assert (pick.user, pick.model, pick.phase) == ("new", "safe", "initial")
+    sel.observe("new", "safe", 0.7)
+    (pick,) = sel.next_picks(1)  # with a result the gain-per-second chooser decides again
+    assert pick.model == "cheap" and sel.stats("new")["gain_per_second"] is not None
+    # the strong single-tenant baseline shares the chooser; SPEARMINT* does not
+    assert pairs(first_pick_case("ei_rate_rr").next_picks(1)) == [("new", "safe")]
+    assert pairs(first_pick_case("spearmint").next_picks(1)) == [("new", "cheap")]
+    # cost-oblivious: the likeliest near-best model
+    assert pairs(first_pick_case(cost_aware=False).next_picks(1)) == [("new", "safe")]
+
+
+def test_models_the_prior_cannot_tell_apart_are_not_ranked_by_sampling_noise():
+    p = ModelPrior.from_arrays([0.5] * 4, 0.01 * np.eye(4)).near_best_probability(None, 0.02)
+    assert np.ptp(p) > 0  # the estimates differ by noise only
+    assert capped_ei.first_pick(p, 1.0, np.ones(4, bool), n_draws=ModelPrior.N_DRAWS) == 0
+    assert capped_ei.first_pick(p, np.array([3.0, 2.0, 1.0, 2.0]), np.ones(4, bool),
+                                n_draws=ModelPrior.N_DRAWS) == 2  # the cheapest
+
+
+def test_near_best_probability_is_for_a_user_without_results():
+    sel = first_pick_case()
+    sel.observe("new", "poor", 0.5)
+    with pytest.raises(ValueError, match="before the first observation"):
+        sel._users["new"].gp.near_best_probability(0.02)
+
+
 # ---------------------------------------------------------------------------- parallel picks
 def test_parallel_picks_hallucinate_and_spread():
     cov = 0.01 * (0.2 * np.eye(4) + 0.8)  # strongly correlated models
