@@ -347,22 +347,24 @@ class ModelPrior:
         """``p_k = P(f_k >= max_j f_j - delta)`` for ``f ~ N(mean, cov)`` restricted to ``models``
         (catalogue indices; None: all): the prior probability that model k is within ``delta`` of
         the best of a new user's candidates. A Monte Carlo estimate with fixed draws, cached per
-        (models, delta): every new user with the same candidates shares it, and a refitted prior
-        (a new object) starts afresh. The shared offset of the kernel cancels in the comparison,
-        so ``p`` ranks models by how often they are near the top, not by how uncertain the
-        task's level is.
+        (models, delta): every new user with the same candidates shares it. An entry holds the
+        ``mean_`` and ``cov_`` it was drawn from and is used only while they are still this
+        prior's (a refit assigns new arrays). The shared offset of the kernel cancels in the
+        comparison, so ``p`` ranks models by how often they are near the top, not by how
+        uncertain the task's level is.
         """
         idx = np.arange(self.n_models) if models is None else np.asarray(models, dtype=np.intp)
         key = (idx.tobytes(), float(delta))
         cache = self.__dict__.setdefault("_near_best_cache", {})
-        if key not in cache:
+        hit = cache.get(key)
+        if hit is None or hit[0] is not self.mean_ or hit[1] is not self.cov_:
             cov = self.cov_[np.ix_(idx, idx)]
             w, v = np.linalg.eigh(0.5 * (cov + cov.T))
             root = v * np.sqrt(np.clip(w, 0.0, None))
             z = np.random.default_rng(0).standard_normal((self.N_DRAWS, idx.size))
             f = self.mean_[idx] + z @ root.T
-            cache[key] = np.mean(f >= f.max(axis=1, keepdims=True) - delta, axis=0)
-        return cache[key].copy()
+            hit = cache[key] = (self.mean_, self.cov_, np.mean(f >= f.max(axis=1, keepdims=True) - delta, axis=0))
+        return hit[2].copy()
 
     def with_own_models(self, n: int) -> "ModelPrior":
         """This prior over the catalogue plus ``n`` models of one user's own,

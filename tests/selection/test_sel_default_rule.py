@@ -261,6 +261,16 @@ def test_near_best_probability_matches_the_closed_form_and_ignores_the_shared_of
     np.testing.assert_allclose(three.near_best_probability([0, 1], d), p)  # a subset: that user's own best
 
 
+def test_near_best_probability_follows_a_refit_of_the_same_prior():
+    """The cache keeps what it drew from: the same object fitted again answers for its new fit."""
+    prior = ModelPrior(random_state=0).fit(np.tile([0.9, 0.5], (6, 1)) + 0.01 * np.arange(12).reshape(6, 2))
+    before = prior.near_best_probability(None, 0.02)
+    assert before[0] > 0.9
+    prior.fit(np.tile([0.5, 0.9], (6, 1)) + 0.01 * np.arange(12).reshape(6, 2))
+    after = prior.near_best_probability(None, 0.02)
+    assert after[1] > 0.9 and after[0] < 0.1
+
+
 def first_pick_case(policy="default", cost_aware=True):
     """A new user: model "safe" is near the best of most tasks, "cheap" costs half as much
     and is below it on most. The shared offset (how hard her task is) makes every model
