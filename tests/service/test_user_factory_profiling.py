@@ -162,13 +162,15 @@ def test_a_forward_that_hangs_in_profiling_fails_her_job_at_her_limit_and_no_one
         took = time.monotonic() - started
         finished = theirs.result(timeout=120)
 
-        def replaced():  # the engine learns of workers as its events are read
+        # Her child is killed at her limit, which frees the worker's thread; the unit's deadline
+        # may abandon that thread first, and then a new worker replaces it. Either way one worker.
+        def one_worker():  # the engine learns of workers as its events are read
             engine.events(0.1)
-            return len(engine.workers()) == 1 and engine.workers() != first
+            return len(engine.workers()) == 1
         deadline = time.monotonic() + 30
-        while not replaced() and time.monotonic() < deadline:
+        while not one_worker() and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert replaced(), (first, engine.workers())
+        assert one_worker(), (first, engine.workers())
     assert failed.status is JobStatus.FAILED
     assert "UserModelTimeout" in failed.error and "mine: a training unit of a profiling run" in failed.error, \
         failed.error
