@@ -12,11 +12,10 @@
 # Extra arguments go to pytest. When none of them is a path, the suite is
 # tests/ and notebooks/; `bash scripts/test.sh tests/store` runs just that.
 # The 40 slowest tests are listed at the end (CI must stay under 30 minutes).
-# The suite runs on EASEML_TEST_WORKERS pytest-xdist workers (default 2, one
-# per core of the CI machine; most slow tests wait on subprocesses, so two
-# workers halve the wall time), each test file on one worker (--dist
-# loadfile: a module's fixtures, such as a hub or a service, start once);
-# EASEML_TEST_WORKERS=0 runs it in one process.
+# The suite runs on EASEML_TEST_WORKERS pytest-xdist workers (default 3 on
+# the 2-core CI machine: many slow tests wait on their subprocesses), each
+# test file on one worker (--dist loadfile: a module's fixtures, such as a hub
+# or a service, start once); EASEML_TEST_WORKERS=0 runs it in one process.
 # pytest's exit code 5 ("no tests collected") is turned into a failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -41,7 +40,7 @@ for arg in "$@"; do
     break
   fi
 done
-workers=${EASEML_TEST_WORKERS:-2}
+workers=${EASEML_TEST_WORKERS:-3}
 parallel=()
 if [ "$workers" != "0" ]; then
   parallel=(-n "$workers" --dist loadfile)
