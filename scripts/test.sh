@@ -16,6 +16,9 @@
 # the 2-core CI machine: many slow tests wait on their subprocesses), each
 # test file on one worker (--dist loadfile: a module's fixtures, such as a hub
 # or a service, start once); EASEML_TEST_WORKERS=0 runs it in one process.
+# The browser tests (tests/browser) watch the quickstart's curves grow while
+# it trains, which a browser starved by three busy workers may draw only after
+# training ends, so the whole suite runs them afterwards, alone, in one process.
 # pytest's exit code 5 ("no tests collected") is turned into a failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -45,8 +48,21 @@ parallel=()
 if [ "$workers" != "0" ]; then
   parallel=(-n "$workers" --dist loadfile)
 fi
-python -m pytest "${parallel[@]}" --nbval-lax --nbval-current-env --durations=40 "${paths[@]}" "$@"
-status=$?
+if [ "${#paths[@]}" -eq 0 ]; then  # the caller named the paths: one run
+  python -m pytest "${parallel[@]}" --nbval-lax --nbval-current-env --durations=40 "$@"
+  status=$?
+else
+  python -m pytest "${parallel[@]}" --nbval-lax --nbval-current-env --durations=40 --ignore=tests/browser \
+    "${paths[@]}" "$@"
+  status=$?
+  python -m pytest --durations=10 tests/browser "$@"
+  browser=$?
+  if [ "$status" -eq 5 ]; then  # pytest's "no tests collected": fine if the browser run found some
+    status=$browser
+  elif [ "$status" -eq 0 ] && [ "$browser" -ne 5 ]; then
+    status=$browser
+  fi
+fi
 if [ "$status" -eq 5 ]; then
   echo "scripts/test.sh: pytest collected no tests, which counts as a failure" >&2
   exit 1
