@@ -129,13 +129,26 @@ class NotebookSession:
 
     async def _stream(self) -> None:
         """Heartbeats until the stream ends (closed, dropped, or the service
-        no longer knows the session)."""
+        no longer knows the session); ``touch`` and ``stop`` wake it meanwhile."""
+        loop = asyncio.get_running_loop()
+        wake = asyncio.Event()
+
+        def wake_soon() -> None:  # from the kernel's threads
+            try:
+                loop.call_soon_threadsafe(wake.set)
+            except RuntimeError:  # the stream's loop has just closed: nothing left to wake
+                pass
+
+        self._wake = wake_soon
+        try:
+            await self._beat(wake)
+        finally:
+            self._wake = lambda: None
+
+    async def _beat(self, wake: asyncio.Event) -> None:
         import tornado.httpclient
         import tornado.websocket
 
-        loop = asyncio.get_running_loop()
-        wake = asyncio.Event()
-        self._wake = lambda: loop.call_soon_threadsafe(wake.set)
         ws_url = self.url.replace("http://", "ws://", 1).replace("https://", "wss://", 1) + "/api/v1/events"
         request = tornado.httpclient.HTTPRequest(ws_url, headers={"Authorization": f"token {self.token}"},
                                                  connect_timeout=30, request_timeout=30)
@@ -173,6 +186,5 @@ class NotebookSession:
                 except asyncio.TimeoutError:
                     pass
         finally:
-            self._wake = lambda: None
             ws.close()
             reader.cancel()

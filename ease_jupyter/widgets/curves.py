@@ -4,7 +4,6 @@ deep nets, and the grid scores of the scikit-learn picks."""
 from __future__ import annotations
 
 import math
-from contextlib import ExitStack
 from typing import Any
 
 import ipywidgets as widgets
@@ -78,11 +77,11 @@ class Curves(Live, widgets.VBox):
         epochs.update_layout(**base_layout("deep nets: per epoch"))
         epochs.update_xaxes(title_text="epoch")
         epochs.update_yaxes(range=[0, 1.02], row=1, col=2)
+        self.figure = go.FigureWidget(epochs)
         grid = go.Figure(layout=base_layout("scikit-learn: held-out score of each grid point (star: the winner)"))
         grid.update_xaxes(title_text="pick (model #job)", type="category", tickangle=-30)
         grid.update_yaxes(title_text="held-out score", range=[0, 1.02])
-        self._layouts = {"figure": epochs, "grid_figure": grid}
-        self._widgets: dict[str, Any] = {}  # the FigureWidgets made so far, by name
+        self.grid_figure = go.FigureWidget(grid)
         self.task = task
         self.task_id = task.info["id"]
         self.traces: dict[tuple[int, str], tuple[int, int]] = {}
@@ -94,36 +93,10 @@ class Curves(Live, widgets.VBox):
         with self._lock:
             self._backfill()
 
-    # ------------------------------------------------------------ figures
-    def _made(self, name: str) -> Any:
-        """The FigureWidget called ``name``, made on first use: each one ships
-        plotly.js (about 5 MB) to the browser, so a figure with nothing to
-        draw is never sent."""
-        if name not in self._widgets:
-            import plotly.graph_objects as go
-
-            self._widgets[name] = go.FigureWidget(self._layouts[name])
-        return self._widgets[name]
-
-    @property
-    def figure(self) -> Any:
-        """The deep nets' per-epoch curves (a plotly FigureWidget)."""
-        return self._made("figure")
-
-    @property
-    def grid_figure(self) -> Any:
-        """The scikit-learn picks' grid scores (a plotly FigureWidget)."""
-        return self._made("grid_figure")
-
     # ------------------------------------------------------------ backfill
     def _backfill(self) -> None:
-        jobs = self.task.history()
-        with ExitStack() as batch:
-            if any(_is_torch(j["model"], j["config"]) and j.get("metrics") for j in jobs):
-                batch.enter_context(self.figure.batch_update())
-            if any(not _is_torch(j["model"], j["config"]) and j["status"] == "succeeded" for j in jobs):
-                batch.enter_context(self.grid_figure.batch_update())
-            for job in jobs:
+        with self.figure.batch_update(), self.grid_figure.batch_update():
+            for job in self.task.history():
                 self._add_job(job)
         self._show()
 
@@ -142,8 +115,7 @@ class Curves(Live, widgets.VBox):
 
     def _show(self) -> None:
         """Show the figures that have traces (or a line saying none has yet)."""
-        made = (self._widgets.get(name) for name in self._layouts)
-        shown = tuple(f for f in made if f is not None and f.data) or (self._waiting,)
+        shown = tuple(f for f in (self.figure, self.grid_figure) if f.data) or (self._waiting,)
         if tuple(self.children) != shown:
             self.children = shown
 

@@ -229,6 +229,43 @@ def test_a_task_touched_while_a_heartbeat_is_written_goes_out_at_once(monkeypatc
     assert [b.get("tasks") for b in beats] == [None, ["iris"]]
 
 
+def test_touch_and_stop_after_a_stream_that_never_connected_do_not_raise(monkeypatch):
+    """The service went away between the registration and the event stream's
+    connection: the stream's asyncio loop is closed by then, and the kernel's
+    next touch() (from a Client call) or stop() must not meet it."""
+    import tornado.websocket
+
+    session = notebook_session.NotebookSession("http://127.0.0.1:9", "tok", KernelInfo(kernel_id="k1"), every=30.0)
+
+    async def refused(*args, **kwargs):
+        raise ConnectionRefusedError("nothing listens")
+
+    monkeypatch.setattr(tornado.websocket, "websocket_connect", refused)
+    with pytest.raises(ConnectionRefusedError):
+        asyncio.run(session._stream())
+    session.touch("iris")
+    session.stop()
+    assert session.tasks == ["iris"]
+
+
+def test_a_wake_racing_the_streams_end_does_not_raise(monkeypatch):
+    """touch() may take the wake-up just before the stream's loop closes and
+    call it just after."""
+    import tornado.websocket
+
+    session = notebook_session.NotebookSession("http://127.0.0.1:9", "tok", KernelInfo(kernel_id="k1"), every=30.0)
+    taken = []
+
+    async def refused(*args, **kwargs):
+        taken.append(session._wake)
+        raise ConnectionRefusedError("nothing listens")
+
+    monkeypatch.setattr(tornado.websocket, "websocket_connect", refused)
+    with pytest.raises(ConnectionRefusedError):
+        asyncio.run(session._stream())
+    taken[0]()  # the loop is closed now
+
+
 def test_a_heartbeat_for_another_users_session_is_404_and_changes_nothing(short):
     sid = short.call("POST", "/notebooks", "alice", body={"kernel_id": "k1"}).body["id"]
     before = _sessions(short, "alice")
