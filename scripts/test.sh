@@ -16,9 +16,9 @@
 # the 2-core CI machine: many slow tests wait on their subprocesses), each
 # test file on one worker (--dist loadfile: a module's fixtures, such as a hub
 # or a service, start once); EASEML_TEST_WORKERS=0 runs it in one process.
-# The browser tests (tests/browser) watch the quickstart's curves grow while
-# it trains, which a browser starved by three busy workers may draw only after
-# training ends, so the whole suite runs them afterwards, alone, in one process.
+# The browser tests (tests/browser) time what chromium draws against what the
+# service trains, and a browser starved by three busy workers can fall far
+# behind, so the whole suite runs them afterwards, alone, in one process.
 # pytest's exit code 5 ("no tests collected") is turned into a failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
