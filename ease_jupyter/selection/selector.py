@@ -266,6 +266,7 @@ class Selector:
         self._dirty: set[int] = set()
         self._total_best = 0.0
         self._c_star = 1.0
+        self._cost_max: dict[int, float] = {}  # each active user's largest cost, by slot (c* is their max)
         self.n_decisions = 0
         self.last_decision: dict[str, Any] | None = None  # the last pick's explain()
         self._force_scores = False
@@ -314,8 +315,20 @@ class Selector:
     def _active_users(self):
         return (u for u in self._slots if u is not None)
 
-    def _update_c_star(self) -> None:
-        c = max((float(u.cost.max()) for u in self._active_users()), default=1.0)
+    def _track_cost(self, slot: int, largest: float | None) -> None:
+        """Keep c*, the largest cost of any active user (1 with none), as the
+        user in ``slot`` gets new costs (``largest``: her largest) or leaves
+        (None). O(1) unless she held c* and her largest fell or she left:
+        a reprice of every user stays linear in users, not quadratic."""
+        old = self._cost_max.pop(slot, None)
+        if largest is not None:
+            self._cost_max[slot] = largest
+        if largest is not None and largest >= self._c_star:
+            c = largest
+        elif (old is not None and old >= self._c_star) or len(self._cost_max) <= 1:
+            c = max(self._cost_max.values(), default=1.0)
+        else:
+            return
         if c != self._c_star:
             self._c_star = c
             self._dirty.update(u.slot for u in self._active_users())
@@ -520,7 +533,7 @@ class Selector:
         self._users[user] = u
         self._slots.append(u)
         self._w[slot] = u.weight
-        self._update_c_star()
+        self._track_cost(slot, float(cost.max()))
         # beta_t has n (the number of users) in its log: everyone's scores move
         self._dirty.update(x.slot for x in self._active_users())
         self._refresh(u)  # the others stay dirty until the next decision (lazy, O(1) here)
@@ -570,7 +583,7 @@ class Selector:
         u.tried = np.concatenate([u.tried, np.zeros(len(names), bool)])
         u.own += len(names)
         self._rebuild_gp(u)
-        self._update_c_star()
+        self._track_cost(u.slot, float(u.cost.max()))
         self._dirty.update(x.slot for x in self._active_users())  # K in beta_t grew, c* may have moved
 
     def _rebuild_gp(self, u: _User) -> None:
@@ -594,7 +607,7 @@ class Selector:
         self._gap[s] = -math.inf; self._sbar[s] = -math.inf
         if u.best_y is not None:
             self._total_best -= u.weight * u.best_y
-        self._update_c_star()
+        self._track_cost(s, None)
         self._dirty.update(x.slot for x in self._active_users())
         self.picker.on_membership_change()
         return dropped
@@ -617,7 +630,7 @@ class Selector:
         for m, c in zip([m for m in u.names if m in costs], new):
             cost[u.index[m]] = c
         u.cost = cost
-        self._update_c_star()
+        self._track_cost(u.slot, float(cost.max()))
         self._dirty.add(u.slot)
 
     def set_weight(self, user: str, weight: float) -> None:

@@ -329,3 +329,43 @@ def test_set_costs_replaces_the_named_estimates_and_steers_cost_aware_picks():
         sel.set_costs("u", {"m1": 0.0})
     with pytest.raises(KeyError, match="unknown user"):
         sel.set_costs("v", {"m1": 1.0})
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_c_star_follows_arrivals_departures_and_new_costs(seed):
+    """c* (the largest cost of any active user) is kept incrementally; after any
+    sequence of arrivals, departures, reprices and own models, every user's gain
+    per second (which scales with c*/c) equals a fresh selector's with the same
+    users and costs."""
+    rng = np.random.default_rng(seed)
+    names = [f"m{j}" for j in range(5)]
+    prior = ModelPrior(prior_mean=0.6, kernel=None).fit(np.clip(rng.uniform(0.4, 0.9, (12, 5)), 0, 1))
+    sel = Selector(names, prior=prior)
+    costs: dict[str, dict[str, float]] = {}
+    for step in range(60):
+        action = rng.choice(["add", "reprice", "remove", "own"], p=[0.35, 0.35, 0.2, 0.1])
+        if action == "add" or not costs:
+            user = f"u{step}"
+            costs[user] = dict(zip(names, map(float, rng.uniform(0.1, 3.0, 5) ** 2)))
+            sel.add_user(user, costs=costs[user])
+        elif action == "reprice":
+            user = str(rng.choice(sorted(costs)))
+            model = str(rng.choice(sorted(costs[user])))
+            costs[user][model] = float(rng.uniform(0.05, 12.0))
+            sel.set_costs(user, {model: costs[user][model]})
+        elif action == "remove":
+            user = str(rng.choice(sorted(costs)))
+            sel.remove_user(user)
+            del costs[user]
+        else:
+            user = str(rng.choice(sorted(costs)))
+            own = f"own{step}"
+            costs[user][own] = float(rng.uniform(0.05, 12.0))
+            sel.add_models(user, [own], costs={own: costs[user][own]})
+        if costs:
+            fresh = Selector(names, prior=prior)
+            for user, cost in costs.items():
+                fresh.add_user(user, own=[m for m in cost if m not in names], costs=cost)
+            for user in costs:
+                assert sel.stats(user)["gain_per_second"] == pytest.approx(fresh.stats(user)["gain_per_second"]), \
+                    (step, action, user)
