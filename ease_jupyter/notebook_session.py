@@ -9,8 +9,9 @@ sends ``{"type": "heartbeat", "session": id}`` on it every
 touched). When the stream drops (a restarted service, the network) it
 registers again and reopens it, waiting longer after each failure (up to
 ``MAX_RETRY_SECONDS``), so an unreachable service costs a connection
-attempt now and then and nothing else. The user's thread never waits on
-any of it. ``EASEML_REGISTER=0`` turns it off; outside a kernel it never runs.
+attempt now and then and nothing else; a new ``Client`` or a touched task
+in the kernel cuts that wait short (she is using the service, so it is
+likely back). The user's thread never waits on any of it. ``EASEML_REGISTER=0`` turns it off; outside a kernel it never runs.
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ def attach(url: str, token: str, info: kernel_facts.KernelInfo | None = None) ->
         session = _attached.get((url, token))
         if session is None:
             session = _attached[(url, token)] = NotebookSession(url, token, info).start()
+        else:
+            session.nudge()
         return session
 
 
@@ -75,10 +78,12 @@ class NotebookSession:
         self.every = every if every is not None else heartbeat_seconds()
         self.id: str | None = None
         self.registrations = 0  # how often it registered (again: after each reconnect)
+        self.failures = 0  # attempts that did not reach the service
         self._tasks: list[str] = []
         self._pending: list[str] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._nudged = threading.Event()  # ends the wait before the next attempt
         self._wake: Callable[[], None] = lambda: None
         self._thread = threading.Thread(target=self._main, name="easeml-notebook-session", daemon=True)
 
@@ -99,9 +104,16 @@ class NotebookSession:
             self._tasks.append(task)
             self._pending.append(task)
         self._wake()
+        self._nudged.set()
+
+    def nudge(self) -> None:
+        """Attempt the next registration now rather than after the back-off;
+        no effect while the stream is up."""
+        self._nudged.set()
 
     def stop(self) -> None:
         self._stop.set()
+        self._nudged.set()
         self._wake()
 
     # ------------------------------------------------------------ the thread
@@ -117,8 +129,11 @@ class NotebookSession:
                 retry = self.every  # it was up: try again soon
             except Exception as error:  # noqa: BLE001 - the kernel must never notice
                 log.debug("notebook session with %s: %s", self.url, error)
+                self.failures += 1
                 retry = min(retry * 2, MAX_RETRY_SECONDS)
-            self._stop.wait(retry)
+            self._nudged.clear()  # a nudge while the stream was up is spent
+            if not self._stop.is_set():
+                self._nudged.wait(retry)
 
     def _register(self, client: Any) -> None:
         with self._lock:

@@ -147,6 +147,29 @@ def test_a_restarted_service_learns_the_session_again(tmp_path, in_a_kernel):
         second.thread.stop()
 
 
+def test_a_new_client_ends_the_back_off_after_the_service_comes_back(tmp_path, in_a_kernel, monkeypatch):
+    """The session waits longer after each failed attempt (here 60 s after the
+    first); her next ``Client()`` in the kernel makes it register at once."""
+    monkeypatch.setenv(notebook_session.HEARTBEAT_ENV, "30")
+    first = _service(tmp_path, notebook_timeout_seconds=5.0)
+    port, token = first.thread.port, first.tokens["alice"]
+    first.thread.stop()
+    url = f"http://127.0.0.1:{port}"
+    session = Client(url, token).notebook
+    assert until(lambda: session.failures >= 1, 10) and session.registrations == 0
+    second = Running(ServiceThread(ServiceConfig(data_dir=tmp_path, port=port, tick_seconds=0.05,
+                                                 executor="thread", notebook_timeout_seconds=5.0)).start())
+    second.tokens = first.tokens
+    try:
+        time.sleep(1.0)
+        assert session.registrations == 0  # still waiting out the back-off
+        assert Client(url, token).notebook is session
+        assert until(lambda: len(_sessions(second, "alice")) == 1, 10)
+        assert session.registrations == 1
+    finally:
+        second.thread.stop()
+
+
 def test_a_kernel_id_of_another_users_session_is_refused_and_changes_nothing(short):
     created = short.call("POST", "/notebooks", "alice", body={"kernel_id": "k1", "notebook_path": "a.ipynb"})
     assert created.status == 201
