@@ -271,6 +271,21 @@ def cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def children_cpu(pid: int) -> dict[int, float]:
+    """CPU seconds so far of each process the service started (training
+    workers, feed processes), by pid."""
+    import psutil
+
+    out = {}
+    for child in psutil.Process(pid).children(recursive=True):
+        try:
+            times = child.cpu_times()
+        except psutil.Error:  # gone meanwhile
+            continue
+        out[child.pid] = times.user + times.system
+    return out
+
+
 def many_clients(service: Service, admin: Client, n_clients: int, n_feeds: int,
                  py_spy: Path | None = None) -> dict[str, Any]:
     """Step 5: ``n_clients`` users at once, each creating, feeding and polling
@@ -320,11 +335,13 @@ def many_clients(service: Service, admin: Client, n_clients: int, n_feeds: int,
         ["py-spy", "record", "--pid", str(service.pid), *([] if os.environ.get("EASEML_BENCH_SPY_ALL") else ["--gil"]), "--threads", "--rate", "200", "--format", "raw",
          "--output", str(py_spy)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     t0, cpu0, own0 = time.monotonic(), cpu_seconds(service.pid), time.process_time()
+    kids0 = children_cpu(service.pid)
     for t in threads:
         t.start()
     for t in threads:
         t.join(600)
     wall, cpu1, own1 = time.monotonic() - t0, cpu_seconds(service.pid), time.process_time()
+    kids1 = children_cpu(service.pid)
     if spy is not None:
         spy.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
         spy.wait(60)
@@ -347,6 +364,8 @@ def many_clients(service: Service, admin: Client, n_clients: int, n_feeds: int,
         # the service process's CPU time over the phase: near wall_seconds, it is bound by one core (the GIL)
         "service_cpu_seconds": None if cpu0 is None or cpu1 is None else round(cpu1 - cpu0, 2),
         "client_cpu_seconds": round(own1 - own0, 2),
+        # its child processes' (training workers, feed processes) over the phase
+        "children_cpu_seconds": round(sum(kids1[p] - kids0.get(p, 0.0) for p in kids1), 2),
         "server_5xx": len(server_ms["errors"]),
         "exactly_once": not mismatched and len(sent) == n_clients, "tasks_mismatched": mismatched[:5],
         "server_ms": {"reads": pct(reads), **{k: pct(v) for k, v in server_ms.items() if k != "errors"}},
@@ -362,7 +381,7 @@ def many_clients(service: Service, admin: Client, n_clients: int, n_feeds: int,
 def print_many(result: dict[str, Any]) -> None:
     server = result["server_ms"]
     print(f"{result['clients']} clients: {result['wall_seconds']} s (service CPU {result['service_cpu_seconds']} s, "
-          f"client CPU {result['client_cpu_seconds']} s), "
+          f"its children's CPU {result.get('children_cpu_seconds')} s, client CPU {result['client_cpu_seconds']} s), "
           f"errors {result['errors']}, "
           f"5xx {result['server_5xx']}, exactly once: {result['exactly_once']}")
     for kind in ("reads", "task", "other_reads", "feed", "create"):
@@ -381,6 +400,8 @@ def main() -> None:
     parser.add_argument("--clients-only", action="store_true", help="run only step 5")
     parser.add_argument("--py-spy", type=Path, default=None, metavar="FILE",
                         help="step 5: record the service with py-spy (GIL holders, raw collapsed stacks) into FILE")
+    parser.add_argument("--feed-processes", type=int, default=None, metavar="N",
+                        help="the service's feed processes (default: easeml serve's; 0: feeds in its own process)")
     parser.add_argument("--db", default=None, metavar="URL",
                         help="PostgreSQL server URL: run on a fresh database there (default: SQLite)")
     args = parser.parse_args()
@@ -391,11 +412,12 @@ def main() -> None:
     n_reads = 40 if args.quick else 400
     n_writes = 20 if args.quick else 100
     n_feeds = 2 if args.quick else 3
+    serve_args = () if args.feed_processes is None else ("--feed-processes", str(args.feed_processes))
     t_start = time.monotonic()
     load_start = os.getloadavg() if hasattr(os, "getloadavg") else None
     if args.clients_only:
         with tempfile.TemporaryDirectory(prefix="easeml-bench-") as tmp, fresh_database(args.db) as db_url:
-            service = Service(Path(tmp), db_url=db_url)
+            service = Service(Path(tmp), *serve_args, db_url=db_url)
             try:
                 many = many_clients(service, Client(service.url, service.admin), args.clients, n_feeds, args.py_spy)
             finally:
@@ -405,7 +427,8 @@ def main() -> None:
                   "machine": {"python": platform.python_version(), "platform": platform.platform(),
                               "cpus": os.cpu_count(), "load_average_at_start": load_start},
                   "setup": {"service": "easeml serve (subprocess; process executor, 1 worker, "
-                                       + ("PostgreSQL" if args.db else "SQLite") + ")"},
+                                       + ("PostgreSQL" if args.db else "SQLite") + ")",
+                            "serve_args": list(serve_args)},
                   "many_clients": many, "wall_seconds": round(time.monotonic() - t_start, 1),
                   "load_average_at_end": os.getloadavg() if hasattr(os, "getloadavg") else None}
         args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -421,7 +444,7 @@ def main() -> None:
     X_iris, X_wine = X_iris.astype("float32"), X_wine.astype("float32")
 
     with tempfile.TemporaryDirectory(prefix="easeml-bench-") as tmp, fresh_database(args.db) as db_url:
-        service = Service(Path(tmp), db_url=db_url)
+        service = Service(Path(tmp), *serve_args, db_url=db_url)
         try:
             admin = Client(service.url, service.admin)
             token = admin.add_user("bench")["token"]
@@ -513,7 +536,7 @@ def main() -> None:
         "machine": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
                     "load_average_at_start": load_start},
         "setup": {"service": "easeml serve (subprocess; process executor, 1 worker, "
-                              + ("PostgreSQL" if args.db else "SQLite") + ")",
+                              + ("PostgreSQL" if args.db else "SQLite") + ")", "serve_args": list(serve_args),
                   "client": "this process, loopback", "reads_per_endpoint": n_reads, "writes": n_writes,
                   "endpoints": READS, "train_seconds": round(train_seconds, 2),
                   "jobs_by_status": jobs_by_status},

@@ -48,6 +48,9 @@ import click
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64), help="Local training workers (W).")
 @click.option("--executor", type=click.Choice(["process", "thread"]), default="process", show_default=True,
               help="Where scikit-learn jobs run: spawned worker processes, or threads in the service.")
+@click.option("--feed-processes", default=1, show_default=True, type=click.IntRange(0, 64), metavar="N",
+              help="Processes that store feeds, each with its own database connection, so that many clients' "
+                   "feeds use other cores than the API's; 0: in the service's process.")
 @click.option("--max-running", default=2, show_default=True, type=click.IntRange(1, 1000),
               help="Cap on running jobs per user (k).")
 @click.option("--torch-epochs", default=None, type=click.IntRange(1, 1000), metavar="N",
@@ -92,7 +95,7 @@ import click
               help="Run as a JupyterHub service: users authenticate with hub API tokens (or the hub's OAuth "
                    "login); the API lives under $JUPYTERHUB_SERVICE_PREFIX, and --host/--port default to "
                    "$JUPYTERHUB_SERVICE_URL.")
-def command(db_url, data_dir, engine, precision, blob_url, policy, cross_user_prior, long_job_seconds, short_slots, host, port, workers, executor, max_running, torch_epochs, mop_partitions,
+def command(db_url, data_dir, engine, precision, blob_url, policy, cross_user_prior, long_job_seconds, short_slots, host, port, workers, executor, feed_processes, max_running, torch_epochs, mop_partitions,
             max_torch_workloads, max_json_mb, max_chunk_mb,
             idle_shutdown, worker_nice, upload_ttl, quota_gb, blob_gc, allow_user_models, user_model_timeout,
             notebook_timeout, price_cpu, price_gb, price_gpu, jupyterhub) -> None:
@@ -117,11 +120,15 @@ def command(db_url, data_dir, engine, precision, blob_url, policy, cross_user_pr
                 port = bind[1]
         base_url = hub.service_prefix()
 
+    if db_url == "memory://" and click.get_current_context().get_parameter_source("feed_processes") \
+            == click.core.ParameterSource.DEFAULT:
+        feed_processes = 0  # no other process can open an in-memory store
     try:
         config = ServiceConfig(db_url=db_url, data_dir=data_dir or default_data_dir(), host=host, port=port,
                                engine=engine, precision=precision, blob_url=blob_url, policy=policy,
                                cross_user_prior=cross_user_prior, long_job_seconds=long_job_seconds,
-                               short_slots=short_slots, workers=workers, executor=executor, max_running_per_user=max_running, torch_epochs=torch_epochs,
+                               short_slots=short_slots, workers=workers, executor=executor,
+                               feed_processes=feed_processes, max_running_per_user=max_running, torch_epochs=torch_epochs,
                                mop_partitions=mop_partitions, max_torch_workloads=max_torch_workloads,
                                max_json_bytes=int(max_json_mb * 1024 * 1024), max_chunk_bytes=int(max_chunk_mb * 1024 * 1024),
                                idle_shutdown_seconds=idle_shutdown, worker_nice=worker_nice, upload_ttl_seconds=upload_ttl,
@@ -133,6 +140,7 @@ def command(db_url, data_dir, engine, precision, blob_url, policy, cross_user_pr
                                jupyterhub=jupyterhub, base_url=base_url)
     except ValueError as error:
         hint = "'--policy'" if str(error).startswith("policy:") else None
+        hint = "'--feed-processes'" if str(error).startswith("feed_processes:") else hint
         for field in ("price_cpu", "price_gb", "price_gpu"):  # the provisioner's prices name their option
             hint = f"'--{field.replace('_', '-')}'" if str(error).startswith(f"{field}:") else hint
         raise click.BadParameter(str(error), param_hint=hint) from None

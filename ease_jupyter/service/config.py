@@ -75,6 +75,11 @@ class ServiceConfig:
         workers: size of the local worker pool (W).
         executor: ``"process"`` (spawned worker processes; the default) or
             ``"thread"`` (threads in the service; always used for ``memory://``).
+        feed_processes: processes that store feeds (``feed_processes.py``),
+            each with its own store connection, so that feeds use cores the
+            service's process (bound by the GIL) cannot; 0, the default and
+            the embedded service's setting: feeds run in the service's
+            process. ``easeml serve`` starts one. Not with ``memory://``.
         max_json_bytes: largest JSON request body (413 above it).
         max_chunk_bytes: largest upload chunk body (413 above it).
         tick_seconds: how often the control loop wakes up with nothing to do.
@@ -131,6 +136,7 @@ class ServiceConfig:
     engine: str = "local"
     workers: int = 1
     executor: str = "process"
+    feed_processes: int = 0
     max_json_bytes: int = 1 * MIB
     max_chunk_bytes: int = 64 * MIB
     tick_seconds: float = 0.5
@@ -171,6 +177,11 @@ class ServiceConfig:
             raise ValueError(f"max_running_per_user: found {self.max_running_per_user}, expected >= 1")
         if self.workers < 1:
             raise ValueError(f"workers: found {self.workers}, expected >= 1")
+        if not (isinstance(self.feed_processes, int) and 0 <= self.feed_processes <= 64):
+            raise ValueError(f"feed_processes: found {self.feed_processes!r}, expected an integer from 0 to 64")
+        if self.feed_processes and self.db_url == "memory://":
+            raise ValueError("feed_processes: found a memory:// store, which other processes cannot open; "
+                             "expected 0 with it, or a file or PostgreSQL store")
         if self.torch_epochs is not None and self.torch_epochs < 1:
             raise ValueError(f"torch_epochs: found {self.torch_epochs}, expected >= 1")
         if self.mop_partitions is not None and self.mop_partitions < 1:

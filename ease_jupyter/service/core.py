@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
-import threading
 import time
 from concurrent.futures import Future
 from pathlib import Path
@@ -28,8 +27,10 @@ from . import arrays, deletion, task_schema
 from .auth import TokenCache, check_name, create_user, revoke_token
 from .config import ServiceConfig, engine_form
 from .events import EventBus
+from .feed_processes import FeedProcesses
+from .feeding import Fed, Feeder, json_object
 from .notebooks import NotebookRegistry
-from .quota import Quota, added_version, forget_usage
+from .quota import Quota, forget_usage
 from .loop import ControlLoop
 from .loop.provision import service_pools
 from .loop.lanes import ShortLane
@@ -116,14 +117,18 @@ class Service:
         self.config = config
         data_dir = Path(config.data_dir) if config.data_dir else Path(tempfile.mkdtemp(prefix="easeml-"))
         self.data_dir = data_dir
-        if store is None:
+        own_store = store is None  # opened from the config, as a feed process can too
+        if own_store:
             store, blobs = open_store(config.db_url, data_dir)
         self.store, self.blobs = store, blobs
         self.uploads = arrays.Uploads(data_dir / "uploads")
         self.quota = Quota(config.quota_bytes, self.uploads.directory)
         self.tokens = TokenCache(self.store)
         self._task_cache: dict[tuple[int, str], Task] = {}  # see _task
-        self._feed_locks: dict[int, threading.Lock] = {}  # per task id, see feed
+        self.feeder = Feeder(self.store, self.blobs, self.uploads, self.quota)
+        # Feeds in processes of their own (feed_processes.py); they open the store by its URL.
+        self.feed_processes = (FeedProcesses(config.feed_processes, config.db_url, data_dir, config.quota_bytes)
+                               if config.feed_processes and own_store else None)
         self.last_request = time.monotonic()  # for the idle shutdown (see app.housekeeping)
         self.events = EventBus()
         self.notebooks = NotebookRegistry(config.notebook_timeout_seconds)  # notebooks.py: in memory
@@ -245,6 +250,8 @@ class Service:
             return
         self._stopped = True
         self.loop.stop()
+        if self.feed_processes is not None:
+            self.feed_processes.close()
         if self._cluster is not None:
             self._cluster.close()
         self.store.close()
@@ -354,6 +361,8 @@ class Service:
         task = self._cached(self.store.set_task_cancelled(self._task(caller, name).id, True))
         out = deletion.delete_task(self.store, self.blobs, self.loop, task)
         forget_usage(self.store, task.owner_id)  # (quota.py: deleting may bring back a counted stamp)
+        if self.feed_processes is not None:
+            self.feed_processes.forget(task.owner_id)
         self._task_cache.pop((caller.id, name), None)
         self.events.publish(caller.id, {"type": "task", "task_id": task.id, "name": name, "status": "deleted"})
         return out
@@ -361,31 +370,19 @@ class Service:
     # ------------------------------------------------------------ data
     def feed(self, caller: User, name: str, body: dict[str, Any]) -> dict[str, Any]:
         task = self._task(caller, name)
-        if task.cancelled:
-            raise InvalidStateError(f"task {name!r} is cancelled; resume it before feeding")
-        X = arrays.decode("X", body.get("X"), self.uploads, caller.id)
-        y = arrays.decode("y", body.get("y"), self.uploads, caller.id)
-        consumed = {ref["upload"] for ref in (body.get("X"), body.get("y")) if isinstance(ref, dict) and "upload" in ref}
-        releasing = sum(self.uploads.size(caller.id, u) for u in consumed)
-        mode = body.get("mode")  # datasets.FEED_MODES; rows already there are skipped by default
-        # One feed of a task at a time maps its labels to class indices and stores
-        # the names it added: two feeds adding "cat" and "dog" must not both take index k.
-        with self._feed_locks.setdefault(task.id, threading.Lock()):
-            # One read transaction for the tags, the parent and its chunks, and the quota's stamp.
-            tags, parent, chunks, stamp = self.store.feed_reads(task.id, caller.id)
-            reserve = self.quota.reserve(self.store, self.blobs, caller.id, what=f"feed of task {name!r}",
-                                         releasing=releasing, stamp=stamp)
-            prepared = task_schema.prepare_feed(self.store, task, X, y, tags)  # table columns checked, names mapped
-            result = datasets.feed_rows(self.store, self.blobs, task, prepared.X, prepared.y, reserve=reserve,
-                                        mode=datasets.DEDUPE if mode is None else mode, state=(parent, chunks))
-            if result.created:
-                prepared.commit()
-                added_version(self.store, caller.id, result.version.id, result.blob_sizes)
-        for upload in consumed:
-            self.uploads.delete(caller.id, upload)
-        out = self._new_version(caller, task, result.version) if result.created else version_json(result.version)
-        return {**out, "created": result.created, "new": result.new, "duplicates": result.duplicates,
-                "mode": result.mode}
+        return self._fed(caller, task, self.feeder.feed(caller, task, body))
+
+    def feed_request(self, caller: User, name: str, raw: bytes | bytearray) -> dict[str, Any]:
+        """``POST /tasks/{name}/feed`` with its body ``raw``, parsed where the
+        feed runs: in a feed process when the service has them."""
+        task = self._task(caller, name)
+        if self.feed_processes is None:
+            return self._fed(caller, task, self.feeder.feed(caller, task, json_object(raw)))
+        return self._fed(caller, task, self.feed_processes.feed(caller, task, bytes(raw)))
+
+    def _fed(self, caller: User, task: Task, fed: Fed) -> dict[str, Any]:
+        out = self._new_version(caller, task, fed.version) if fed.created else version_json(fed.version)
+        return {**out, "created": fed.created, "new": fed.new, "duplicates": fed.duplicates, "mode": fed.mode}
 
     def refine(self, caller: User, name: str, body: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         """(version, created): a refine that changes nothing gives the latest version and starts nothing."""

@@ -23,6 +23,7 @@ from ..errors import (AlreadyExistsError, DataError, InvalidStateError, NotFound
 from ..zoo import NoCandidatesError
 from .auth import parse_authorization
 from .core import Service
+from .feeding import json_object
 from .suspicion import NoModelError
 from . import notebooks
 
@@ -36,8 +37,6 @@ STREAM_SLACK_BYTES = 64 * 1024
 # (feeds, uploads) that fill the IOLoop's default executor (app.REQUEST_THREADS).
 READ_THREADS = 8
 _READS = ThreadPoolExecutor(READ_THREADS, thread_name_prefix="easeml-read")
-_JSON_KINDS = {list: "a JSON array", str: "a JSON string", int: "a JSON number", float: "a JSON number",
-               bool: "a JSON boolean", type(None): "null"}
 
 
 class ApiError(Exception):
@@ -205,18 +204,7 @@ class BaseHandler(tornado.web.RequestHandler):
         self._body += chunk
 
     def json_body(self) -> dict[str, Any]:
-        if not self.request.body:
-            return {}
-        try:
-            body = json.loads(self.request.body)
-        except (ValueError, UnicodeDecodeError) as error:
-            raise DataError("body", f"invalid JSON ({error})", "a JSON object") from None
-        except RecursionError:  # the parser's own bound: about a thousand levels of nesting
-            raise DataError("body", "JSON nested too deeply to parse",
-                            "a JSON object nested a few levels deep") from None
-        if not isinstance(body, dict):
-            raise DataError("body", _JSON_KINDS.get(type(body), "a JSON value"), "a JSON object")
-        return body
+        return json_object(self.request.body)
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]
@@ -324,7 +312,7 @@ ROUTES: list[tuple[str, dict[str, Callable[..., Any]], dict[str, Any]]] = [
     ("/tasks/" + NAME + "/cancel", {"post": lambda s, u, h, n: s.cancel(u, n)}, {}),
     ("/tasks/" + NAME + "/resume", {"post": lambda s, u, h, n: s.resume(u, n)}, {}),
     ("/tasks/" + NAME + "/mute", {"put": lambda s, u, h, n: s.set_muted(u, n, h.json_body())}, {}),
-    ("/tasks/" + NAME + "/feed", {"post": lambda s, u, h, n: _fed(s.feed(u, n, h.json_body()))}, {}),
+    ("/tasks/" + NAME + "/feed", {"post": lambda s, u, h, n: _fed(s.feed_request(u, n, h.request.body))}, {}),
     ("/tasks/" + NAME + "/refine", {"post": lambda s, u, h, n: _created(s.refine(u, n, h.json_body()))}, {}),
     ("/tasks/" + NAME + "/versions", {"get": lambda s, u, h, n: s.versions(u, n)}, {}),
     ("/tasks/" + NAME + "/examples", {"get": lambda s, u, h, n: s.examples(u, n, _int_arg(h, "version"))}, {}),

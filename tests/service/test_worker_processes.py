@@ -58,8 +58,11 @@ def test_workers_are_niced_and_die_with_a_killed_service(tmp_path):
         workers = {p: c for p, c in _children(server.pid).items() if "spawn_main" in c and "resource_tracker" not in c}
         assert workers, _children(server.pid)
         service_nice = os.getpriority(os.PRIO_PROCESS, server.pid)
-        for pid in workers:
-            assert os.getpriority(os.PRIO_PROCESS, pid) == min(19, service_nice + 5)
+        niced = [pid for pid in workers if os.getpriority(os.PRIO_PROCESS, pid) == min(19, service_nice + 5)]
+        # Training workers are niced; the one feed process (easeml serve's default) serves
+        # requests, so it keeps the service's priority. Both die with the service.
+        assert niced and len(workers) - len(niced) == 1, workers
+        assert all(os.getpriority(os.PRIO_PROCESS, pid) == service_nice for pid in workers if pid not in niced)
         server.proc.send_signal(signal.SIGKILL)
         server.proc.wait(30)
         deadline = time.monotonic() + 20
