@@ -295,6 +295,7 @@ def many_clients(service: Service, admin: Client, n_clients: int, n_feeds: int,
     tokens = {f"c{i:03d}": admin.add_user(f"c{i:03d}")["token"] for i in range(n_clients)}
     log_start = service.log.stat().st_size
     client_ms: dict[str, list[float]] = {"create": [], "feed": [], "task": [], "other_reads": []}
+    feed_rounds: dict[int, list[float]] = {k: [] for k in range(1, n_feeds + 1)}  # client-side, per feed
     errors: list[str] = []
     sent: dict[str, np.ndarray] = {}
     lock = threading.Lock()
@@ -317,7 +318,10 @@ def many_clients(service: Service, admin: Client, n_clients: int, n_feeds: int,
             for k in range(1, n_feeds + 1):
                 y = (np.arange(MANY_ROWS) + k) % 3
                 X = (rng.normal(size=(MANY_ROWS, 4)) + y[:, None]).astype("float32")
+                t_feed = time.perf_counter()
                 timed("feed", task.feed, X, y)
+                with lock:
+                    feed_rounds[k].append(1000 * (time.perf_counter() - t_feed))
                 ys.append(y)
                 info = timed("task", task.refresh)
                 if info["latest_version"]["number"] != k:
@@ -370,6 +374,7 @@ def many_clients(service: Service, admin: Client, n_clients: int, n_feeds: int,
         "exactly_once": not mismatched and len(sent) == n_clients, "tasks_mismatched": mismatched[:5],
         "server_ms": {"reads": pct(reads), **{k: pct(v) for k, v in server_ms.items() if k != "errors"}},
         "client_ms": {k: pct(v) for k, v in client_ms.items()},
+        "client_feed_ms_by_round": {str(k): pct(v) for k, v in feed_rounds.items()},
         "targets": {"read_p99_ms": MANY_READ_TARGET_P99_MS, "feed_p99_ms": MANY_FEED_TARGET_P99_MS},
         "targets_met": {
             "reads_p99": bool(reads) and pct(reads)["p99"] < MANY_READ_TARGET_P99_MS,
@@ -388,6 +393,9 @@ def print_many(result: dict[str, Any]) -> None:
         s = server[kind]
         if s["n"]:
             print(f"  server {kind:<11} n {s['n']:>5}  p50 {s['p50']:>8}  p99 {s['p99']:>8}  max {s['max']:>8} ms")
+    for k, s in result.get("client_feed_ms_by_round", {}).items():
+        if s["n"]:
+            print(f"  client feed {k:<6} n {s['n']:>5}  p50 {s['p50']:>8}  p99 {s['p99']:>8}  max {s['max']:>8} ms")
     print("  targets_met:", result["targets_met"])
 
 
