@@ -11,7 +11,8 @@ registers again and reopens it, waiting longer after each failure (up to
 ``MAX_RETRY_SECONDS``), so an unreachable service costs a connection
 attempt now and then and nothing else; a new ``Client`` or a touched task
 in the kernel cuts that wait short (she is using the service, so it is
-likely back). The user's thread never waits on any of it. ``EASEML_REGISTER=0`` turns it off; outside a kernel it never runs.
+likely back). The user's thread never waits on any of it.
+``EASEML_REGISTER=0`` turns it off; outside a kernel it never runs.
 """
 
 from __future__ import annotations

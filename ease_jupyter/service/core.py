@@ -7,6 +7,7 @@ Results are plain JSON-ready dicts.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import tempfile
@@ -18,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from .. import datasets
-from ..errors import AlreadyExistsError, DataError, InvalidStateError, NotFoundError
+from ..errors import AlreadyExistsError, DataError, NotFoundError
 from ..jobspec import parse_job
 from ..schema import format_program, parse, program_from_shapes
 from ..schema.limits import check_program_size, check_program_text
@@ -368,17 +369,16 @@ class Service:
         return out
 
     # ------------------------------------------------------------ data
-    def feed(self, caller: User, name: str, body: dict[str, Any]) -> dict[str, Any]:
+    def feed(self, caller: User, name: str, body: dict[str, Any] | bytes | bytearray) -> dict[str, Any]:
+        """Store a feed of the task: ``body`` is the request's JSON object, or
+        its raw bytes (``POST /tasks/{name}/feed``), parsed where the feed
+        runs: in the task's feed process when the service has them."""
         task = self._task(caller, name)
-        return self._fed(caller, task, self.feeder.feed(caller, task, body))
-
-    def feed_request(self, caller: User, name: str, raw: bytes | bytearray) -> dict[str, Any]:
-        """``POST /tasks/{name}/feed`` with its body ``raw``, parsed where the
-        feed runs: in a feed process when the service has them."""
-        task = self._task(caller, name)
-        if self.feed_processes is None:
-            return self._fed(caller, task, self.feeder.feed(caller, task, json_object(raw)))
-        return self._fed(caller, task, self.feed_processes.feed(caller, task, bytes(raw)))
+        if self.feed_processes is not None:
+            raw = bytes(body) if isinstance(body, (bytes, bytearray)) else json.dumps(body).encode()
+            return self._fed(caller, task, self.feed_processes.feed(caller, task, raw))
+        parsed = body if isinstance(body, dict) else json_object(body)
+        return self._fed(caller, task, self.feeder.feed(caller, task, parsed))
 
     def _fed(self, caller: User, task: Task, fed: Fed) -> dict[str, Any]:
         out = self._new_version(caller, task, fed.version) if fed.created else version_json(fed.version)

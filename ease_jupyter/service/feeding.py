@@ -71,7 +71,8 @@ class Feeder:
             raise InvalidStateError(f"task {task.name!r} is cancelled; resume it before feeding")
         X = arrays.decode("X", body.get("X"), self.uploads, caller.id)
         y = arrays.decode("y", body.get("y"), self.uploads, caller.id)
-        consumed = {ref["upload"] for ref in (body.get("X"), body.get("y")) if isinstance(ref, dict) and "upload" in ref}
+        refs = (body.get("X"), body.get("y"))
+        consumed = {ref["upload"] for ref in refs if isinstance(ref, dict) and "upload" in ref}
         releasing = sum(self.uploads.size(caller.id, u) for u in consumed)
         mode = body.get("mode")  # datasets.FEED_MODES; rows already there are skipped by default
         # One feed of a task at a time maps its labels to class indices and stores

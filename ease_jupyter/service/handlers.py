@@ -312,7 +312,7 @@ ROUTES: list[tuple[str, dict[str, Callable[..., Any]], dict[str, Any]]] = [
     ("/tasks/" + NAME + "/cancel", {"post": lambda s, u, h, n: s.cancel(u, n)}, {}),
     ("/tasks/" + NAME + "/resume", {"post": lambda s, u, h, n: s.resume(u, n)}, {}),
     ("/tasks/" + NAME + "/mute", {"put": lambda s, u, h, n: s.set_muted(u, n, h.json_body())}, {}),
-    ("/tasks/" + NAME + "/feed", {"post": lambda s, u, h, n: _fed(s.feed_request(u, n, h.request.body))}, {}),
+    ("/tasks/" + NAME + "/feed", {"post": lambda s, u, h, n: _fed(s.feed(u, n, h.request.body))}, {}),
     ("/tasks/" + NAME + "/refine", {"post": lambda s, u, h, n: _created(s.refine(u, n, h.json_body()))}, {}),
     ("/tasks/" + NAME + "/versions", {"get": lambda s, u, h, n: s.versions(u, n)}, {}),
     ("/tasks/" + NAME + "/examples", {"get": lambda s, u, h, n: s.examples(u, n, _int_arg(h, "version"))}, {}),

@@ -23,7 +23,7 @@ QUOTA = 20 * KIB
 @pytest.fixture(scope="module")
 def fed(tmp_path_factory):
     running = start(tmp_path_factory.mktemp("feeds"), torch=False, quota_bytes=QUOTA, feed_processes=1)
-    for name in ("alice", "bob", "carol", "dave", "erin"):
+    for name in ("alice", "bob", "carol", "dave", "erin", "frank"):
         running.user(name)
 
     def not_here(*args, **kwargs):
@@ -52,6 +52,15 @@ def test_a_feed_stores_its_version_elsewhere_and_the_loop_trains_on_it(fed, iris
     assert again.status == 200 and (again.body["created"], again.body["duplicates"]) == (False, 150)
     assert [v["number"] for v in fed.call("GET", "/tasks/iris/versions", "alice").body] == [1]
     assert until(lambda: fed.call("GET", "/tasks/iris/best", "alice").status == 200, 60)  # the loop was told
+
+
+def test_a_feed_called_in_the_service_goes_to_the_feed_process_too(fed, iris):
+    """``Service.feed`` with a JSON object takes the same path as the route,
+    so a task's feeds never run in two processes at once."""
+    _task(fed, "frank", "own")
+    frank = fed.service.store.user_by_name("frank")
+    out = fed.service.feed(frank, "own", {"X": iris[0].tolist(), "y": iris[1].tolist()})
+    assert (out["created"], out["n_examples"]) == (True, 150)
 
 
 def test_errors_from_the_feed_process_name_the_field(fed):
