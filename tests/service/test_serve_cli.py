@@ -23,7 +23,8 @@ def test_idle_shutdown_flag_stops_a_served_service(tmp_path):
         server.stop()
 
 
-@pytest.mark.parametrize("flag, value", [("--idle-shutdown", "0"), ("--worker-nice", "25"), ("--upload-ttl", "-1")])
+@pytest.mark.parametrize("flag, value", [("--idle-shutdown", "0"), ("--worker-nice", "25"), ("--upload-ttl", "-1"),
+                                         ("--feed-processes", "-1")])
 def test_serve_rejects_bad_flag_values(tmp_path, flag, value):
     from click.testing import CliRunner
 
@@ -31,3 +32,24 @@ def test_serve_rejects_bad_flag_values(tmp_path, flag, value):
 
     result = CliRunner().invoke(main, ["serve", "--data-dir", str(tmp_path), flag, value])
     assert result.exit_code == 2 and flag in result.output
+
+
+def test_a_memory_store_serves_feeds_in_the_service_and_refuses_feed_processes(tmp_path):
+    """No other process can open ``memory://``: serve drops its default feed
+    process there, and refuses one asked for, naming the option."""
+    import json
+    import urllib.request
+
+    from click.testing import CliRunner
+
+    from ease_jupyter.cli import main
+
+    refused = CliRunner().invoke(main, ["serve", "--data-dir", str(tmp_path), "--db", "memory://",
+                                        "--feed-processes", "1"])
+    assert refused.exit_code == 2 and "--feed-processes" in refused.output and "memory://" in refused.output
+    server = ServeProcess(tmp_path, db_url="memory://")
+    try:
+        with urllib.request.urlopen(server.url + "/api/v1/health", timeout=30) as reply:
+            assert json.loads(reply.read())["status"] == "ok"
+    finally:
+        server.stop()
