@@ -43,6 +43,10 @@ import click
 @click.option("--short-slots", default=0, show_default=True, type=click.IntRange(0, 64),
               help="Slots of each engine kept for short jobs: one user's long jobs may run on at most the engine's "
                    "slots less these (at least one). 0: none.")
+@click.option("--express-slots", default=1, show_default=True, type=click.IntRange(0, 64), metavar="N",
+              help="Worker slots beyond --workers that take only a task's first pick, predicted to take at most "
+                   "--long-job-seconds, while every worker is busy: a newcomer's first model need not wait for "
+                   "someone else's long job. 0: none.")
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8585, show_default=True, type=click.IntRange(0, 65535), help="0 picks a free port.")
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64), help="Local training workers (W).")
@@ -95,7 +99,7 @@ import click
               help="Run as a JupyterHub service: users authenticate with hub API tokens (or the hub's OAuth "
                    "login); the API lives under $JUPYTERHUB_SERVICE_PREFIX, and --host/--port default to "
                    "$JUPYTERHUB_SERVICE_URL.")
-def command(db_url, data_dir, engine, precision, blob_url, policy, cross_user_prior, long_job_seconds, short_slots, host, port, workers, executor, feed_processes, max_running, torch_epochs, mop_partitions,
+def command(db_url, data_dir, engine, precision, blob_url, policy, cross_user_prior, long_job_seconds, short_slots, express_slots, host, port, workers, executor, feed_processes, max_running, torch_epochs, mop_partitions,
             max_torch_workloads, max_json_mb, max_chunk_mb,
             idle_shutdown, worker_nice, upload_ttl, quota_gb, blob_gc, allow_user_models, user_model_timeout,
             notebook_timeout, price_cpu, price_gb, price_gpu, jupyterhub) -> None:
@@ -127,7 +131,7 @@ def command(db_url, data_dir, engine, precision, blob_url, policy, cross_user_pr
         config = ServiceConfig(db_url=db_url, data_dir=data_dir or default_data_dir(), host=host, port=port,
                                engine=engine, precision=precision, blob_url=blob_url, policy=policy,
                                cross_user_prior=cross_user_prior, long_job_seconds=long_job_seconds,
-                               short_slots=short_slots, workers=workers, executor=executor,
+                               short_slots=short_slots, express_slots=express_slots, workers=workers, executor=executor,
                                feed_processes=feed_processes, max_running_per_user=max_running, torch_epochs=torch_epochs,
                                mop_partitions=mop_partitions, max_torch_workloads=max_torch_workloads,
                                max_json_bytes=int(max_json_mb * 1024 * 1024), max_chunk_bytes=int(max_chunk_mb * 1024 * 1024),

@@ -114,6 +114,11 @@ class ServiceConfig:
             ``long_job_seconds`` is long, and one user's long jobs may run on
             at most her engine's slots less ``short_slots`` (at least one),
             keeping slots for short jobs (``loop/lanes.py``; 0: off).
+        express_slots: scikit-learn worker slots beyond ``workers`` that take
+            only a task's first pick on its data, predicted to take at most
+            ``long_job_seconds``, while the ``workers`` slots are all busy
+            (``Admission.pick_express``): a newcomer's first result need not
+            wait for someone else's long job. 0: none.
         state_save_seconds: save the selector state at most this often (0:
             after every change). Each save is a new blob, so a busy service
             may want a few seconds; a restart reconciles an older state with
@@ -145,6 +150,7 @@ class ServiceConfig:
     cross_user_prior: bool = True
     long_job_seconds: float = LONG_SECONDS  # loop/lanes.py: picks predicted longer are long ...
     short_slots: int = RESERVED_SLOTS  # ... and may not fill this many slots per engine (0: none, the default)
+    express_slots: int = 0
     state_save_seconds: float = 0.0
     torch: bool = True
     torch_epochs: int | None = None
@@ -182,6 +188,9 @@ class ServiceConfig:
         if self.feed_processes and self.db_url == "memory://":
             raise ValueError("feed_processes: found a memory:// store, which other processes cannot open; "
                              "expected 0 with it, or a file or PostgreSQL store")
+        if isinstance(self.express_slots, bool) or not (isinstance(self.express_slots, int)
+                                                        and 0 <= self.express_slots <= 64):
+            raise ValueError(f"express_slots: found {self.express_slots!r}, expected an integer from 0 to 64")
         if self.torch_epochs is not None and self.torch_epochs < 1:
             raise ValueError(f"torch_epochs: found {self.torch_epochs}, expected >= 1")
         if self.mop_partitions is not None and self.mop_partitions < 1:

@@ -162,7 +162,9 @@ class Service:
                                                     own_processes=processes,
                                                     grid_workers=1 if config.engine == "local" else config.workers,
                                                     mop_workers=config.workers, mop_partitions=config.mop_partitions),
-                                lane=ShortLane(config.long_job_seconds, config.short_slots))
+                                lane=ShortLane(config.long_job_seconds, config.short_slots),
+                                express={Engine.SKLEARN: executor(SklearnJobs(engine, self.quota), config.express_slots)}
+                                if config.express_slots else None)
 
     def _where_jobs_run(self, engine: Engine, fn: Any, task: Task, job: Job, *args: Any) -> Any:
         """``fn(store, blobs, task.id, job.id, *args)`` where ``engine``'s jobs

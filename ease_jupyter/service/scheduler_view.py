@@ -154,6 +154,11 @@ def rule_words(rule: str | None) -> str | None:
     return sentence[0].upper() + sentence[1:] + "."
 
 
+# A pick that started on an express slot (``Admission.pick_express``), after the reason it was served.
+EXPRESS_WORDS = ("; it starts now, beside the busy workers, because it is {whose} first model and should take "
+                 "only seconds")
+
+
 def served_words(raw: dict[str, Any], you: bool) -> str:
     """Why the task was served, for its owner (``you``) or anyone else."""
     phase = raw.get("phase")
@@ -201,7 +206,8 @@ def decision_view(raw: dict[str, Any] | None, viewer: Viewer, task_names: dict[i
         "user": viewer.label(raw["owner_id"]),
         "task": task_names.get(raw["task_id"]) if mine else None,
         "model": raw.get("model"),
-        "reason": f"serving {'you' if you else viewer.label(raw['owner_id'])} next: {served_words(raw, you)}",
+        "reason": f"serving {'you' if you else viewer.label(raw['owner_id'])} next: {served_words(raw, you)}"
+                  + (EXPRESS_WORDS.format(whose="your task's" if you else "their task's") if raw.get("express") else ""),
         "model_reason": model_words(raw, you),
         "your_wait": waiting_words(raw, viewer.viewer_id),
         "phase": raw.get("phase"),

@@ -24,7 +24,7 @@ def test_idle_shutdown_flag_stops_a_served_service(tmp_path):
 
 
 @pytest.mark.parametrize("flag, value", [("--idle-shutdown", "0"), ("--worker-nice", "25"), ("--upload-ttl", "-1"),
-                                         ("--feed-processes", "-1")])
+                                         ("--feed-processes", "-1"), ("--express-slots", "-1"), ("--express-slots", "65")])
 def test_serve_rejects_bad_flag_values(tmp_path, flag, value):
     from click.testing import CliRunner
 

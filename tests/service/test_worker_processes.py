@@ -59,9 +59,10 @@ def test_workers_are_niced_and_die_with_a_killed_service(tmp_path):
         assert workers, _children(server.pid)
         service_nice = os.getpriority(os.PRIO_PROCESS, server.pid)
         niced = [pid for pid in workers if os.getpriority(os.PRIO_PROCESS, pid) == min(19, service_nice + 5)]
-        # Training workers are niced; the one feed process (easeml serve's default) serves
-        # requests, so it keeps the service's priority. Both die with the service.
-        assert niced and len(workers) - len(niced) == 1, workers
+        # Training workers are niced: the scikit-learn worker (--workers 1), the torch jobs' one
+        # process and easeml serve's default express slot. The one feed process (its default too)
+        # serves requests, so it keeps the service's priority. All die with the service.
+        assert len(niced) == 3 and len(workers) - len(niced) == 1, workers
         assert all(os.getpriority(os.PRIO_PROCESS, pid) == service_nice for pid in workers if pid not in niced)
         server.proc.send_signal(signal.SIGKILL)
         server.proc.wait(30)

@@ -4,7 +4,9 @@ users, the order is ease.ml's selector, not FIFO) and within her budget
 (``budget.BudgetGate``: no new picks over budget or past her deadline;
 queued jobs, which had started before a restart, still go on), and, where
 slots are kept for short jobs (``lanes.ShortLane``, off by default), one
-user's long picks do not fill an engine."""
+user's long picks do not fill an engine. Where an engine has express slots,
+a tenant's first short pick starts there while its own slots are full
+(``Admission.pick_express``)."""
 
 from __future__ import annotations
 
@@ -127,25 +129,104 @@ class Admission:
                         held.append(pick)
                         continue
                     try:
-                        spec = self.epochs(info, spec)  # a torch pick's epochs, as its task is now
-                        job = state.store.create_job(info.task_id, info.version_id, spec.model, spec.config())
+                        job, spec = self._create(info, spec)
                     except StorageError:
                         # Not launched: back to the pool. A pick left pending with no job
                         # would never be trained, and its task would look finished.
                         held.extend(picks[n:])
                         raise
-                    state.last_job_id = max(state.last_job_id, job.id)
-                    self.predicted(job, spec, info)
-                    state.emit_job(job, info.owner_id)
-                    self.launch(job, spec, pick.user, info.owner_id)
-                    self._count_if_long(job.id, pick.user, spec)
-                    self.decided(pick, job, waiting)
+                    self._start(pick, info, job, spec, waiting)
                     per_owner[info.owner_id] += 1
                     launched = True
         finally:
             for pick in held:
                 selector.cancel(pick.user, pick.model)
         return launched
+
+    def _create(self, info: Tenant, spec: JobSpec) -> tuple[Job, JobSpec]:
+        """The pick's job in the store (QUEUED), with a torch pick's epochs as its task is now."""
+        spec = self.epochs(info, spec)
+        job = self.state.store.create_job(info.task_id, info.version_id, spec.model, spec.config())
+        self.state.last_job_id = max(self.state.last_job_id, job.id)
+        return job, spec
+
+    def _start(self, pick: Pick, info: Tenant, job: Job, spec: JobSpec, waiting: "WaitingTasks | None",
+               *, express: bool = False) -> None:
+        self.predicted(job, spec, info)
+        self.state.emit_job(job, info.owner_id)
+        self.launch(job, spec, pick.user, info.owner_id, express=express)
+        self._count_if_long(job.id, pick.user, spec)
+        self.decided(pick, job, waiting, express=express)
+
+    def pick_express(self) -> bool:
+        """While an engine's own slots are all taken, a tenant's first pick
+        (no result on its data version, nothing of it running), predicted
+        short (``ShortLane.is_long`` says no, at the selector's cost
+        estimate), starts at once on one of the engine's express slots
+        (``LoopState.express``). A newcomer whose models take a second then
+        has her first result within about that second, not after someone
+        else's long job ends: what each user running her own optimizer in
+        her own process gets, at the price of processes beyond the engine's
+        slots. The rule still chooses: the loop takes its next picks while
+        they are first picks, and starts those that fit an express slot; the
+        first pick that is not a first pick ends the search (the default
+        rule serves every newcomer before anyone else, so none is left
+        behind it; under other rules one may be, and waits for a worker).
+        The picks not started go back to the pool. True when one started."""
+        state = self.state
+        selector = state.selector
+        if selector is None or not state.tenants or not self._express_free():
+            return False
+        per_owner = state.running_per_owner()
+        held: list[Pick] = []
+        launched = False
+        try:
+            for _ in range(len(state.tenants)):
+                picks = selector.next_picks(1)
+                if not picks:
+                    break
+                pick = picks[0]
+                info = state.tenants[pick.user]
+                spec = info.configs[pick.model]
+                if not self._first_pick(pick):
+                    held.append(pick)
+                    break
+                if not self._express_admits(pick, spec, info.owner_id, per_owner):
+                    held.append(pick)  # pending meanwhile, so the next ask offers another tenant's
+                    continue
+                try:
+                    job, spec = self._create(info, spec)
+                except StorageError:
+                    held.append(pick)
+                    raise
+                self._start(pick, info, job, spec, None, express=True)
+                per_owner[info.owner_id] += 1
+                launched = True
+                if not self._express_free():
+                    break
+        finally:
+            for pick in held:
+                selector.cancel(pick.user, pick.model)
+        return launched
+
+    def _express_free(self) -> bool:
+        """Whether an engine with every own slot taken has a free express slot."""
+        return any(self.state.free_express(e) > 0 and self.state.engine_full(e) for e in self.state.express)
+
+    def _first_pick(self, pick: Pick) -> bool:
+        """Whether the pick is its tenant's first: no result, and nothing else of it running."""
+        state = self.state
+        return (not any(r.tenant == pick.user for r in state.running.values())
+                and state.selector.stats(pick.user)["n_obs"] == 0)
+
+    def _express_admits(self, pick: Pick, spec: JobSpec, owner_id: int, per_owner) -> bool:
+        """Whether a first pick may start on an express slot of its engine now."""
+        state = self.state
+        if not (state.free_express(spec.engine) > 0 and state.engine_full(spec.engine)):
+            return False
+        if per_owner[owner_id] >= state.cap or self.holds.on_hold(pick.user) or self.budget.holds(owner_id, spec.engine):
+            return False
+        return not self.lane.is_long(state.selector.cost(pick.user, pick.model))
 
     def _in_lane(self, pick: Pick, spec: JobSpec, owner_id: int) -> bool:
         """Whether the pick may start beside its owner's long jobs running on
@@ -171,17 +252,17 @@ class Admission:
         except Exception:  # noqa: BLE001 - a missing prediction must never hold back a pick
             log.warning("could not record the predicted cost of job %d", job.id, exc_info=True)
 
-    def launch(self, job: Job, spec: JobSpec, tenant: str, owner_id: int) -> None:
-        """Hand the job to the executor of its engine kind."""
+    def launch(self, job: Job, spec: JobSpec, tenant: str, owner_id: int, *, express: bool = False) -> None:
+        """Hand the job to the executor of its engine kind (its express slots' with ``express``)."""
         state = self.state
         engine = spec.engine
-        state.running[job.id] = Running(job.id, tenant, spec.arm, owner_id, job.task_id, engine)
+        state.running[job.id] = Running(job.id, tenant, spec.arm, owner_id, job.task_id, engine, express)
         state.publish(owner_id, {"type": "job", "task_id": job.task_id, "job_id": job.id, "status": "running",
                                  "model": job.model, "config": dict(job.config)})
-        future: Future = state.executors[engine].submit(job.id)
+        future: Future = (state.express if express else state.executors)[engine].submit(job.id)
         future.add_done_callback(lambda _f, job_id=job.id: self.on_done(job_id))
 
-    def decided(self, pick: Pick, job: Job, waiting: "WaitingTasks | None" = None) -> None:
+    def decided(self, pick: Pick, job: Job, waiting: "WaitingTasks | None" = None, *, express: bool = False) -> None:
         """Keep and announce the explanation of a launched pick: the pick's
         own (``Pick.explain``, tenants by name) plus the task, owner and job,
         the selector's rule and model chooser, and the other tasks left
@@ -194,7 +275,7 @@ class Admission:
         why = pick.explain()
         candidates = why["candidates"]
         waiting = waiting if waiting is not None else WaitingTasks(state)
-        why.update(tenant=pick.user, mode=selector.mode, rule=selector.policy, chooser=policy_spec(selector.policy)[1],
+        why.update(tenant=pick.user, express=express, mode=selector.mode, rule=selector.policy, chooser=policy_spec(selector.policy)[1],
                    waiting=waiting.besides(pick.user), task_id=info.task_id, owner_id=info.owner_id,
                    job_id=job.id, time=time.time(), candidates=None if candidates is None else [
                        {"tenant": name, "task_id": tenants[name].task_id,

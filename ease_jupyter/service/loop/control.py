@@ -47,14 +47,16 @@ class ControlLoop:
                  tick_seconds: float = 0.5, seed: int | None = 0, save_every_seconds: float = 0.0,
                  torch_epochs: int | None = None, on_decision: Callable[[dict], None] | None = None,
                  policy: str = DEFAULT_POLICY, cross_user_prior: bool = True, prices: Prices = DEFAULT_PRICES,
-                 pools: Pools | None = None, lane: ShortLane | None = None):
+                 pools: Pools | None = None, lane: ShortLane | None = None,
+                 express: dict[Engine, JobExecutor] | None = None):
         self.store, self.blobs, self.executors = store, blobs, executors
         self.publish = publish or (lambda owner, event: None)
         self.tick = tick_seconds
         self.seed = seed
         self.policy = policy
         self.error: BaseException | None = None  # the last turn's unexpected failure (/admin/progress)
-        self.state = LoopState(store, blobs, executors, self.publish, int(max_running_per_user))
+        self.state = LoopState(store, blobs, executors, self.publish, int(max_running_per_user),
+                               express=dict(express or {}))
         # The arms' cost estimates assume DEFAULT_EPOCHS where epochs follow the data size;
         # a pick's own epochs are set when it is launched (PickEpochs), and measured jobs correct the estimates.
         self.torch_epochs = None if torch_epochs is None else int(torch_epochs)
@@ -102,7 +104,7 @@ class ControlLoop:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
-        for executor in self.executors.values():
+        for executor in [*self.executors.values(), *self.state.express.values()]:
             executor.shutdown()
         self.priors.join(timeout=30)  # a refit reading the store must be done before the store closes
         with self._lock, one_blas_thread():
@@ -224,6 +226,7 @@ class ControlLoop:
                 changed |= self._update_prior()
                 changed |= self.admission.start_queued()
                 changed |= self.admission.pick()
+                changed |= self.admission.pick_express()
             except StorageError:
                 self._resume_later()
                 raise

@@ -54,6 +54,7 @@ class Running:
     owner_id: int
     task_id: int
     engine: Engine = Engine.SKLEARN
+    express: bool = False  # on an express slot (``LoopState.express``), beside the engine's own
 
 
 @dataclass
@@ -63,6 +64,9 @@ class LoopState:
     executors: dict[Engine, JobExecutor]
     publish: Callable[[int, dict], None]  # (owner id, event)
     cap: int  # running jobs per owner (ACAI §3.3)
+    # Per engine, an executor of slots beyond its own that take only a tenant's
+    # first pick, predicted short (``Admission.pick_express``); none by default.
+    express: dict[Engine, JobExecutor] = field(default_factory=dict)
     selector: Selector | None = None  # made or restored by ``recovery.recover``
     tenants: dict[str, Tenant] = field(default_factory=dict)
     running: dict[int, Running] = field(default_factory=dict)
@@ -75,7 +79,7 @@ class LoopState:
         return sum(e.workers for e in self.executors.values())
 
     def free(self) -> int:
-        return self.workers - len(self.running)
+        return self.workers - sum(not r.express for r in self.running.values())
 
     def running_per_owner(self) -> Counter:
         return Counter(r.owner_id for r in self.running.values())
@@ -85,7 +89,14 @@ class LoopState:
         executor = self.executors.get(engine)
         if executor is None:
             return 0
-        return max(0, executor.workers - sum(r.engine is engine for r in self.running.values()))
+        return max(0, executor.workers - sum(r.engine is engine and not r.express for r in self.running.values()))
+
+    def free_express(self, engine: Engine) -> int:
+        """Free express slots of ``engine`` (0 without them)."""
+        executor = self.express.get(engine)
+        if executor is None:
+            return 0
+        return max(0, executor.workers - sum(r.engine is engine and r.express for r in self.running.values()))
 
     def engine_full(self, engine: Engine) -> bool:
         """Each executor has its own slots: a torch pick must not take a
