@@ -69,7 +69,7 @@ class ControlLoop:
         self.provisioner = PickProvisioner(
             store, self.profile, flops=lambda task, spec, n, res: self.costs.flops_seconds(task, spec, n, res),
             pools=pools, prices=prices, gpu_pool=lambda: self.gpu_pool,
-            owners=lambda: len({t.owner_id for t in list(self.state.tenants.values())}),
+            owners=lambda: self.state.tenants.owners(),
             limits=lambda owner: self.budget.limits(owner),
             running=lambda owner: [r.job_id for r in list(self.state.running.values()) if r.owner_id == owner])
         self.costs.provisioner = self.provisioner

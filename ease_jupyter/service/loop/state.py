@@ -46,6 +46,41 @@ class Tenant:
         return task, n
 
 
+class Tenants(dict):
+    """The loop's tenants by name, counting the tenants of each owner as they
+    come and go, so that the number of owners (the provisioner's fair share
+    asks it once per arm priced) costs no pass over every tenant."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._per_owner: Counter = Counter()
+
+    def __setitem__(self, name: str, tenant: Tenant) -> None:
+        if name in self:
+            self._forget(self[name].owner_id)
+        super().__setitem__(name, tenant)
+        self._per_owner[tenant.owner_id] += 1
+
+    def __delitem__(self, name: str) -> None:
+        owner_id = self[name].owner_id
+        super().__delitem__(name)
+        self._forget(owner_id)
+
+    def _forget(self, owner_id: int) -> None:
+        self._per_owner[owner_id] -= 1
+        if not self._per_owner[owner_id]:
+            del self._per_owner[owner_id]
+
+    def owners(self) -> int:
+        """How many owners have a tenant."""
+        return len(self._per_owner)
+
+    def _unsupported(self, *args, **kwargs):
+        raise TypeError("Tenants change only by item: tenants[name] = tenant, del tenants[name]")
+
+    pop = popitem = clear = update = setdefault = __ior__ = _unsupported
+
+
 @dataclass
 class Running:
     job_id: int
@@ -68,7 +103,7 @@ class LoopState:
     # first pick, predicted short (``Admission.pick_express``); none by default.
     express: dict[Engine, JobExecutor] = field(default_factory=dict)
     selector: Selector | None = None  # made or restored by ``recovery.recover``
-    tenants: dict[str, Tenant] = field(default_factory=dict)
+    tenants: Tenants = field(default_factory=Tenants)
     running: dict[int, Running] = field(default_factory=dict)
     # False once no job was left QUEUED: admission and the idle view skip their query
     maybe_queued: bool = True
