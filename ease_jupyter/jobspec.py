@@ -98,6 +98,11 @@ class SklearnGrid:
         keys = [k for k, _ in self.grid]
         return [dict(zip(keys, combo)) for combo in itertools.product(*(v for _, v in self.grid))]
 
+    @property
+    def n_points(self) -> int:
+        """``len(points())``, without making them (pricing asks it for every arm)."""
+        return math.prod(len(v) for _, v in self.grid)
+
     def config(self) -> dict[str, Any]:
         return {"grid": self.options, **_own(self.code, self.limit)}
 
@@ -132,6 +137,8 @@ class SingleConfig:
 
     def points(self) -> list[dict[str, Any]]:
         return [dict(self.params)]
+
+    n_points: ClassVar[int] = 1
 
     def config(self) -> dict[str, Any]:
         return dict(self.params)
@@ -174,6 +181,11 @@ class TorchWorkload:
         keys = [k for k, _ in self.options]
         rest = [dict(zip(keys, combo)) for combo in itertools.product(*(v for _, v in self.options))]
         return [{"lr": lr, **other} for lr in self.lrs for other in rest]
+
+    @property
+    def n_points(self) -> int:
+        """``len(points())``, without making them."""
+        return len(self.lrs) * math.prod(len(v) for _, v in self.options)
 
     def config(self) -> dict[str, Any]:
         grid = {"grid": {k: list(v) for k, v in self.options}} if self.options else {}

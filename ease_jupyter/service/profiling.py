@@ -186,7 +186,7 @@ class ProfileBook:
         d, k = task_size(task)
         epochs = spec.epochs if isinstance(spec, TorchWorkload) else 1
         return JobFeatures(family_of(task, spec), spec.engine.value, n=int(n), d=d, k=k,
-                           points=len(spec.points()), epochs=epochs,
+                           points=spec.n_points, epochs=epochs,
                            partitions=res.partitions if isinstance(spec, TorchWorkload) else 1,
                            threads=res.threads, workers=res.workers, device=res.device,
                            memory_bytes=res.memory_bytes)

@@ -135,3 +135,17 @@ def test_grid_tasks_run_on_the_services_dask_cluster(tmp_path, iris):
     finally:
         r.thread.stop()
     assert cluster.status.name == "closed"
+
+
+@pytest.mark.parametrize("shapes", [([4], [3]), ([16], [1]), ([8, 8, 1], [4])])
+def test_n_points_counts_the_points_of_every_candidates_pick(shapes):
+    from ease_jupyter.jobspec import SingleConfig, TorchWorkload
+    from ease_jupyter.schema import program_from_shapes
+    from ease_jupyter.zoo import candidates
+
+    specs = [SingleConfig("logreg", (("C", 1.0),)),
+             TorchWorkload("own", (0.1, 0.01), options=(("width", (8, 16, 32)), ("depth", (1, 2))), code="blob")]
+    for cand in candidates(program_from_shapes(*shapes)):
+        specs.append(SklearnGrid.of(cand) if cand.engine is Engine.SKLEARN else TorchWorkload.of(cand))
+    assert all(spec.n_points == len(spec.points()) for spec in specs)
+    assert {spec.n_points for spec in specs} != {1}  # grids of several points among them

@@ -82,7 +82,7 @@ def fan_out(spec: JobSpec, resources: Resources) -> int:
     """How many of a pick's configs run side by side on ``resources``: its
     grid's points over the workers (a Seneca grid), or its configs over the
     MOP workload's partitions, one worker each (Cerebro §3.1)."""
-    return max(1, min(resources.workers, len(spec.points())))
+    return max(1, min(resources.workers, spec.n_points))
 
 
 def spec_flops(task: Task, spec: JobSpec, n: int, epochs: int | None = None) -> float:
@@ -92,7 +92,7 @@ def spec_flops(task: Task, spec: JobSpec, n: int, epochs: int | None = None) -> 
     cand = task_candidates(task).get(spec.model)
     if cand is None:
         return 1e6
-    n_configs = len(spec.points())
+    n_configs = spec.n_points
     if spec.engine is not Engine.TORCH:
         return max(cand.cost(n), 1.0) * n_configs
     return max(cand.cost(n), 1.0) * pick_schedule(n_configs, epochs or spec.epochs).config_epochs
