@@ -42,6 +42,11 @@ schedule, candidates, grids and epochs:
   running when users come).
 * ``fifo``: the same with ``--policy fifo``: tasks served in the order they
   arrived, each task's models in the zoo's order.
+* ``easeml_no_express`` (only when named in ``--arms``): ``easeml`` with
+  ``--express-slots 0``, without the slot beyond ``--workers`` that takes a
+  task's first short pick while every worker is busy (``easeml serve``'s
+  default is one); ``express_slots`` in the JSON is
+  ``t(easeml_no_express) / t(easeml)`` per loss level.
 * ``easeml_no_prior`` (only when named in ``--arms``): the default rule with
   ``--no-cross-user-prior``, the selector's prior from the model descriptors
   alone. Every service arm starts on a fresh data dir, so ``easeml`` starts
@@ -132,7 +137,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -146,9 +151,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import image_matrix as im
 
 ARMS = ("easeml", "fifo", "optuna_per_user")  # the default --arms
-ALL_ARMS = (*ARMS, "easeml_no_prior")
-POLICY = {"easeml": "default", "fifo": "fifo", "easeml_no_prior": "default"}
-SERVE_FLAGS = {"easeml_no_prior": ("--no-cross-user-prior",)}  # beyond --policy
+ALL_ARMS = (*ARMS, "easeml_no_prior", "easeml_no_express")
+POLICY = {"easeml": "default", "fifo": "fifo", "easeml_no_prior": "default", "easeml_no_express": "default"}
+SERVE_FLAGS = {"easeml_no_prior": ("--no-cross-user-prior",), "easeml_no_express": ("--express-slots", "0")}  # beyond --policy
 WORKERS = 2  # easeml serve --workers in every arm, fewer than the users of each kind
 LEVELS = ("0.05", "0.02", "0.01")
 TARGET_LEVEL = "0.02"
@@ -156,6 +161,7 @@ TARGET_RATIO = {"optuna_per_user": 2.0, "fifo": 1.5}
 HOLDOUT = 0.1
 DUPLICATES_BEFORE_ENQUEUE = 30
 SMOKE_USERS = ("ada", "cy", "gus")  # --smoke: iris, wine and a small image task of the quick schedule
+SMOKE_GAP = 1.0  # --smoke: seconds between its users' arrivals (on the quick schedule gus would come at 12 s)
 
 
 # -- the users -------------------------------------------------------------------------
@@ -380,18 +386,19 @@ def summarize(runs: dict[str, list[dict[str, Any]]], names: Sequence[str], budge
     out = {"reference_accuracy": reference, "arms": arms,
            "targets": targets(arms, names, budget, held_out, last_arrival)}
     if "easeml" in arms and "easeml_no_prior" in arms:
-        out["cross_user_prior"] = prior_effect(arms, budget)
+        out["cross_user_prior"] = variant_effect(arms["easeml_no_prior"], arms["easeml"], budget)
+    if "easeml" in arms and "easeml_no_express" in arms:
+        out["express_slots"] = variant_effect(arms["easeml_no_express"], arms["easeml"], budget)
     return out
 
 
-def prior_effect(arms: dict[str, Any], budget: float) -> dict[str, Any]:
-    """What the cross-user prior brings, for information (no target): per
-    loss level, ``t_easeml_no_prior / t_easeml`` of the mean times (above 1:
-    the prior helped), and the same per repetition."""
-    ours, other = arms["easeml"], arms["easeml_no_prior"]
-    return {lvl: {**ratio(other["time_to_loss"][lvl], ours["time_to_loss"][lvl], budget),
+def variant_effect(without: dict[str, Any], with_: dict[str, Any], budget: float) -> dict[str, Any]:
+    """What a service setting brings, for information (no target): per loss
+    level, ``t_without / t_with`` of the mean times (above 1: the setting
+    helped), and the same per repetition."""
+    return {lvl: {**ratio(without["time_to_loss"][lvl], with_["time_to_loss"][lvl], budget),
                   "per_repetition": [ratio(o["time_to_loss"][lvl], e["time_to_loss"][lvl], budget)["ratio"]
-                                     for o, e in zip(other["runs"], ours["runs"])]}
+                                     for o, e in zip(without["runs"], with_["runs"])]}
             for lvl in LEVELS}
 
 
@@ -567,7 +574,8 @@ def run_optuna_arm(data: list[UserData], setup: Setup, rep: int, say: Callable[[
     with tempfile.TemporaryDirectory(prefix="easeml-workload-optuna-") as scratch:
         procs = []  # (user, spec, log file, process); the logs are closed in the finally below
         for index, d in enumerate(data):
-            spec = {"quick": setup.quick, "user": d.user.name, "seed": 1000 * rep + index, "budget": setup.budget,
+            spec = {"quick": setup.quick, "user": d.user.name, "arrival": d.user.arrival,
+                    "seed": 1000 * rep + index, "budget": setup.budget,
                     "torch_epochs": setup.torch_epochs, "partitions": setup.workers, "nice": setup.worker_nice,
                     "trials": str(Path(scratch) / f"{d.user.name}.trials"),
                     "out": str(Path(scratch) / f"{d.user.name}.json")}
@@ -674,7 +682,7 @@ def optuna_child(spec_path: str) -> None:
         os._exit(1)
     t0 = float(line)
     budget = spec["budget"]
-    time.sleep(max(0.0, t0 + d.user.arrival - time.time()))
+    time.sleep(max(0.0, t0 + spec["arrival"] - time.time()))
     datasets.feed(store, blobs, task, d.X[d.fed], d.y[d.fed])
     version = store.latest_dataset_version(task.id)
 
@@ -757,11 +765,13 @@ def render_markdown(payload: dict[str, Any]) -> str:
                  for a in arms]
         lines.append(f"| {u['name']} | " + " | ".join("never" if w is None else w if isinstance(w, str) else f"{w:.1f}"
                                                       for w in waits) + " |")
-    if "cross_user_prior" in payload:
-        lines += ["", "The cross-user prior: t(easeml_no_prior) / t(easeml) (above 1: the prior helped):", ""]
-        for lvl, r in payload["cross_user_prior"].items():
-            bound = ">= " if r["lower_bound"] else ""
-            lines.append(f"- t({lvl}): {bound}{r['ratio']} (per repetition {r['per_repetition']})")
+    for key, title in (("cross_user_prior", "The cross-user prior: t(easeml_no_prior) / t(easeml) (above 1: the prior helped)"),
+                       ("express_slots", "The express slot: t(easeml_no_express) / t(easeml) (above 1: it helped)")):
+        if key in payload:
+            lines += ["", f"{title}:", ""]
+            for lvl, r in payload[key].items():
+                bound = ">= " if r["lower_bound"] else ""
+                lines.append(f"- t({lvl}): {bound}{r['ratio']} (per repetition {r['per_repetition']})")
     lines += ["", "Targets:", ""] if payload["targets"] else []
     for name, t in payload["targets"].items():
         if "ratio" in t:
@@ -790,7 +800,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help=f"comma-separated, from {', '.join(ALL_ARMS)} (default {','.join(ARMS)})")
     parser.add_argument("--out", type=Path, default=None, help="JSON path (default benchmarks/results/workload[_quick].json)")
     parser.add_argument("--smoke", action="store_true",
-                        help="3 small quick users, a 120 s budget (an arm stops when every task is idle), easeml and optuna_per_user only (for tests)")
+                        help="3 small quick users arriving 1 s apart, a 120 s budget (an arm stops when every task is idle), easeml and optuna_per_user only (for tests)")
     parser.add_argument("--optuna-child", metavar="SPEC", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.optuna_child:
@@ -811,6 +821,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                   torch_workloads=args.max_torch_workloads or args.workers, poll=1.0, quick=quick)
     reps = args.reps or (1 if quick else 2)
     people = [u for u in users(quick) if not args.smoke or u.name in SMOKE_USERS]
+    if args.smoke:  # the same users in the same order, arriving closer together
+        people = [replace(u, arrival=i * SMOKE_GAP) for i, u in enumerate(people)]
     data = [load_user(u) for u in people]
     out = args.out or RESULTS / f"workload{'_quick' if quick else ''}.json"
     say = lambda text: print(text, flush=True)

@@ -186,6 +186,24 @@ def test_the_no_prior_arm_runs_the_default_rule_without_the_cross_user_prior_and
     json.dumps(out)
 
 
+def test_the_no_express_arm_differs_by_the_express_slot_alone_and_is_compared(wl):
+    assert "easeml_no_express" in wl.ALL_ARMS and "easeml_no_express" not in wl.ARMS
+    assert wl.POLICY["easeml_no_express"] == wl.POLICY["easeml"] == "default"
+    setup = wl.Setup(workers=2, torch_epochs=2, budget=75.0, warmup=3.0, worker_nice=5, torch_workloads=2,
+                     poll=1.0, quick=True)
+    with_slot, without = wl.serve_args("easeml", setup), wl.serve_args("easeml_no_express", setup)
+    i = without.index("--express-slots")
+    assert without[i + 1] == "0" and without[:i] + without[i + 2:] == with_slot  # serve's default is one slot
+    assert "--express-slots" not in with_slot
+    runs = {"easeml": [_run({"a": [(2.0, 0.9)]}, {"a": 0.9}), _run({"a": [(4.0, 0.9)]}, {"a": 0.9})],
+            "easeml_no_express": [_run({"a": [(6.0, 0.9)]}, {"a": 0.9}), _run({"a": [(5.0, 0.9)]}, {"a": 0.9})]}
+    out = wl.summarize(runs, ["a"], budget=10.0)
+    effect = out["express_slots"]["0.02"]
+    assert (effect["ratio"], effect["lower_bound"], effect["per_repetition"]) == (round(5.5 / 3.0, 3), False,
+                                                                                 [3.0, 1.25])
+    assert "express_slots" not in wl.summarize({"easeml": runs["easeml"]}, ["a"], budget=10.0)
+
+
 def test_an_unknown_arm_is_refused_naming_every_arm(wl, capsys):
     with pytest.raises(SystemExit):
         wl.main(["--arms", "easeml,nope"])

@@ -36,14 +36,21 @@ _LISTENING = re.compile(r"listening on (http://[\d.]+:\d+)/api/v1")
 
 def add_user(data_dir: str | Path, name: str, *, admin: bool = False, db_url: str | None = None,
              cwd: str | Path | None = None) -> str:
-    """``easeml users add`` on the service's database; returns the token it prints."""
-    cmd = [sys.executable, "-m", "ease_jupyter", "users", "add", name, "--data-dir", str(data_dir)]
-    cmd += ["--admin"] if admin else []
-    cmd += ["--db", db_url] if db_url else []
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=cwd)
-    if out.returncode != 0:
-        raise RuntimeError(f"easeml users add {name} failed: {out.stderr[-2000:]}")
-    return out.stdout.strip().splitlines()[-1]
+    """``easeml users add`` on the service's database; returns the token it
+    prints. The command runs in this process (click's test runner): a
+    second interpreter would spend seconds importing what this one has.
+    ``cwd``: where a relative ``data_dir`` is found."""
+    from click.testing import CliRunner
+
+    from ..cli import main
+
+    args = ["users", "add", name, "--data-dir", str(Path(cwd or ".") / data_dir)]
+    args += ["--admin"] if admin else []
+    args += ["--db", db_url] if db_url else []
+    result = CliRunner().invoke(main, args)
+    if result.exit_code != 0:
+        raise RuntimeError(f"easeml users add {name} failed: {result.output[-2000:]}") from result.exception
+    return result.output.strip().splitlines()[-1]
 
 
 class ServeProcess:
