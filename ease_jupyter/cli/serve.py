@@ -44,9 +44,9 @@ import click
               help="Slots of each engine kept for short jobs: one user's long jobs may run on at most the engine's "
                    "slots less these (at least one). 0: none.")
 @click.option("--express-slots", default=1, show_default=True, type=click.IntRange(0, 64), metavar="N",
-              help="Worker slots beyond --workers that take only a task's first pick, predicted to take at most "
-                   "--long-job-seconds, while every worker is busy: a newcomer's first model need not wait for "
-                   "someone else's long job. 0: none.")
+              help="Job slots per engine (scikit-learn, torch) beyond its own that take only a task's first "
+                   "pick, predicted to take at most --long-job-seconds, while the engine's own slots are busy: a "
+                   "newcomer's first model need not wait for someone else's long job. 0: none.")
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8585, show_default=True, type=click.IntRange(0, 65535), help="0 picks a free port.")
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64), help="Local training workers (W).")

@@ -114,11 +114,12 @@ class ServiceConfig:
             ``long_job_seconds`` is long, and one user's long jobs may run on
             at most her engine's slots less ``short_slots`` (at least one),
             keeping slots for short jobs (``loop/lanes.py``; 0: off).
-        express_slots: scikit-learn worker slots beyond ``workers`` that take
-            only a task's first pick on its data, predicted to take at most
-            ``long_job_seconds``, while the ``workers`` slots are all busy
-            (``Admission.pick_express``): a newcomer's first result need not
-            wait for someone else's long job. 0: none.
+        express_slots: job slots per engine (scikit-learn, and torch when
+            it trains torch) beyond its own, in executors of their own, that
+            take only a task's first pick on its data, predicted to take at
+            most ``long_job_seconds``, while the engine's own slots are all
+            busy (``Admission.pick_express``): a newcomer's first result need
+            not wait for someone else's long job. 0: none.
         state_save_seconds: save the selector state at most this often (0:
             after every change). Each save is a new blob, so a busy service
             may want a few seconds; a restart reconciles an older state with

@@ -19,11 +19,11 @@ from .conftest import IRIS_MODELS, ManualExecutor, start
 LONG, SHORT = 300.0, 0.5  # hand-made predicted seconds: every arm of a "costly" task, of any other
 
 
-def add_task(store, blobs, owner: str, name: str):
+def add_task(store, blobs, owner: str, name: str, shape=(4,)):
     user = store.create_user(owner, owner[0] * 64)
-    task = store.create_task(user.id, name, format_program(program_from_shapes([4], [3])))
+    task = store.create_task(user.id, name, format_program(program_from_shapes(list(shape), [3])))
     rng = np.random.default_rng(len(name))
-    datasets.feed(store, blobs, task, rng.normal(size=(30, 4)).astype("float32"), rng.integers(0, 3, 30))
+    datasets.feed(store, blobs, task, rng.normal(size=(30, *shape)).astype("float32"), rng.integers(0, 3, 30))
     return task
 
 
@@ -34,13 +34,14 @@ def active(store, task) -> list:
 class Case:
     """One worker slot, busy with Eve's costly task; ``express`` slots beside it."""
 
-    def __init__(self, express: int):
+    def __init__(self, express: int, engine: Engine = Engine.SKLEARN):
         self.store, self.blobs = InMemoryStore(), MemoryBlobStore()
+        self.shape = (8, 8, 1) if engine is Engine.TORCH else (4,)  # an image task's arms are torch nets
         self.worker = ManualExecutor(self.store, workers=1)
         self.express = ManualExecutor(self.store, workers=express) if express else None
-        self.loop = ControlLoop(self.store, self.blobs, executors={Engine.SKLEARN: self.worker},
-                                express={Engine.SKLEARN: self.express} if express else None,
-                                max_running_per_user=2)
+        self.loop = ControlLoop(self.store, self.blobs, executors={engine: self.worker},
+                                express={engine: self.express} if express else None,
+                                max_running_per_user=2, torch_epochs=1 if engine is Engine.TORCH else None)
         # the profiler and the FLOPs proxy are not under test: every arm costs what the case says
         self.loop.costs.arm_costs = lambda task, configs, arms, n: {
             k: LONG if task.name.startswith("costly") else SHORT for k in arms}
@@ -48,7 +49,7 @@ class Case:
         self.costly = self.arrive("eve", "costly")
 
     def arrive(self, owner: str, name: str):
-        task = add_task(self.store, self.blobs, owner, name)
+        task = add_task(self.store, self.blobs, owner, name, self.shape)
         self.loop.notify(task.id)
         self.loop.step()  # no job finishes here: what starts, starts within the newcomer's own wait
         return task
@@ -61,8 +62,8 @@ class Case:
 def case():
     made: list[Case] = []
 
-    def make(express: int) -> Case:
-        made.append(Case(express))
+    def make(express: int, engine: Engine = Engine.SKLEARN) -> Case:
+        made.append(Case(express, engine))
         return made[-1]
 
     yield make
@@ -77,6 +78,15 @@ def test_a_newcomers_short_first_pick_starts_on_the_express_slot_while_the_worke
     assert len(active(c.store, fay)) == 1  # no job ended, and yet her first model trains
     assert [job_id for job_id, _ in c.express.running] == [j.id for j in active(c.store, fay)]
     assert len(c.worker.running) == 1 and len(active(c.store, c.costly)) == 1  # the worker's job is eve's still
+
+
+def test_an_image_newcomers_first_net_starts_on_the_torch_express_slot(case):
+    c = case(express=1, engine=Engine.TORCH)
+    assert len(active(c.store, c.costly)) == 1 and len(c.worker.running) == 1  # eve's costly net has the slot
+    fay = c.arrive("fay", "small images")
+    (job,) = active(c.store, fay)
+    assert [job_id for job_id, _ in c.express.running] == [job.id]
+    assert c.loop.state.running[job.id].engine is Engine.TORCH and c.loop.state.running[job.id].express
 
 
 def test_the_express_slot_takes_one_first_pick_and_no_second_one(case):

@@ -60,9 +60,9 @@ def test_workers_are_niced_and_die_with_a_killed_service(tmp_path):
         service_nice = os.getpriority(os.PRIO_PROCESS, server.pid)
         niced = [pid for pid in workers if os.getpriority(os.PRIO_PROCESS, pid) == min(19, service_nice + 5)]
         # Training workers are niced: the scikit-learn worker (--workers 1), the torch jobs' one
-        # process and easeml serve's default express slot. The one feed process (its default too)
-        # serves requests, so it keeps the service's priority. All die with the service.
-        assert len(niced) == 3 and len(workers) - len(niced) == 1, workers
+        # process and easeml serve's default express slot of each. The one feed process (its
+        # default too) serves requests, so it keeps the service's priority. All die with the service.
+        assert len(niced) == 4 and len(workers) - len(niced) == 1, workers
         assert all(os.getpriority(os.PRIO_PROCESS, pid) == service_nice for pid in workers if pid not in niced)
         server.proc.send_signal(signal.SIGKILL)
         server.proc.wait(30)
