@@ -145,15 +145,15 @@ class Service:
                                        publish=self.events.publish)
             return ThreadExecutor(runner, self.store, self.blobs, workers, publish=self.events.publish)
 
-        torch_jobs = TorchJobs(engine, config.workers, config.seed or 0, config.mop_partitions, self.quota,
-                               config.precision, config.blob_url)
-        executors = {Engine.SKLEARN: executor(SklearnJobs(engine, self.quota), config.workers)}
+        runners = {Engine.SKLEARN: SklearnJobs(engine, self.quota),
+                   Engine.TORCH: TorchJobs(engine, config.workers, config.seed or 0, config.mop_partitions,
+                                           self.quota, config.precision, config.blob_url)}
+        executors = {Engine.SKLEARN: executor(runners[Engine.SKLEARN], config.workers)}
         if config.torch:  # several MOP workloads at once, on one engine of `workers` workers
-            executors[Engine.TORCH] = executor(torch_jobs, config.max_torch_workloads)
+            executors[Engine.TORCH] = executor(runners[Engine.TORCH], config.max_torch_workloads)
         # Express slots (Admission.pick_express): per engine, job slots of their own beside these.
-        express = {kind: executor(runner, config.express_slots) for kind, runner in
-                   ((Engine.SKLEARN, SklearnJobs(engine, self.quota)), (Engine.TORCH, torch_jobs))
-                   if kind in executors} if config.express_slots else None
+        express = ({kind: executor(runners[kind], config.express_slots) for kind in executors}
+                   if config.express_slots else None)
         self.loop = ControlLoop(self.store, self.blobs, executors=executors, torch_epochs=config.torch_epochs,
                                 max_running_per_user=config.max_running_per_user,
                                 publish=notify.Notifier(self.store, self.events.publish),

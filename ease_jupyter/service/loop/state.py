@@ -121,17 +121,18 @@ class LoopState:
 
     def free_slots(self, engine: Engine) -> int:
         """Free slots of ``engine``'s executor (0 without one)."""
-        executor = self.executors.get(engine)
-        if executor is None:
-            return 0
-        return max(0, executor.workers - sum(r.engine is engine and not r.express for r in self.running.values()))
+        return self._free(engine, express=False)
 
     def free_express(self, engine: Engine) -> int:
         """Free express slots of ``engine`` (0 without them)."""
-        executor = self.express.get(engine)
+        return self._free(engine, express=True)
+
+    def _free(self, engine: Engine, *, express: bool) -> int:
+        executor = (self.express if express else self.executors).get(engine)
         if executor is None:
             return 0
-        return max(0, executor.workers - sum(r.engine is engine and r.express for r in self.running.values()))
+        return max(0, executor.workers - sum(r.engine is engine and r.express is express
+                                             for r in self.running.values()))
 
     def engine_full(self, engine: Engine) -> bool:
         """Each executor has its own slots: a torch pick must not take a
