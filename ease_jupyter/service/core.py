@@ -139,10 +139,10 @@ class Service:
         processes = config.executor == "process" and config.db_url != "memory://"
         engine = self._engine_address(config)
 
-        def executor(runner: JobRunner, workers: int) -> JobExecutor:
+        def executor(runner: JobRunner, workers: int, *, start_workers: bool = True) -> JobExecutor:
             if processes:
                 return ProcessExecutor(runner, config.db_url, data_dir, workers, nice=config.worker_nice,
-                                       publish=self.events.publish)
+                                       publish=self.events.publish, start_workers=start_workers)
             return ThreadExecutor(runner, self.store, self.blobs, workers, publish=self.events.publish)
 
         runners = {Engine.SKLEARN: SklearnJobs(engine, self.quota),
@@ -151,8 +151,9 @@ class Service:
         executors = {Engine.SKLEARN: executor(runners[Engine.SKLEARN], config.workers)}
         if config.torch:  # several MOP workloads at once, on one engine of `workers` workers
             executors[Engine.TORCH] = executor(runners[Engine.TORCH], config.max_torch_workloads)
-        # Express slots (Admission.pick_express): per engine, job slots of their own beside these.
-        express = ({kind: executor(runners[kind], config.express_slots) for kind in executors}
+        # Express slots (Admission.pick_express): per engine, job slots of their own beside these,
+        # whose processes start once the engine's own slots first fill (until then none can be used).
+        express = ({kind: executor(runners[kind], config.express_slots, start_workers=False) for kind in executors}
                    if config.express_slots else None)
         self.loop = ControlLoop(self.store, self.blobs, executors=executors, torch_epochs=config.torch_epochs,
                                 max_running_per_user=config.max_running_per_user,

@@ -17,7 +17,10 @@ engine a job slot trains on, and how to run one job on it:
   store connection and its own engine, so that training never holds the
   service's GIL. They are spawned when the executor is made (with the
   service), so no job waits for a process to start and import the package;
-  an engine is still made at its worker's first job. Each process has its
+  an engine is still made at its worker's first job. An executor made with
+  ``start_workers=False`` (the service's express slots) spawns them at
+  ``warm()`` or at its first job or call instead, so slots that may never be
+  used cost no process. Each process has its
   own pipe: a worker that dies (killed, out of memory) ends only its own
   job, whose future fails with
   ``WorkerDied`` while the job is still RUNNING in the store (the control
@@ -75,6 +78,11 @@ class JobExecutor(Protocol):
         worker process for ``ProcessExecutor``), without waiting for a job
         to end: a model's outputs for a request, say. ``fn`` and ``args`` are
         picklable."""
+        ...
+
+    def warm(self) -> None:
+        """Start the workers now if they are not running yet, so that a job
+        submitted soon needs not wait for them; returns at once."""
         ...
 
     def shutdown(self) -> None: ...
@@ -136,6 +144,9 @@ class ThreadExecutor:
 
     def call(self, fn: Callable[..., Any], *args: Any) -> "Future[Any]":
         return self._calls.submit(fn, self.store, self.blobs, *args)
+
+    def warm(self) -> None:
+        pass  # threads cost nothing to have; each makes its engine at its first job
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -248,16 +259,18 @@ class _Queue:
     jobs: collections.deque = field(default_factory=collections.deque)  # (job id, future), FIFO
     calls: collections.deque = field(default_factory=collections.deque)  # (call id, fn, args, future)
     closing: bool = False
+    warm: bool = False  # start every worker that is not running
 
 
 class ProcessExecutor:
     """``workers`` spawned processes, each running one job at a time, or,
     for a runner that shares its engine, one process running ``workers``
-    jobs at once (see the module docstring). They start with the executor;
+    jobs at once (see the module docstring). They start with the executor
+    (with ``start_workers=False``, at ``warm()`` or the first job or call);
     one that dies is replaced at the next job or call."""
 
     def __init__(self, runner: JobRunner, db_url: str | None, data_dir: str | Path, workers: int = 1, *,
-                 nice: int = 0, publish: Publish | None = None):
+                 nice: int = 0, publish: Publish | None = None, start_workers: bool = True):
         self.runner = runner
         self.workers = int(workers)
         self.publish = publish or _ignore
@@ -272,7 +285,8 @@ class ProcessExecutor:
         self._call_ids = itertools.count()
         # Spawned now, not at the first job: a spawn and its imports take seconds,
         # which the first picks of a new service would otherwise wait for.
-        self._slots.extend(self._start_worker() for _ in range(self._processes))
+        if start_workers:
+            self._slots.extend(self._start_worker() for _ in range(self._processes))
         self._dispatcher = threading.Thread(target=self._dispatch, name="easeml-executor", daemon=True)
         self._dispatcher.start()
 
@@ -291,6 +305,13 @@ class ProcessExecutor:
             line.append((*item, future))
         self._wake_w.send(None)
         return future
+
+    def warm(self) -> None:
+        with self._lock:
+            if self._queue.closing or self._queue.warm or len(self._slots) >= self._processes:
+                return
+            self._queue.warm = True  # the dispatcher spawns them: it alone adds workers
+        self._wake_w.send(None)
 
     def worker_pids(self) -> list[int]:
         with self._lock:
@@ -329,6 +350,14 @@ class ProcessExecutor:
             self._slots.append(slot)
         return slot
 
+    def _start_missing(self) -> None:
+        """Start the workers ``warm()`` asked for (the dispatcher's thread adds every worker)."""
+        with self._lock:
+            missing = self._processes - len(self._slots) if self._queue.warm else 0
+            self._queue.warm = False
+        for _ in range(missing):
+            self._new_slot()
+
     def _send_calls(self) -> None:
         """Hand calls to the worker with the fewest calls (starting one if there is none)."""
         while True:
@@ -361,6 +390,7 @@ class ProcessExecutor:
 
     def _dispatch(self) -> None:
         while True:
+            self._start_missing()
             self._assign()
             self._send_calls()
             with self._lock:

@@ -52,6 +52,7 @@ __all__ = [
     "test_shutdown_cancels_queued_jobs_and_waits_for_running_ones",
     "test_a_call_is_answered_while_a_job_runs",
     "test_a_failing_call_fails_only_its_own_future",
+    "test_warm_twice_then_jobs_run_as_before",
     "test_process_workers_are_other_processes",
     "test_process_a_killed_worker_fails_only_its_own_job",
 ]
@@ -234,6 +235,19 @@ def test_a_failing_call_fails_only_its_own_future(stores, executor_factory):
             executor.call(raise_in_call, "no such model").result(WAIT)
         executor.submit(job_id).result(WAIT)
         assert executor.call(job_status, job_id).result(WAIT)[1] == "succeeded"
+    finally:
+        executor.shutdown()
+
+
+def test_warm_twice_then_jobs_run_as_before(stores, executor_factory):
+    job_ids = _jobs(stores, {"sleep": 0.1}, {"sleep": 0.1})
+    executor = executor_factory(ContractRunner(), 2)
+    try:
+        executor.warm()
+        executor.warm()  # a second warm is harmless
+        for future in [executor.submit(j) for j in job_ids]:
+            future.result(WAIT)
+        assert all(stores[0].get_job(j).status is JobStatus.SUCCEEDED for j in job_ids)
     finally:
         executor.shutdown()
 

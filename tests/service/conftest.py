@@ -109,11 +109,15 @@ class ManualExecutor:
 
     def __init__(self, store, *, workers: int = 2, accuracy: Callable[[Any], float] = lambda job: 0.8):
         self.store, self.workers, self.accuracy, self.running = store, workers, accuracy, []
+        self.warmed = 0  # calls of warm()
 
     def submit(self, job_id: int) -> Future:
         future: Future = Future()
         self.running.append((job_id, future))
         return future
+
+    def warm(self) -> None:
+        self.warmed += 1
 
     def finish_all(self, accuracy: Callable[[Any], float] | None = None) -> None:
         from ease_jupyter.store import JobStatus, JobUpdate

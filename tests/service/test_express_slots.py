@@ -134,6 +134,23 @@ def test_a_costly_newcomer_first_in_line_does_not_hold_back_a_quick_one(case):
     assert c.loop.selector.stats(tenant)["pending"] == []
 
 
+def test_the_express_workers_start_only_once_the_engines_own_slots_fill():
+    store, blobs = InMemoryStore(), MemoryBlobStore()
+    worker, express = ManualExecutor(store, workers=2), ManualExecutor(store, workers=1)
+    loop = ControlLoop(store, blobs, executors={Engine.SKLEARN: worker}, express={Engine.SKLEARN: express},
+                       max_running_per_user=1)
+    loop.recover()
+    try:
+        for owner in ("eve", "fay"):
+            loop.notify(add_task(store, blobs, owner, f"{owner}'s task").id)
+            loop.step()
+            # eve's one pick leaves a worker free: no process for a slot nobody can use yet
+            assert express.warmed == (0 if owner == "eve" else 1), owner
+        assert len(worker.running) == 2 and express.running == []  # full now, and warmed, but nobody new waits
+    finally:
+        loop.stop()
+
+
 def test_without_express_slots_the_newcomer_waits(case):
     c = case(express=0)
     fay = c.arrive("fay", "cheap")

@@ -55,14 +55,21 @@ def test_workers_are_niced_and_die_with_a_killed_service(tmp_path):
         while time.monotonic() < deadline and not any(j["status"] == "succeeded" for j in task.jobs()):
             time.sleep(0.2)
         assert any(j["status"] == "succeeded" for j in task.jobs())
-        workers = {p: c for p, c in _children(server.pid).items() if "spawn_main" in c and "resource_tracker" not in c}
-        assert workers, _children(server.pid)
         service_nice = os.getpriority(os.PRIO_PROCESS, server.pid)
-        niced = [pid for pid in workers if os.getpriority(os.PRIO_PROCESS, pid) == min(19, service_nice + 5)]
+        deadline = time.monotonic() + 60  # a worker nices itself once it has imported the package
+        while True:
+            workers = {p: c for p, c in _children(server.pid).items()
+                       if "spawn_main" in c and "resource_tracker" not in c}
+            niced = [pid for pid in workers if os.getpriority(os.PRIO_PROCESS, pid) == min(19, service_nice + 5)]
+            if len(niced) >= 3 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
         # Training workers are niced: the scikit-learn worker (--workers 1), the torch jobs' one
-        # process and easeml serve's default express slot of each. The one feed process (its
-        # default too) serves requests, so it keeps the service's priority. All die with the service.
-        assert len(niced) == 4 and len(workers) - len(niced) == 1, workers
+        # process and the scikit-learn express slot (easeml serve's default), started when wine's
+        # first job filled the worker; the torch express slot's process never started, since no
+        # net ever filled the torch slot. The one feed process (its default too) serves requests,
+        # so it keeps the service's priority. All die with the service.
+        assert len(niced) == 3 and len(workers) - len(niced) == 1, workers
         assert all(os.getpriority(os.PRIO_PROCESS, pid) == service_nice for pid in workers if pid not in niced)
         server.proc.send_signal(signal.SIGKILL)
         server.proc.wait(30)

@@ -174,6 +174,7 @@ class Admission:
         behind it; under other rules one may be, and waits for a worker).
         The picks not started go back to the pool. True when one started."""
         state = self.state
+        self._warm_express()
         selector = state.selector
         if selector is None or not state.tenants or not self._express_free():
             return False
@@ -208,6 +209,14 @@ class Admission:
             for pick in held:
                 selector.cancel(pick.user, pick.model)
         return launched
+
+    def _warm_express(self) -> None:
+        """Start the express workers of each engine whose own slots are all
+        taken: only then can they be used, and the first newcomer to need
+        one should not wait for its process to start."""
+        for engine, executor in self.state.express.items():
+            if self.state.engine_full(engine):
+                executor.warm()
 
     def _express_free(self) -> bool:
         """Whether an engine with every own slot taken has a free express slot."""
