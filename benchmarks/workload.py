@@ -800,7 +800,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help=f"comma-separated, from {', '.join(ALL_ARMS)} (default {','.join(ARMS)})")
     parser.add_argument("--out", type=Path, default=None, help="JSON path (default benchmarks/results/workload[_quick].json)")
     parser.add_argument("--smoke", action="store_true",
-                        help="3 small quick users arriving 1 s apart, a 120 s budget (an arm stops when every task is idle), easeml and optuna_per_user only (for tests)")
+                        help="3 small quick users arriving 1 s apart, nets of 1 epoch, a 120 s budget (an arm stops when every task is idle), easeml and optuna_per_user only (for tests)")
     parser.add_argument("--optuna-child", metavar="SPEC", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.optuna_child:
@@ -815,7 +815,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = sorted(set(arm_names) - set(ALL_ARMS))
     if unknown:
         parser.error(f"--arms: found {', '.join(unknown)}, expected names from {', '.join(ALL_ARMS)}")
-    setup = Setup(workers=args.workers, torch_epochs=args.torch_epochs or (2 if quick else 6),
+    setup = Setup(workers=args.workers, torch_epochs=args.torch_epochs or (1 if args.smoke else 2 if quick else 6),
                   budget=args.budget or (120.0 if args.smoke else 75.0 if quick else 300.0),
                   warmup=3.0 if quick else 5.0, worker_nice=args.worker_nice,
                   torch_workloads=args.max_torch_workloads or args.workers, poll=1.0, quick=quick)

@@ -20,9 +20,8 @@ engine a job slot trains on, and how to run one job on it:
   an engine is still made at its worker's first job. An executor made with
   ``start_workers=False`` (the service's express slots) spawns them at
   ``warm()`` or at its first job or call instead, so slots that may never be
-  used cost no process. Each process has its
-  own pipe: a worker that dies (killed, out of memory) ends only its own
-  job, whose future fails with
+  used cost no process. Each process has its own pipe: a worker that dies
+  (killed, out of memory) ends only its own job, whose future fails with
   ``WorkerDied`` while the job is still RUNNING in the store (the control
   loop re-queues it, and it resumes from what it recorded), and a fresh
   process takes its place on the next job. Events a runner publishes in a
@@ -82,7 +81,7 @@ class JobExecutor(Protocol):
 
     def warm(self) -> None:
         """Start the workers now if they are not running yet, so that a job
-        submitted soon needs not wait for them; returns at once."""
+        submitted soon need not wait for them; returns at once."""
         ...
 
     def shutdown(self) -> None: ...
