@@ -26,7 +26,6 @@ from typing import Callable, Iterable, Mapping
 from ..errors import QuotaExceededError
 from ..store import BlobStore, Job, Store, Task
 from ..store.space import human_size
-from .models import model_name
 
 
 @dataclass(frozen=True)
@@ -81,6 +80,8 @@ class Quota:
     def check_model(self, store: Store, blobs: BlobStore, task: Task, job: Job, size: int) -> None:
         """``check`` for a job's trained model of ``size`` bytes (1 before
         training: no training for a model that could not be kept)."""
+        from .models import model_name  # here: a feed process checks data only, and skips the model code's imports
+
         self.check(store, blobs, task.owner_id, size, what=f"{model_name(task, job)}: its model")
 
     def reserve(self, store: Store, blobs: BlobStore, owner_id: int, *, what: str,
