@@ -12,7 +12,6 @@ Each process exits when the service is gone (``exit_with_parent``).
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import threading
 from concurrent.futures import ProcessPoolExecutor
@@ -22,14 +21,13 @@ from pathlib import Path
 from ..errors import StoreUnavailableError
 from ..store import Task, User, open_store
 from .feeding import Fed, Feeder, json_object
+from .executors import exit_with_parent, worker_context
 from .quota import forget_usage
 
 _feeder: Feeder | None = None  # in a feed process: set by _open
 
 
 def _open(db_url: str | None, data_dir: str, quota_bytes: int | None, parent_pid: int) -> None:
-    from .executors import exit_with_parent
-
     global _feeder
     exit_with_parent(parent_pid)
     store, blobs = open_store(db_url, Path(data_dir))
@@ -58,7 +56,7 @@ class FeedProcesses:
         if n < 1:
             raise ValueError(f"feed_processes: found {n}, expected >= 1")
         self._args = (db_url, str(data_dir), quota_bytes, os.getpid())
-        self._ctx = multiprocessing.get_context("spawn")
+        self._ctx = worker_context()
         self._lock = threading.Lock()
         self._pools = [self._start() for _ in range(n)]
 

@@ -173,3 +173,33 @@ def train_now(store: Any, blobs: Any, task: Any, model: str, options: dict[str, 
         return run_sklearn_job(store, blobs, job.id, engine)
     finally:
         engine.close()
+
+
+def live_children(pid: int) -> dict[int, str]:
+    """Live (non-zombie) child processes of ``pid`` (Linux ``/proc``): {pid: command line}."""
+    out = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if int(fields[1]) == pid and fields[0] != "Z":
+            out[int(entry.name)] = cmdline
+    return out
+
+
+def worker_processes(service_pid: int) -> dict[int, str]:
+    """The service's worker and feed processes: its spawned children and the
+    children of its fork server (``executors.worker_context``), not the
+    server itself or multiprocessing's resource tracker."""
+    workers = {}
+    for pid, cmdline in live_children(service_pid).items():
+        if "multiprocessing.forkserver" in cmdline:
+            workers.update(live_children(pid))
+        elif "spawn_main" in cmdline and "resource_tracker" not in cmdline:
+            workers[pid] = cmdline
+    return workers

@@ -18,6 +18,7 @@ from ease_jupyter.service.candidates import arm_specs
 from ease_jupyter.service.config import LIVE_POLICIES
 from ease_jupyter.service.core import Service
 from ease_jupyter.service.executors import ProcessExecutor
+from ease_jupyter.service.testing import worker_processes
 from ease_jupyter.service.loop import ControlLoop
 from ease_jupyter.store import InMemoryStore, MemoryBlobStore
 from ease_jupyter.testing.executor_contract import ContractRunner
@@ -132,21 +133,6 @@ def test_a_restart_under_another_policy_rebuilds_the_selector_from_the_jobs():
     assert {name: again.selector.stats(name)["n_obs"] for name in again.selector.users} == observed
 
 
-def _children(pid: int) -> set[int]:
-    """Live (non-zombie) child processes of ``pid``."""
-    out = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            fields = stat[stat.rindex(")") + 2:].split()
-            if int(fields[1]) == pid and fields[0] != "Z":
-                out.add(int(entry.name))
-    return out
-
-
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
 def test_worker_processes_start_with_the_service_before_any_job(tmp_path):
     service = Service(ServiceConfig(data_dir=tmp_path, executor="process", workers=2, policy="fifo"))
@@ -158,7 +144,7 @@ def test_worker_processes_start_with_the_service_before_any_job(tmp_path):
         assert not service.store.list_jobs()
         pids = sklearn.worker_pids()
         assert len(pids) == 2 and len(torch.worker_pids()) == 1  # the torch jobs share one process
-        assert set(pids) | set(torch.worker_pids()) <= _children(os.getpid())
+        assert set(pids) | set(torch.worker_pids()) <= set(worker_processes(os.getpid()))
     finally:
         service.stop()
 

@@ -13,26 +13,9 @@ import pytest
 from sklearn.datasets import load_wine
 
 from ease_jupyter.client import Client
-from ease_jupyter.service.testing import ServeProcess, add_user
+from ease_jupyter.service.testing import ServeProcess, add_user, worker_processes
 
 pytestmark = pytest.mark.slow
-
-
-def _children(pid: int) -> dict[int, str]:
-    """Live (non-zombie) child processes of ``pid``: {pid: command line}."""
-    out = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        if int(fields[1]) == pid and fields[0] != "Z":
-            out[int(entry.name)] = cmdline
-    return out
 
 
 def _alive(pid: int) -> bool:
@@ -58,8 +41,7 @@ def test_workers_are_niced_and_die_with_a_killed_service(tmp_path):
         service_nice = os.getpriority(os.PRIO_PROCESS, server.pid)
         deadline = time.monotonic() + 60  # a worker nices itself once it has imported the package
         while True:
-            workers = {p: c for p, c in _children(server.pid).items()
-                       if "spawn_main" in c and "resource_tracker" not in c}
+            workers = worker_processes(server.pid)
             niced = [pid for pid in workers if os.getpriority(os.PRIO_PROCESS, pid) == min(19, service_nice + 5)]
             if len(niced) >= 3 or time.monotonic() > deadline:
                 break
