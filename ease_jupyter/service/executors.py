@@ -13,12 +13,13 @@ engine a job slot trains on, and how to run one job on it:
   MOP workloads that one driver per engine interleaves) gets one engine for
   all its job slots: the thread executor's threads share it, and the process
   executor runs its ``workers`` jobs at once, on threads, in one process.
-- ``ProcessExecutor``: ``workers`` spawned processes, each with its own
-  store connection and its own engine, so that training never holds the
-  service's GIL. They are spawned when the executor is made (with the
-  service), so no job waits for a process to start and import the package;
-  an engine is still made at its worker's first job. An executor made with
-  ``start_workers=False`` (the service's express slots) spawns them at
+- ``ProcessExecutor``: ``workers`` processes, forked from a fork server that
+  imported the job code once (``worker_context``), each with its own store
+  connection and its own engine, so that training never holds the
+  service's GIL. They start when the executor is made (with the service),
+  so no job waits for a process to start; an engine is still made at its
+  worker's first job. An executor made with
+  ``start_workers=False`` (the service's express slots) starts them at
   ``warm()`` or at its first job or call instead, so slots that may never be
   used cost no process. Each process has its own pipe: a worker that dies
   (killed, out of memory) ends only its own job, whose future fails with
@@ -294,7 +295,7 @@ class _Queue:
 
 
 class ProcessExecutor:
-    """``workers`` spawned processes, each running one job at a time, or,
+    """``workers`` worker processes, each running one job at a time, or,
     for a runner that shares its engine, one process running ``workers``
     jobs at once (see the module docstring). They start with the executor
     (with ``start_workers=False``, at ``warm()`` or the first job or call);
@@ -314,8 +315,8 @@ class ProcessExecutor:
         self._lock = threading.Lock()
         self._wake_r, self._wake_w = self._ctx.Pipe(duplex=False)
         self._call_ids = itertools.count()
-        # Spawned now, not at the first job: a spawn and its imports take seconds,
-        # which the first picks of a new service would otherwise wait for.
+        # Started now, not at the first job: the first start waits for the fork
+        # server's imports (seconds), which a new service's first picks would otherwise wait for.
         if start_workers:
             self._slots.extend(self._start_worker() for _ in range(self._processes))
         self._dispatcher = threading.Thread(target=self._dispatch, name="easeml-executor", daemon=True)

@@ -3,7 +3,7 @@
 The service's process is bound by one core (the GIL) when many clients
 call at once, and a feed is its most expensive request: JSON of arrays to
 parse, arrays to hash and write, a write transaction. ``FeedProcesses``
-runs that work (``feeding.Feeder``) in ``n`` spawned processes, each with
+runs that work (``feeding.Feeder``) in ``n`` processes (``worker_context``), each with
 its own store connection, so feeds use another core and no longer queue
 behind reads for the GIL. A task's feeds always go to the same process
 (by task id), whose per-task lock keeps one feed of a task at a time.
