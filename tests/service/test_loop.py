@@ -160,7 +160,7 @@ def test_a_killed_worker_process_is_survived(tmp_path):
     from ease_jupyter.datasets import load
 
     rng = np.random.default_rng(0)
-    X = rng.normal(size=(4000, 20)).astype("float32")
+    X = rng.normal(size=(1500, 20)).astype("float32")
     y = (X[:, :3].sum(axis=1) > 0).astype("int64") + (X[:, 3] > 1)
     r = start(tmp_path, executor="process", workers=1)
     try:
