@@ -164,8 +164,8 @@ WORKER_MODULES = ("ease_jupyter.service.executors", "ease_jupyter.service.runner
 
 def worker_context() -> Any:
     """Where worker processes come from: multiprocessing's fork server, which
-    imports ``WORKER_MODULES`` once, so a worker starts in milliseconds
-    instead of importing them again (seconds of CPU each); the server is a
+    imports ``WORKER_MODULES`` once, so a worker does not import them again
+    (seconds of CPU each; docs/service.md has the start times); the server is a
     clean single-threaded process, safe to fork where the service is not.
     Spawned processes where a platform has no fork server."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
@@ -342,7 +342,7 @@ class ProcessExecutor:
         with self._lock:
             if self._queue.closing or self._queue.warm or len(self._slots) >= self._processes:
                 return
-            self._queue.warm = True  # the dispatcher spawns them: it alone adds workers
+            self._queue.warm = True  # the dispatcher starts them: it alone adds workers
         self._wake_w.send(None)
 
     def worker_pids(self) -> list[int]:
