@@ -20,8 +20,8 @@ from pathlib import Path
 
 from ..errors import StoreUnavailableError
 from ..store import Task, User, open_store
-from .feeding import Fed, Feeder, json_object
 from .executors import exit_with_parent, worker_context
+from .feeding import Fed, Feeder, json_object
 from .quota import forget_usage
 
 _feeder: Feeder | None = None  # in a feed process: set by _open
