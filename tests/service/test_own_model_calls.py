@@ -133,6 +133,15 @@ def trained(tmp_path_factory, iris):
         running.thread.stop()
 
 
+@pytest.fixture(autouse=True)
+def her_model_behaves_after_each_test(request):
+    """A test that fails midway leaves her model behaving for the next, which
+    shares the module's ``trained`` service."""
+    yield
+    if "trained" in request.fixturenames:
+        request.getfixturevalue("trained")[3].write_text("")
+
+
 @contextlib.contextmanager
 def service_wait(seconds: float):
     """The service waits at most ``seconds`` for a model call whose request
@@ -211,17 +220,18 @@ def test_a_predict_that_hangs_at_infer_is_killed_at_her_limit_and_frees_the_work
 
 
 def suspicion_and_export_of_a_hang_end_at_the_services_wait(trained, tmp_path, limit: float, fields, export_hang: str,
-                                                            file_name: str, **export_options) -> None:
+                                                            file_name: str, wait: float = CALL_WAIT,
+                                                            **export_options) -> None:
     """Her model hangs: suspicion answers 422 naming one of ``fields``, and
     export (with her code in mode ``export_hang``) raises, each at her
-    deadline under the service's shortened wait (CALL_WAIT; her ``limit``
-    under the usual wait); nothing is written; once she behaves, export works."""
+    deadline under the service's shortened ``wait`` (her ``limit`` under the
+    usual wait); nothing is written; once she behaves, export works."""
     from ease_jupyter.service import core
     from ease_jupyter.service.own_model_calls import request_deadline
 
     running, ada, _, mode_file = trained
     assert request_deadline(_hers(running)[3], core.MODEL_CALL_SECONDS).seconds == limit
-    with service_wait(CALL_WAIT) as bound:
+    with service_wait(wait) as bound:
         assert bound < limit
         mode_file.write_text("hang")
         started = time.monotonic()

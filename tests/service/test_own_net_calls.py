@@ -21,11 +21,13 @@ from .test_own_model_calls import (
     _serve_only,
     a_hang_at_infer_ends_at_her_limit_and_frees_the_worker,
     a_raise_or_a_wrong_shape_at_infer_fails_with_her_error,
+    her_model_behaves_after_each_test,  # noqa: F401  (a fixture: used by name)
     suspicion_and_export_of_a_hang_end_at_the_services_wait,
 )
 
 LIMIT = 60.0  # her model's limit: her training job (child starts and imports torch, profiling runs, 1 epoch on iris) fits in it on a loaded machine (15, 20 and 30 s did not, once each); the service's wait (CALL_WAIT) ends a hang sooner
 HIS_LIMIT = 4 * LIMIT  # his request queues behind her hanging one, and his deadline counts that wait
+NET_CALL_WAIT = 2 * CALL_WAIT  # a call after a kill starts a new child, which imports torch before her code runs: 7.5 s was not enough once on a loaded 2-core machine
 
 
 class SwitchNet(nn.Module):
@@ -100,7 +102,7 @@ def trained(tmp_path_factory, iris):
 
 def test_a_forward_that_hangs_at_infer_is_killed_at_her_limit_and_frees_the_torch_worker(trained, iris):
     # the estimator's test waits out her LIMIT itself; here the service's wait bounds her request
-    a_hang_at_infer_ends_at_her_limit_and_frees_the_worker(trained, iris[0], "mine.forward", LIMIT, CALL_WAIT)
+    a_hang_at_infer_ends_at_her_limit_and_frees_the_worker(trained, iris[0], "mine.forward", LIMIT, NET_CALL_WAIT)
 
 
 def test_a_forward_that_raises_or_answers_the_wrong_shape_fails_with_her_error(trained, iris):
@@ -111,7 +113,8 @@ def test_a_forward_that_raises_or_answers_the_wrong_shape_fails_with_her_error(t
 def test_suspicion_and_export_of_a_hanging_net_end_at_the_services_wait(trained, tmp_path):
     # "hang_always": tracing for export runs her forward, which hangs too
     suspicion_and_export_of_a_hang_end_at_the_services_wait(
-        trained, tmp_path, LIMIT, ("mine.forward",), "hang_always", "mine.pt", format="torchscript")
+        trained, tmp_path, LIMIT, ("mine.forward",), "hang_always", "mine.pt", wait=NET_CALL_WAIT,
+        format="torchscript")
     ada = trained[1]
     X = np.asarray([[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3]], dtype=np.float32)
     traced = torch.jit.load(str(tmp_path / "mine.pt"))
