@@ -14,12 +14,14 @@ after ``IDLE_SECONDS`` without calls.
 
 A timeout, not an isolation boundary: the child runs with the worker's user
 and file system rights. It gets a minimal environment (no tokens or database
-URLs of the service) and an empty temporary working directory.
+URLs of the service), an empty temporary working directory and a process
+group of its own.
 
 One child per job and thread (``for_job``), started on the first call: a
-job's calls pay the start of one Python process and the pickling of their
-arguments and results, not one process each. The child imports only the
-standard library and cloudpickle until the user's code needs more.
+job's calls pay the start of one process and the pickling of their
+arguments and results, not one process each. Children are forked from a
+waiting process that has already imported the libraries this process uses
+(``user_zygote``), so a child does not import scikit-learn or torch again.
 
 Threads. A job's thread count (the provisioner's, made real by
 ``service/threads.py``) limits the thread pools of the worker thread that
@@ -49,6 +51,8 @@ import traceback
 import weakref
 from typing import Any, Callable
 
+from .user_zygote import fork_child
+
 IDLE_SECONDS = 60.0  # the parent closes a child with no call for this long (its job is over)
 REAP_SECONDS = 5.0  # how often the parent looks for such children
 MAX_REPLY_BYTES = 4 << 30  # a reply longer than this (a fitted model, predictions) is refused
@@ -56,7 +60,6 @@ MAX_TRACEBACK_CHARS = 20_000
 CHILD_ENV_KEYS = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "TZ", "OMP_NUM_THREADS",
                   "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS",
                   "CUDA_VISIBLE_DEVICES")
-_CHILD = "from ease_jupyter.user_sandbox import child_main; child_main()"
 _HEADER = struct.Struct("!Q")
 _ERROR, _ARRAY, _OBJECT = b"E", b"A", b"O"
 
@@ -94,10 +97,13 @@ class Sandbox:
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
         try:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-c", _CHILD, str(to_child_r), str(from_child_w), repr(float(deadline))],
-                pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL, env=_child_env(),
-                cwd=self.workdir)
+            self.proc = fork_child(_child_env(), float(deadline), self.workdir, (to_child_r, from_child_w),
+                                   timeout=deadline - time.time())
+        except TimeoutError:
+            for fd in (to_child_w, from_child_r):
+                os.close(fd)
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            raise UserModelTimeout("the process for her code had not started by the job's time limit") from None
         except BaseException:
             for fd in (to_child_w, from_child_r):
                 os.close(fd)
@@ -345,7 +351,11 @@ def run_user_code(fn: Callable[..., Any], *args: Any, deadline: float, what: str
     """``fn(*args, **kwargs)`` in this job's child process (``for_job``, ``Sandbox.call``)."""
     if deadline - time.time() <= 0:
         raise UserModelTimeout(f"{what}: the job's time limit had passed before it started")
-    return for_job(deadline).call(fn, *args, what=what, returns=returns, **kwargs)
+    try:
+        box = for_job(deadline)
+    except UserModelTimeout as error:
+        raise UserModelTimeout(f"{what}: {error}") from None
+    return box.call(fn, *args, what=what, returns=returns, **kwargs)
 
 
 # -- what runs in the child (by reference: this module is all it imports) ----------------------------

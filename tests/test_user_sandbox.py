@@ -145,16 +145,22 @@ def test_a_reply_longer_than_the_limit_is_refused_and_its_child_killed(monkeypat
 
 
 def _environment_and_folder():
-    return dict(os.environ), os.getcwd(), os.listdir(".")
+    with open("/proc/self/environ", "rb") as f:  # what the process started with, whatever os.environ says
+        started_with = f.read()
+    return dict(os.environ), started_with, os.getcwd(), os.listdir(".")
 
 
 def test_the_child_sees_none_of_the_services_secrets_and_works_in_an_empty_folder(monkeypatch):
     monkeypatch.setenv("EASEML_TEST_SECRET_TOKEN", "s3cret")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    env, cwd, listed = run_user_code(_environment_and_folder, deadline=time.time() + 30, what="env")
+    deadline = time.time() + 30
+    env, started_with, cwd, listed = run_user_code(_environment_and_folder, deadline=deadline, what="env")
     assert "EASEML_TEST_SECRET_TOKEN" not in env and "s3cret" not in env.values()
+    assert b"s3cret" not in started_with and b"OMP_NUM_THREADS=1" in started_with
     assert env["OMP_NUM_THREADS"] == "1" and env["PATH"] == os.environ["PATH"]
     assert cwd != os.getcwd() and listed == []
+    _, _, other_cwd, other_listed = run_user_code(_environment_and_folder, deadline=deadline + 1, what="env")
+    assert other_cwd != cwd and other_listed == []  # another job's child: another empty folder
 
 
 def test_predictions_come_back_as_arrays_loaded_without_pickle():
@@ -272,3 +278,106 @@ def test_a_jobs_threaded_builder_sets_the_threads_of_her_fit_in_the_child():
     finally:
         user_sandbox.set_call_threads(None)
         user_sandbox.close_job(deadline)
+
+
+def _is_loaded(name):
+    import sys
+
+    return name in sys.modules
+
+
+def test_children_fork_from_one_zygote_that_imports_this_processs_libraries():
+    import sklearn.linear_model  # noqa: F401 - loaded here, so the zygote imports it too
+
+    deadline = time.time() + 60
+    jobs = [deadline]
+    try:
+        first, second = (run_user_code(_pid, deadline=deadline + i, what="pid") for i in (0, 1))
+        zygote = psutil.Process(first).ppid()
+        assert psutil.Process(second).ppid() == zygote != os.getpid()
+        assert psutil.Process(zygote).ppid() == os.getpid()
+        # it imports them once it has answered, while idle: a later job's child starts with them
+        while not run_user_code(_is_loaded, "sklearn.linear_model", deadline=jobs[-1], what="loaded"):
+            assert time.time() < deadline - 10, "the zygote never imported this process's scikit-learn"
+            time.sleep(0.5)
+            jobs.append(jobs[-1] + 1)
+    finally:
+        for job in {*jobs, deadline + 1}:
+            user_sandbox.close_job(job)
+
+
+def test_how_her_child_ended_comes_back_as_its_exit_code():
+    with pytest.raises(UserModelError, match=r"ended \(exit code 3\) before it returned"):
+        run_user_code(os._exit, 3, deadline=time.time() + 30, what="exit")
+    with pytest.raises(UserModelError, match=r"ended \(exit code -9\) before it returned"):
+        run_user_code(os.kill, 0, 9, deadline=time.time() + 30, what="kill")  # her process group: the child alone
+
+
+def test_a_lost_zygote_ends_its_children_and_the_next_call_starts_a_new_one():
+    deadline = time.time() + 30
+    child = run_user_code(_pid, deadline=deadline, what="pid")
+    zygote = psutil.Process(child).ppid()
+    os.kill(zygote, 9)
+    try:
+        assert _gone_soon(child)
+        fresh = run_user_code(_pid, deadline=deadline, what="pid")  # the job's next call: a new child
+        assert fresh != child and psutil.Process(fresh).ppid() not in (zygote, os.getpid())
+    finally:
+        user_sandbox.close_job(deadline)
+
+
+def test_a_changed_environment_gets_a_new_zygote_and_the_old_ones_children_work_on(monkeypatch):
+    old_job, new_job = time.time() + 30, time.time() + 31
+    try:
+        before = run_user_code(_pid, deadline=old_job, what="pid")
+        old_zygote = psutil.Process(before).ppid()
+        monkeypatch.setenv("OMP_NUM_THREADS", "3")
+        env = run_user_code(_environment_and_folder, deadline=new_job, what="env")[0]
+        after = run_user_code(_pid, deadline=new_job, what="pid")
+        assert env["OMP_NUM_THREADS"] == "3" and psutil.Process(after).ppid() != old_zygote
+        assert run_user_code(_pid, deadline=old_job, what="pid") == before  # the old job's child serves on
+        user_sandbox.close_job(old_job)
+        assert _gone_soon(before) and _gone_soon(old_zygote)  # its last child gone, the retired zygote exits
+    finally:
+        user_sandbox.close_job(old_job)
+        user_sandbox.close_job(new_job)
+
+
+def test_a_zygote_whose_socket_fails_is_replaced_at_the_next_fork():
+    import socket
+
+    from ease_jupyter import user_zygote
+
+    deadline = time.time() + 30
+    try:
+        child = run_user_code(_pid, deadline=deadline, what="pid")
+        stale = user_zygote._ZYGOTE
+        stale.sock.shutdown(socket.SHUT_WR)  # requests fail; it still reports on its live child
+        assert stale.usable()
+        fresh = run_user_code(_pid, deadline=deadline + 1, what="pid")
+        assert psutil.Process(fresh).ppid() not in (stale.proc.pid, os.getpid())
+        assert run_user_code(_pid, deadline=deadline, what="pid") == child  # the stale one's child serves on
+    finally:
+        user_sandbox.close_job(deadline)
+        user_sandbox.close_job(deadline + 1)
+
+
+def test_a_zygote_that_dies_before_it_answers_is_replaced_at_once():
+    import signal
+    import threading
+
+    deadline = time.time() + 60
+    try:
+        zygote = psutil.Process(run_user_code(_pid, deadline=deadline, what="pid")).ppid()
+        os.kill(zygote, signal.SIGSTOP)  # it will not answer the next request
+        box = {}
+        waiting = threading.Thread(target=lambda: box.update(pid=run_user_code(_pid, deadline=deadline + 1,
+                                                                                what="pid")), daemon=True)
+        waiting.start()
+        time.sleep(0.5)
+        os.kill(zygote, signal.SIGKILL)
+        waiting.join(15)  # not at the job's deadline, a minute away
+        assert not waiting.is_alive() and psutil.Process(box["pid"]).ppid() not in (zygote, os.getpid())
+    finally:
+        user_sandbox.close_job(deadline)
+        user_sandbox.close_job(deadline + 1)

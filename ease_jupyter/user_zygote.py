@@ -1,0 +1,288 @@
+"""Starts the child processes that run users' code (``user_sandbox``) by
+forking them from one waiting process, the zygote, which has already
+imported the libraries her models use.
+
+A fresh interpreter that unpickles a scikit-learn estimator spends seconds
+importing scikit-learn and SciPy (a net: torch) before her code runs, on
+every job's first call and again after every kill. The zygote pays those
+imports once per parent process; a forked child starts with them in memory.
+It imports the modules of ``PRELOAD_PACKAGES`` that its parent has imported
+(her models run where other users' models of that kind run), as each fork
+request names the ones loaded since the last. It imports them after it has
+forked, one at a time while no request waits: a child never waits for
+modules it may not need (the first child imports what it needs itself, as a
+fresh interpreter would), and later children start with them loaded.
+
+The zygote is what a child would otherwise be: it starts with the child's
+minimal environment and an empty folder of its own, never runs user code,
+and holds nothing of the service. So a child forked from it sees what a
+freshly started child would, and each child works in its own empty folder.
+
+Protocol: a ``SOCK_SEQPACKET`` socket pair. The parent sends the child's
+deadline, folder and the modules to import next, with its two pipe ends
+(``SCM_RIGHTS``); the zygote forks, closes its copies and answers the child's pid. It reaps its children
+and sends each one's exit code, so a :class:`ForkedChild` answers as
+``subprocess.Popen`` does. When the parent closes its side, the zygote
+forks no more and exits once its children have ended.
+
+This module imports nothing from the service: the zygote starts with it alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import queue
+import select
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+
+PRELOAD_PACKAGES = ("numpy", "scipy", "pandas", "sklearn", "torch", "cloudpickle", "threadpoolctl")
+_MAIN = "from ease_jupyter.user_zygote import zygote_main; zygote_main()"
+_MAX_REQUEST_BYTES = 1 << 20
+_MAX_IMPORT_CHARS = 64 << 10  # module names per request (a datagram must fit the socket's buffer); the rest next time
+_REPLY = struct.Struct("!cqq")  # kind (P: forked, X: exited), pid, exit code
+_FORKED, _EXITED = b"P", b"X"
+
+
+class ForkedChild:
+    """A child forked by the zygote, with ``subprocess.Popen``'s ``pid``,
+    ``returncode``, ``poll``, ``wait`` and ``kill``."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.returncode: int | None = None
+        self._ended = threading.Event()
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if not self._ended.wait(timeout):
+            raise subprocess.TimeoutExpired(f"user code process {self.pid}", timeout or 0.0)
+        return self.returncode  # type: ignore[return-value]
+
+    def kill(self) -> None:
+        if not self._ended.is_set():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+
+    def ended(self, code: int) -> None:
+        self.returncode = code
+        self._ended.set()
+
+
+def preloaded() -> list[str]:
+    """The modules the zygote imports: those of ``PRELOAD_PACKAGES`` loaded
+    here, parents before their submodules."""
+    tops = {name for name in PRELOAD_PACKAGES if name in sys.modules}
+    return sorted(name for name in list(sys.modules) if name.partition(".")[0] in tops
+                  and not any(part.startswith("_") for part in name.split(".")[1:]))
+
+
+class Zygote:
+    """The parent's end of one zygote process, started with ``env``."""
+
+    def __init__(self, env: dict[str, str]):
+        self.env = env
+        self.owner = os.getpid()
+        self.folder = tempfile.mkdtemp(prefix="easeml-user-zygote-")
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-c", _MAIN, str(theirs.fileno())],
+                                         pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=env,
+                                         cwd=self.folder)
+        except BaseException:
+            ours.close()
+            shutil.rmtree(self.folder, ignore_errors=True)
+            raise
+        finally:
+            theirs.close()
+        self.sock = ours
+        self.lost = False
+        self.retired = False
+        self._children: dict[int, ForkedChild] = {}
+        self._forked: queue.Queue[ForkedChild | None] = queue.Queue()  # None: the zygote ended
+        self._lock = threading.Lock()  # one fork request in flight: its answer is the next one
+        self._sent: set[str] = set()  # modules the zygote was asked to import
+        threading.Thread(target=self._listen, name="easeml-user-zygote", daemon=True).start()
+
+    def usable(self) -> bool:
+        return not (self.lost or self.retired) and self.owner == os.getpid()
+
+    def fork(self, deadline: float, folder: str, fds: tuple[int, int], timeout: float) -> ForkedChild:
+        """A child running ``user_sandbox.child_main`` in ``folder`` on the
+        pipe ends ``fds`` (inbox, outbox). ``TimeoutError`` if the zygote does
+        not answer within ``timeout`` (it is then retired), ``OSError`` if it
+        has ended."""
+        with self._lock:
+            imports, chars = [], 0
+            for name in preloaded():
+                if name not in self._sent and chars + len(name) + 4 <= _MAX_IMPORT_CHARS:
+                    imports.append(name)
+                    chars += len(name) + 4
+            socket.send_fds(self.sock, [json.dumps([deadline, folder, imports]).encode()], list(fds))
+            self._sent.update(imports)
+            try:
+                child = self._forked.get(timeout=max(timeout, 0.0))
+            except queue.Empty:
+                self.retire()  # a late answer must not be taken for the next request's
+                raise TimeoutError("the process for her code did not start in time") from None
+            if child is None:
+                raise ConnectionError("the zygote ended before it forked")
+            return child
+
+    def retire(self) -> None:
+        """Fork no more; the zygote exits once its children have ended (their
+        exit codes still arrive)."""
+        if not self.retired:
+            self.retired = True
+            with contextlib.suppress(OSError):
+                self.sock.shutdown(socket.SHUT_WR)
+
+    def _listen(self) -> None:
+        while True:
+            try:
+                reply = self.sock.recv(_REPLY.size)
+            except OSError:
+                reply = b""
+            if len(reply) != _REPLY.size:
+                break
+            kind, pid, code = _REPLY.unpack(reply)
+            if kind == _FORKED:
+                child = self._children[pid] = ForkedChild(pid)
+                self._forked.put(child)
+            elif (child := self._children.pop(pid, None)) is not None:
+                child.ended(code)
+        # The zygote is gone: no one reaps or reports its children now. End them.
+        self.lost = True
+        for child in self._children.values():
+            child.kill()
+            child.ended(-signal.SIGKILL)
+        self._children.clear()
+        self._forked.put(None)
+        self.sock.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(5)
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+_ZYGOTE: Zygote | None = None
+_ZYGOTE_LOCK = threading.Lock()
+
+
+def _zygote(env: dict[str, str]) -> Zygote:
+    """This process's zygote for children with environment ``env``; a new
+    one when the environment changed (the old one retires) or it was lost."""
+    global _ZYGOTE
+    with _ZYGOTE_LOCK:
+        current = _ZYGOTE
+        if current is None or not current.usable() or current.env != env:
+            if current is not None and current.owner == os.getpid():
+                current.retire()
+            current = _ZYGOTE = Zygote(env)
+        return current
+
+
+def fork_child(env: dict[str, str], deadline: float, folder: str, fds: tuple[int, int],
+               timeout: float) -> ForkedChild:
+    """A child with environment ``env`` (``Zygote.fork``), from this
+    process's zygote; from a new one if that zygote ended meanwhile."""
+    current = _zygote(env)
+    try:
+        return current.fork(deadline, folder, fds, timeout)
+    except TimeoutError:
+        raise
+    except OSError:  # its socket is closed: it ended between the look and the request
+        current.lost = True
+        return _zygote(env).fork(deadline, folder, fds, timeout)
+
+
+def zygote_main() -> None:
+    """The zygote: fork a child per request, report each child's end, and
+    import the requested modules while idle; until the parent closes its side
+    and the last child has ended."""
+    sock = socket.socket(fileno=int(sys.argv[1]))
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    live: set[int] = set()
+    accepting = True
+    to_import: list[str] = []
+    while accepting or live:
+        ready, _, _ = select.select([sock, wake_r] if accepting else [wake_r], [], [], 0 if to_import else None)
+        if not ready:
+            with contextlib.suppress(Exception):  # one that fails here fails in her code, with its own error
+                importlib.import_module(to_import.pop(0))
+            continue
+        if wake_r in ready:
+            os.read(wake_r, 4096)
+            _reap(sock, live)
+        if accepting and sock in ready:
+            try:
+                message, fds, _, _ = socket.recv_fds(sock, _MAX_REQUEST_BYTES, 2)
+            except OSError:
+                message, fds = b"", []
+            if not message:
+                accepting = False
+                to_import.clear()
+            else:
+                deadline, folder, imports = json.loads(message)
+                to_import.extend(imports)
+                pid = os.fork()
+                if pid == 0:
+                    _become_child(sock, (wake_r, wake_w), fds, float(deadline), folder)
+                live.add(pid)
+                _send(sock, _FORKED, pid, 0)
+            for fd in fds:
+                os.close(fd)
+    os._exit(0)
+
+
+def _reap(sock: socket.socket, live: set[int]) -> None:
+    while live:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            live.clear()
+            return
+        if pid == 0:
+            return
+        live.discard(pid)
+        _send(sock, _EXITED, pid, os.waitstatus_to_exitcode(status))
+
+
+def _send(sock: socket.socket, kind: bytes, pid: int, code: int) -> None:
+    with contextlib.suppress(OSError):  # the parent is gone: its children end at their pipes' end
+        sock.send(_REPLY.pack(kind, pid, code))
+
+
+def _become_child(sock: socket.socket, wake: tuple[int, int], fds: list[int], deadline: float, folder: str) -> None:
+    """In the forked child: drop the zygote's ends and serve calls, as a
+    freshly started child would (``user_sandbox.child_main``); never returns."""
+    code = 1
+    try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        sock.close()
+        for fd in wake:
+            os.close(fd)
+        os.setsid()  # a signal she sends to her process group reaches her child alone
+        os.chdir(folder)
+        inbox, outbox = fds
+        sys.argv = ["-c", str(inbox), str(outbox), repr(deadline)]
+        from ease_jupyter.user_sandbox import child_main
+
+        child_main()
+        code = 0
+    finally:
+        os._exit(code)
