@@ -175,6 +175,19 @@ def train_now(store: Any, blobs: Any, task: Any, model: str, options: dict[str, 
         engine.close()
 
 
+def _stat_fields(stat: str) -> list[str]:
+    """The fields of a ``/proc/PID/stat`` line after the command name: state, parent pid, ..."""
+    return stat[stat.rindex(")") + 2:].split()
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (Linux ``/proc``): not gone, not a zombie awaiting its reaper."""
+    try:
+        return _stat_fields(Path(f"/proc/{pid}/stat").read_text())[0] != "Z"
+    except OSError:
+        return False
+
+
 def live_children(pid: int) -> dict[int, str]:
     """Live (non-zombie) child processes of ``pid`` (Linux ``/proc``): {pid: command line}."""
     out = {}
@@ -186,7 +199,7 @@ def live_children(pid: int) -> dict[int, str]:
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        fields = stat[stat.rindex(")") + 2:].split()
+        fields = _stat_fields(stat)
         if int(fields[1]) == pid and fields[0] != "Z":
             out[int(entry.name)] = cmdline
     return out

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,11 +38,20 @@ class Lab:
         return self.log.read_text(errors="replace")[-n:] if self.log.exists() else ""
 
 
-def screenshot(page, name: str) -> Path:
-    """Save a full-page screenshot as test-artifacts/browser/<name>.png."""
+def screenshot(page, name: str) -> Path | None:
+    """Save a full-page screenshot as test-artifacts/browser/<name>.png (None,
+    with a warning, if chromium does not deliver one within 15 s: a picture
+    is a record for people, not something a test asserts, and a renderer
+    starved on a loaded machine has stalled it twice)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / f"{re.sub(r'[^A-Za-z0-9_.-]+', '-', name)}.png"
-    page.screenshot(path=str(path), full_page=True)
+    try:
+        page.screenshot(path=str(path), full_page=True, timeout=15_000)
+    except PlaywrightTimeout as error:
+        warnings.warn(f"screenshot {name!r} not taken: {error}", stacklevel=2)
+        return None
     return path
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from ease_jupyter.service import ServiceConfig
 from ease_jupyter.service.arrays import to_npy_bytes
+from ease_jupyter.service.testing import alive
 
 from .conftest import start, until
 
@@ -132,19 +133,8 @@ def test_the_feed_processes_stop_with_the_service(tmp_path):
     pids = running.service.feed_processes.pids()
     assert len(set(pids)) == 2 and os.getpid() not in pids
     running.thread.stop()
-    assert until(lambda: not any(_alive(p) for p in pids), 10)
+    assert until(lambda: not any(alive(p) for p in pids), 10)
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a child that exited but is not reaped yet
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split()[2] != "Z"
-    except OSError:
-        return False
 
 
 @pytest.mark.parametrize("config, field", [({"feed_processes": -1}, "feed_processes"),

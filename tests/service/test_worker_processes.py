@@ -13,17 +13,10 @@ import pytest
 from sklearn.datasets import load_wine
 
 from ease_jupyter.client import Client
-from ease_jupyter.service.testing import ServeProcess, add_user, worker_processes
+from ease_jupyter.service.testing import ServeProcess, add_user, alive, worker_processes
 
 pytestmark = pytest.mark.slow
 
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return state[state.rindex(")") + 2:].split()[0] != "Z"
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
@@ -56,8 +49,8 @@ def test_workers_are_niced_and_die_with_a_killed_service(tmp_path):
         server.proc.send_signal(signal.SIGKILL)
         server.proc.wait(30)
         deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and any(_alive(p) for p in workers):
+        while time.monotonic() < deadline and any(alive(p) for p in workers):
             time.sleep(0.1)
-        assert not any(_alive(p) for p in workers), "a worker outlived the killed service"
+        assert not any(alive(p) for p in workers), "a worker outlived the killed service"
     finally:
         server.stop()
