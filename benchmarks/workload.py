@@ -115,7 +115,12 @@ at least 2x sooner than ``optuna_per_user`` and 1.5x sooner than ``fifo``,
 and no user's final held-out accuracy is lower under ``easeml`` than under
 either. A ratio is ``t_other / t_easeml`` of the mean times; where the other
 arm never reached the level within its budget, the ratio is a lower bound
-(``budget / t_easeml``, ``lower_bound: true``).
+(``budget / t_easeml``, ``lower_bound: true``). Each ratio comes with the
+95 % paired bootstrap interval over the repetitions (``interval``; a run
+that missed the level counts its budget), as the simulator's do
+(``ease_jupyter.selection.stats``), and a target is met only when the
+interval's low end clears it (``verdict``; ``unresolved`` where the default
+arm itself missed the level in a repetition).
 """
 
 from __future__ import annotations
@@ -149,6 +154,8 @@ RESULTS = ROOT / "benchmarks" / "results"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import image_matrix as im
+
+from ease_jupyter.selection.stats import censored_times, ratio_of_means, verdict
 
 ARMS = ("easeml", "fifo", "optuna_per_user")  # the default --arms
 ALL_ARMS = (*ARMS, "easeml_no_prior", "easeml_no_express")
@@ -421,9 +428,15 @@ def targets(arms: dict[str, Any], names: Sequence[str], budget: float,
         per_run = [ratio(o["time_to_loss"][TARGET_LEVEL], e["time_to_loss"][TARGET_LEVEL], budget)["ratio"]
                    for o, e in zip(arms[other]["runs"], ours["runs"])]
         after = [arms[a]["time_after_last_arrival"][TARGET_LEVEL] for a in (other, "easeml")]
+        (theirs, _), (mine, missed) = (
+            censored_times([run["time_to_loss"][TARGET_LEVEL] for run in arms[a]["runs"]],
+                           [budget] * len(arms[a]["runs"])) for a in (other, "easeml"))
+        interval = ratio_of_means(theirs, mine) if len(theirs) == len(mine) and mine.mean() > 0 else None
+        judged = verdict(interval, goal, censored=float(missed.mean()))
         out[f"easeml_vs_{other}_t{TARGET_LEVEL}"] = {
-            **r, "target": goal, "met": r["ratio"] is not None and r["ratio"] >= goal, "per_repetition": per_run,
-            "ratio_after_last_arrival": ratio(*after, budget - last_arrival)["ratio"]}
+            **r, "target": goal, "met": judged == "met", "verdict": judged,
+            "interval": None if interval is None else {k: round(interval[k], 3) for k in ("low", "high")},
+            "per_repetition": per_run, "ratio_after_last_arrival": ratio(*after, budget - last_arrival)["ratio"]}
     if not any(other in arms for other in TARGET_RATIO):
         return out  # nothing to judge the default against (easeml_no_prior is for information)
     worse = [{"user": u, "arm": other, "easeml": ours["final_accuracy"][u], other: arms[other]["final_accuracy"][u],
@@ -776,9 +789,10 @@ def render_markdown(payload: dict[str, Any]) -> str:
     for name, t in payload["targets"].items():
         if "ratio" in t:
             bound = ">= " if t["lower_bound"] else ""
-            lines.append(f"- {name}: ratio {bound}{t['ratio']} (target {t['target']}, per repetition "
+            low_high = "" if t["interval"] is None else f", 95 % interval {t['interval']['low']}–{t['interval']['high']}"
+            lines.append(f"- {name}: ratio {bound}{t['ratio']} (target {t['target']}{low_high}, per repetition "
                          f"{t['per_repetition']}; counted from the last arrival {t['ratio_after_last_arrival']}): "
-                         f"{'met' if t['met'] else 'missed'}")
+                         f"{t['verdict']}")
         else:
             lines.append(f"- {name}: {'met' if t['met'] else 'missed'} {t['worse'] or ''}")
     return "\n".join(lines) + "\n"

@@ -111,6 +111,20 @@ def test_time_to_loss_over_repetitions_is_their_mean_and_censored_when_one_never
     assert out["arms"]["fifo"]["censored"]["0.02"] == 1
     target = out["targets"]["easeml_vs_fifo_t0.02"]
     assert target["lower_bound"] is True and target["per_repetition"] == [1.0, 2.5]
+    # the mean ratio (2 + 10) / (2 + 4) = 2 clears 1.5, but one repetition gave 1: the interval's low end does not
+    assert target["interval"]["low"] <= 1.0 < 1.5 and target["interval"]["high"] >= 2.0
+    assert (target["verdict"], target["met"]) == ("missed", False)
+
+
+def test_a_target_is_met_when_every_repetition_clears_it_and_unresolved_when_easeml_missed_the_level(wl):
+    runs = {"easeml": [_run({"a": [(2.0, 0.9)]}, {"a": 1.0}), _run({"a": [(3.0, 0.9)]}, {"a": 1.0})],
+            "fifo": [_run({"a": [(5.0, 0.9)]}, {"a": 1.0}), _run({"a": [(7.0, 0.9)]}, {"a": 1.0})]}
+    target = wl.summarize(runs, ["a"], budget=10.0)["targets"]["easeml_vs_fifo_t0.02"]
+    assert target["interval"]["low"] >= 2.0 and (target["verdict"], target["met"]) == ("met", True)
+    runs["easeml"][1] = _run({"a": [(3.0, 0.5)]}, {"a": 1.0})  # never reached: counts the 10 s budget
+    runs["fifo"] = [_run({"a": [(9.0, 0.9)]}, {"a": 1.0}), _run({"a": [(9.5, 0.5)]}, {"a": 1.0})]
+    target = wl.summarize(runs, ["a"], budget=10.0)["targets"]["easeml_vs_fifo_t0.02"]
+    assert target["verdict"] in ("unresolved", "missed") and target["met"] is False
 
 
 @pytest.mark.parametrize("quick", [False, True])
