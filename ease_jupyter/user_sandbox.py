@@ -20,8 +20,9 @@ group of its own.
 One child per job and thread (``for_job``), started on the first call: a
 job's calls pay the start of one process and the pickling of their
 arguments and results, not one process each. Children are forked from a
-waiting process that has already imported the libraries this process uses
-(``user_zygote``), so a child does not import scikit-learn or torch again.
+waiting process that imports, while idle, the libraries this process uses
+(``user_zygote``), so later children do not import scikit-learn or torch
+again.
 
 Threads. A job's thread count (the provisioner's, made real by
 ``service/threads.py``) limits the thread pools of the worker thread that
