@@ -309,8 +309,12 @@ def test_children_fork_from_one_zygote_that_imports_this_processs_libraries():
 def test_how_her_child_ended_comes_back_as_its_exit_code():
     with pytest.raises(UserModelError, match=r"ended \(exit code 3\) before it returned"):
         run_user_code(os._exit, 3, deadline=time.time() + 30, what="exit")
+    deadline = time.time() + 30
+    # her child leads a process group of its own (checked first: otherwise the kill below would reach this process)
+    assert run_user_code(os.getpgid, 0, deadline=deadline, what="pgid") == run_user_code(_pid, deadline=deadline,
+                                                                                       what="pid")
     with pytest.raises(UserModelError, match=r"ended \(exit code -9\) before it returned"):
-        run_user_code(os.kill, 0, 9, deadline=time.time() + 30, what="kill")  # her process group: the child alone
+        run_user_code(os.kill, 0, 9, deadline=deadline, what="kill")  # her process group: the child alone
 
 
 def test_a_lost_zygote_ends_its_children_and_the_next_call_starts_a_new_one():
