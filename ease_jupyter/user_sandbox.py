@@ -100,15 +100,12 @@ class Sandbox:
         try:
             self.proc = fork_child(_child_env(), float(deadline), self.workdir, (to_child_r, from_child_w),
                                    timeout=deadline - time.time())
-        except TimeoutError:
+        except BaseException as error:
             for fd in (to_child_w, from_child_r):
                 os.close(fd)
             shutil.rmtree(self.workdir, ignore_errors=True)
-            raise UserModelTimeout("the process for her code had not started by the job's time limit") from None
-        except BaseException:
-            for fd in (to_child_w, from_child_r):
-                os.close(fd)
-            shutil.rmtree(self.workdir, ignore_errors=True)
+            if isinstance(error, TimeoutError):
+                raise UserModelTimeout("the process for her code had not started by the job's time limit") from None
             raise
         finally:
             os.close(to_child_r)

@@ -385,3 +385,25 @@ def test_a_zygote_that_dies_before_it_answers_is_replaced_at_once():
     finally:
         user_sandbox.close_job(deadline)
         user_sandbox.close_job(deadline + 1)
+
+
+def test_a_zygote_that_does_not_answer_by_the_deadline_is_a_timeout_and_retired():
+    import signal
+
+    from ease_jupyter import user_zygote
+
+    deadline = time.time() + 30
+    try:
+        zygote = psutil.Process(run_user_code(_pid, deadline=deadline, what="pid")).ppid()
+        stuck = user_zygote._ZYGOTE
+        os.kill(zygote, signal.SIGSTOP)
+        try:
+            with pytest.raises(UserModelTimeout, match="^late: the process for her code had not started by"):
+                run_user_code(_pid, deadline=time.time() + 1.5, what="late")
+            assert stuck.retired and not stuck.usable()
+        finally:
+            os.kill(zygote, signal.SIGCONT)
+        assert psutil.Process(run_user_code(_pid, deadline=deadline + 1, what="pid")).ppid() != zygote
+    finally:
+        user_sandbox.close_job(deadline)
+        user_sandbox.close_job(deadline + 1)
