@@ -451,7 +451,7 @@ def out_of_reach(baseline_over_oracle: dict | None) -> bool:
     time, so a baseline within SPEEDUP x of the oracle over its whole interval, having reached the level in
     every repetition (else its time is only a lower bound), leaves no rule that much room."""
     room = baseline_over_oracle
-    return room is not None and room["high"] <= SPEEDUP and room.get("censored_num", 0) == 0
+    return room is not None and room["high"] < SPEEDUP and room.get("censored_num", 0) == 0
 
 
 def analyse(doc: dict, matrix: str, mode: str) -> dict:

@@ -121,6 +121,15 @@ that missed the level counts its budget), as the simulator's do
 (``ease_jupyter.selection.stats``), and a target is met only when the
 interval's low end clears it (``verdict``; ``unresolved`` where the default
 arm itself missed the level in a repetition).
+No arm can reach 0.02 while the users still to come hold more than 0.02 x
+users of reference accuracy (``earliest_possible``: with these users, not
+before the last one arrives; ``floor_t0.02`` in the JSON), so no arm can be
+more than ``t_other / floor`` faster than another (``reachable``, with its
+interval). A target above that over its whole interval, the other arm having
+reached the level in every repetition, is out of any rule's reach in this
+workload and judged ``saturated``, as the simulator judges a speed-up over a
+baseline already near its lower bound (``benchmarks/selection.py``).
+``--report-from JSON`` recomputes a saved run's summary and targets.
 """
 
 from __future__ import annotations
@@ -351,6 +360,19 @@ def ratio(other: float | None, ours: float | None, budget: float) -> dict[str, A
     return {"ratio": round(other / ours, 3), "lower_bound": False}
 
 
+def earliest_possible(reference: dict[str, float], arrivals: dict[str, float], level: float) -> float:
+    """A floor under every arm's time to average loss ``level``: a user's loss
+    is her reference accuracy until she arrives and gets a result, so no arm
+    gets the average there while the users still to come hold more than
+    ``level`` times the number of users of it, even one that gave each user
+    her best model the instant she arrived."""
+    allowed = level * len(reference) + 1e-12
+    for t in sorted({0.0, *arrivals.values()}):
+        if sum(ref for u, ref in reference.items() if arrivals.get(u, 0.0) > t) <= allowed:
+            return t
+    return max(arrivals.values(), default=0.0)
+
+
 def first_result_wait(results: Results, arrivals: dict[str, float]) -> dict[str, float | None]:
     """Seconds from each user's arrival to her first result (None: she had none)."""
     return {u: (round(min(t for t, _ in results.get(u, [])) - at, 3) if results.get(u) else None)
@@ -390,8 +412,9 @@ def summarize(runs: dict[str, list[dict[str, Any]]], names: Sequence[str], budge
                                   for u in names}}
                      for p, c, r in zip(per_run, curves, rs)],
         }
-    out = {"reference_accuracy": reference, "arms": arms,
-           "targets": targets(arms, names, budget, held_out, last_arrival)}
+    floor = earliest_possible(reference, arrivals or {}, float(TARGET_LEVEL))
+    out = {"reference_accuracy": reference, "arms": arms, f"floor_t{TARGET_LEVEL}": floor,
+           "targets": targets(arms, names, budget, held_out, last_arrival, floor)}
     if "easeml" in arms and "easeml_no_prior" in arms:
         out["cross_user_prior"] = variant_effect(arms["easeml_no_prior"], arms["easeml"], budget)
     if "easeml" in arms and "easeml_no_express" in arms:
@@ -410,11 +433,17 @@ def variant_effect(without: dict[str, Any], with_: dict[str, Any], budget: float
 
 
 def targets(arms: dict[str, Any], names: Sequence[str], budget: float,
-            held_out: dict[str, int] | None = None, last_arrival: float = 0.0) -> dict[str, Any]:
+            held_out: dict[str, int] | None = None, last_arrival: float = 0.0,
+            floor: float = 0.0) -> dict[str, Any]:
     """Met or missed, with the measured ratios (only for the arms that ran),
     and, for information, the ratio of the times counted from the last
     arrival (``ratio_after_last_arrival``: no arm can reach a low average
     loss before every user has arrived).
+    ``floor`` (``earliest_possible``) bounds every arm's time from below, so
+    no arm can be more than ``t_other / floor`` times faster than another
+    (``reachable``, with its interval): a target above that over its whole
+    interval, the other arm having reached the level in every repetition, is
+    out of any rule's reach and judged ``saturated``, not ``missed``.
     A user worse off under ``easeml`` is listed with ``examples``: the
     difference in held-out examples (with ``held_out``, her held-out count)."""
     out: dict[str, Any] = {}
@@ -432,10 +461,14 @@ def targets(arms: dict[str, Any], names: Sequence[str], budget: float,
             censored_times([run["time_to_loss"][TARGET_LEVEL] for run in arms[a]["runs"]],
                            [budget] * len(arms[a]["runs"])) for a in (other, "easeml"))
         interval = ratio_of_means(theirs, mine) if len(theirs) == len(mine) and mine.mean() > 0 else None
-        judged = verdict(interval, goal, censored=float(missed.mean()))
+        reachable = ratio_of_means(theirs, np.full(len(theirs), floor)) if floor > 0 and len(theirs) else None
+        they_missed = any(run["time_to_loss"][TARGET_LEVEL] is None for run in arms[other]["runs"])
+        out_of_reach = reachable is not None and not they_missed and reachable["high"] < goal
+        judged = verdict(interval, goal, censored=float(missed.mean()), saturated=out_of_reach)
         out[f"easeml_vs_{other}_t{TARGET_LEVEL}"] = {
             **r, "target": goal, "met": judged == "met", "verdict": judged,
             "interval": None if interval is None else {k: round(interval[k], 3) for k in ("low", "high")},
+            "reachable": None if reachable is None else {k: round(reachable[k], 3) for k in ("value", "low", "high")},
             "per_repetition": per_run, "ratio_after_last_arrival": ratio(*after, budget - last_arrival)["ratio"]}
     if not any(other in arms for other in TARGET_RATIO):
         return out  # nothing to judge the default against (easeml_no_prior is for information)
@@ -790,12 +823,31 @@ def render_markdown(payload: dict[str, Any]) -> str:
         if "ratio" in t:
             bound = ">= " if t["lower_bound"] else ""
             low_high = "" if t["interval"] is None else f", 95 % interval {t['interval']['low']}–{t['interval']['high']}"
+            reach = t.get("reachable")
+            most = "" if reach is None else (f"; the most any arm could show, no arm reaching it before "
+                                             f"{payload[f'floor_t{TARGET_LEVEL}']:g} s: {reach['value']} "
+                                             f"({reach['low']}–{reach['high']})")
             lines.append(f"- {name}: ratio {bound}{t['ratio']} (target {t['target']}{low_high}, per repetition "
-                         f"{t['per_repetition']}; counted from the last arrival {t['ratio_after_last_arrival']}): "
-                         f"{t['verdict']}")
+                         f"{t['per_repetition']}; counted from the last arrival {t['ratio_after_last_arrival']}"
+                         f"{most}): {t['verdict']}")
         else:
             lines.append(f"- {name}: {'met' if t['met'] else 'missed'} {t['worse'] or ''}")
     return "\n".join(lines) + "\n"
+
+
+def report_from(path: Path) -> None:
+    """Recompute ``path``'s summary and targets from the runs it keeps, and write it and its markdown again."""
+    payload = json.loads(path.read_text())
+    people = payload["setup"]["users"]
+    arrivals = {u["name"]: u["arrival_seconds"] for u in people}
+    derived = ("time_to_loss", "curve")  # summarize's own, made again from each run's results
+    runs = {arm: [{k: v for k, v in run.items() if k not in derived} for run in a["runs"]]
+            for arm, a in payload["arms"].items()}
+    payload.update(summarize(runs, list(arrivals), payload["setup"]["budget_seconds"],
+                             {u["name"]: u["held_out"] for u in people}, last_arrival=max(arrivals.values()),
+                             arrivals=arrivals))
+    path.write_text(json.dumps(payload, indent=1))
+    path.with_suffix(".md").write_text(render_markdown(payload))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -815,10 +867,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="JSON path (default benchmarks/results/workload[_quick].json)")
     parser.add_argument("--smoke", action="store_true",
                         help="3 small quick users arriving 1 s apart, nets of 1 epoch, a 120 s budget (an arm stops when every task is idle), easeml and optuna_per_user only (for tests)")
+    parser.add_argument("--report-from", type=Path, default=None, metavar="JSON",
+                        help="recompute the summary, targets and markdown of a results JSON written by this script")
     parser.add_argument("--optuna-child", metavar="SPEC", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.optuna_child:
         optuna_child(args.optuna_child)
+        return 0
+    if args.report_from is not None:
+        report_from(args.report_from)
         return 0
     # A stop (SIGTERM) unwinds like Ctrl-C, so the running arm's service and studies are stopped too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

@@ -222,3 +222,28 @@ def test_an_unknown_arm_is_refused_naming_every_arm(wl, capsys):
     with pytest.raises(SystemExit):
         wl.main(["--arms", "easeml,nope"])
     assert "easeml_no_prior" in capsys.readouterr().err
+
+
+def test_no_arm_can_reach_a_level_before_the_users_still_to_come_hold_less_than_it(wl):
+    reference = {"a": 0.9, "b": 0.8, "c": 0.05}
+    # 0.02 x 3 users = 0.06: b (0.8) must have arrived; c (0.05) may still be to come
+    assert wl.earliest_possible(reference, {"a": 0.0, "b": 4.0, "c": 9.0}, 0.02) == 4.0
+    assert wl.earliest_possible(reference, {"a": 0.0, "b": 4.0, "c": 9.0}, 0.5) == 0.0
+    assert wl.earliest_possible({"a": 0.9}, {}, 0.02) == 0.0
+
+
+def test_a_target_beyond_what_the_arrivals_allow_is_saturated_not_missed(wl):
+    # b arrives at 4 s: no arm reaches 0.02 before, so against optuna's 5 s the most any arm shows is 1.25
+    runs = {"easeml": [_run({"a": [(1.0, 0.9)], "b": [(4.5, 0.8)]}, {"a": 0.9, "b": 0.8})] * 2,
+            "optuna_per_user": [_run({"a": [(1.0, 0.9)], "b": [(5.0, 0.8)]}, {"a": 0.9, "b": 0.8})] * 2,
+            "fifo": [_run({"a": [(1.0, 0.9)], "b": [(9.0, 0.8)]}, {"a": 0.9, "b": 0.8})] * 2}
+    out = wl.summarize(runs, ["a", "b"], budget=10.0, last_arrival=4.0, arrivals={"a": 0.0, "b": 4.0})
+    assert out["floor_t0.02"] == 4.0
+    optuna, fifo = out["targets"]["easeml_vs_optuna_per_user_t0.02"], out["targets"]["easeml_vs_fifo_t0.02"]
+    assert optuna["reachable"]["high"] == pytest.approx(1.25)
+    assert (optuna["verdict"], optuna["met"]) == ("saturated", False)
+    assert fifo["reachable"]["value"] == pytest.approx(2.25) and fifo["verdict"] == "met"
+    # an arm that missed the level gives only a bound on its time: its target stays a miss
+    runs["optuna_per_user"] = [_run({"a": [(1.0, 0.9)], "b": [(5.0, 0.5)]}, {"a": 0.9, "b": 0.8})] * 2
+    out = wl.summarize(runs, ["a", "b"], budget=4.8, last_arrival=4.0, arrivals={"a": 0.0, "b": 4.0})
+    assert out["targets"]["easeml_vs_optuna_per_user_t0.02"]["verdict"] == "missed"
