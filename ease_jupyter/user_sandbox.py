@@ -52,10 +52,11 @@ import traceback
 import weakref
 from typing import Any, Callable
 
-from .user_zygote import fork_child
+from .user_zygote import ForkedChild, ForkFailed, fork_child
 
 IDLE_SECONDS = 60.0  # the parent closes a child with no call for this long (its job is over)
 REAP_SECONDS = 5.0  # how often the parent looks for such children
+END_SECONDS = 5.0  # a child whose pipes closed is killed if still running after this; its exit code waited for as long
 MAX_REPLY_BYTES = 4 << 30  # a reply longer than this (a fitted model, predictions) is refused
 MAX_TRACEBACK_CHARS = 20_000
 CHILD_ENV_KEYS = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "TZ", "OMP_NUM_THREADS",
@@ -95,31 +96,46 @@ class Sandbox:
         self.lock = threading.Lock()  # one call at a time; held while a call runs, so no reaper closes it
         self.last_used = time.monotonic()
         self.workdir = tempfile.mkdtemp(prefix="easeml-user-model-")
-        to_child_r, to_child_w = os.pipe()
-        from_child_r, from_child_w = os.pipe()
         try:
-            self.proc = fork_child(_child_env(), float(deadline), self.workdir, (to_child_r, from_child_w),
-                                   timeout=deadline - time.time())
+            self.proc, self._to, self._from = self._start(deadline)
         except BaseException as error:
-            for fd in (to_child_w, from_child_r):
-                os.close(fd)
             shutil.rmtree(self.workdir, ignore_errors=True)
             if isinstance(error, TimeoutError):
                 raise UserModelTimeout("the process for her code had not started by the job's time limit") from None
+            if isinstance(error, ForkFailed):
+                raise UserModelError(f"the process for her code could not be started: {error}") from None
             raise
-        finally:
-            os.close(to_child_r)
-            os.close(from_child_w)
-        self._to, self._from = to_child_w, from_child_r
         os.set_blocking(self._to, False)  # the parent's writes wait in select, bounded by the deadline
         self._closed = False
+
+    def _start(self, deadline: float) -> tuple[ForkedChild, int, int]:
+        """Her child and the parent's pipe ends (to it, from it). A zygote
+        that ended before it answered may have left a child on the pipes it
+        was sent, so the second try (from a new zygote) gets new ones."""
+        for attempt in range(2):
+            to_child_r, to_child_w = os.pipe()
+            from_child_r, from_child_w = os.pipe()
+            try:
+                proc = fork_child(_child_env(), float(deadline), self.workdir, (to_child_r, from_child_w),
+                                  timeout=deadline - time.time())
+            except BaseException as error:
+                os.close(to_child_w)
+                os.close(from_child_r)
+                if not isinstance(error, ConnectionError) or attempt:
+                    raise
+                continue
+            finally:
+                os.close(to_child_r)
+                os.close(from_child_w)
+            return proc, to_child_w, from_child_r
+        raise AssertionError("unreachable")
 
     @property
     def pid(self) -> int:
         return self.proc.pid
 
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        return not self.proc.exited(0)
 
     def call(self, fn: Callable[..., Any], *args: Any, what: str, returns: str = "object", **kwargs: Any) -> Any:
         """``fn(*args, **kwargs)`` in the child: its value, ``UserModelError``
@@ -153,11 +169,11 @@ class Sandbox:
                 self.kill()
                 raise UserModelError(f"{what}: {error}; its process was killed") from None
             except (EOFError, OSError):
-                code = self._end()
+                code = self._end()  # it closed its end: it is ending, or killed if it lingers
                 if time.time() >= self.deadline:
                     raise UserModelTimeout(f"{what}: still running at the job's time limit; its process ended "
-                                           f"(exit code {code})") from None
-                raise UserModelError(f"{what}: the process running it ended (exit code {code}) before it "
+                                           f"({_exit_text(code)})") from None
+                raise UserModelError(f"{what}: the process running it ended ({_exit_text(code)}) before it "
                                      "returned") from None
             finally:
                 self.last_used = time.monotonic()
@@ -173,17 +189,28 @@ class Sandbox:
         """End the child once its call is done: it ends at the end of its
         input; one that does not within a second is killed."""
         self._close_pipes()
-        try:
-            self.proc.wait(1.0)
-        except subprocess.TimeoutExpired:
+        if not self.proc.exited(1.0):
             self.proc.kill()
         self._end()
 
-    def _end(self) -> int:
+    def _end(self) -> int | None:
+        """Close the pipes and see the child gone: one still running
+        ``END_SECONDS`` after its pipes closed is killed. Its exit code, as
+        the zygote reported it (which reaps it: no zombie); None where the
+        zygote had not reported it within ``END_SECONDS`` (busy or stuck),
+        so no wait here is longer than that."""
         self._close_pipes()
-        code = self.proc.wait()  # reaped: no zombie
-        shutil.rmtree(self.workdir, ignore_errors=True)
-        return code
+        try:
+            if not self.proc.exited(END_SECONDS):
+                self.proc.kill()
+                self.proc.exited(END_SECONDS)
+            try:
+                return self.proc.wait(END_SECONDS)
+            except subprocess.TimeoutExpired:
+                return None
+        finally:
+            self.proc.release()
+            shutil.rmtree(self.workdir, ignore_errors=True)
 
     def _close_pipes(self) -> None:
         if not self._closed:
@@ -193,6 +220,10 @@ class Sandbox:
                     os.close(fd)
                 except OSError:
                     pass
+
+
+def _exit_text(code: int | None) -> str:
+    return "its exit code was not reported" if code is None else f"exit code {code}"
 
 
 def _decode(reply: bytes, what: str, returns: str) -> Any:
@@ -268,12 +299,18 @@ def for_job(deadline: float) -> Sandbox:
     _reap()
     with _LOCK:
         box = _SANDBOXES.get(key)
-        if box is None or not box.alive():
-            box = _SANDBOXES[key] = Sandbox(deadline)
+        if box is not None and box.alive():
+            return box
+        dead = _SANDBOXES.pop(key, None)
+    if dead is not None:  # ended since the reaper looked: free its pipes and folder
+        dead.close()
+    box = Sandbox(deadline)  # not under _LOCK: a slow start holds back no other job's calls
+    with _LOCK:
+        _SANDBOXES[key] = box  # the key is this thread's: no other thread starts one for it
         if _REAPER is None:
             _REAPER = threading.Thread(target=_reap_forever, name="easeml-user-model-reaper", daemon=True)
             _REAPER.start()
-        return box
+    return box
 
 
 def _reap() -> None:

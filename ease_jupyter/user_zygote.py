@@ -20,10 +20,15 @@ freshly started child would, and each child works in its own empty folder.
 
 Protocol: a ``SOCK_SEQPACKET`` socket pair. The parent sends the child's
 deadline, folder and the modules to import next, with its two pipe ends
-(``SCM_RIGHTS``); the zygote forks, closes its copies and answers the child's pid. It reaps its children
+(``SCM_RIGHTS``); the zygote forks, closes its copies and answers the child's
+pid with a pidfd of it (or the fork's error number). It reaps its children
 and sends each one's exit code, so a :class:`ForkedChild` answers as
-``subprocess.Popen`` does. When the parent closes its side, the zygote
-forks no more and exits once its children have ended.
+``subprocess.Popen`` does. The pidfd is the parent's own handle on the
+child: it kills through it (a pid the zygote has reaped may already name
+another process) and sees through it when the child has exited, without
+waiting for the zygote, which may be busy with an import. When the parent
+closes its side, the zygote forks no more and exits once its children have
+ended.
 
 This module imports nothing from the service: the zygote starts with it alone.
 """
@@ -49,18 +54,25 @@ PRELOAD_PACKAGES = ("numpy", "scipy", "pandas", "sklearn", "torch", "cloudpickle
 _MAIN = "from ease_jupyter.user_zygote import zygote_main; zygote_main()"
 _MAX_REQUEST_BYTES = 1 << 20
 _MAX_IMPORT_CHARS = 64 << 10  # module names per request (a datagram must fit the socket's buffer); the rest next time
-_REPLY = struct.Struct("!cqq")  # kind (P: forked, X: exited), pid, exit code
-_FORKED, _EXITED = b"P", b"X"
+_REPLY = struct.Struct("!cqq")  # kind (P: forked, F: the fork failed, X: exited), pid, exit code or errno
+_FORKED, _FAILED, _EXITED = b"P", b"F", b"X"
+
+
+class ForkFailed(OSError):
+    """The zygote could not fork (``errno``: why); its other children are unharmed."""
 
 
 class ForkedChild:
     """A child forked by the zygote, with ``subprocess.Popen``'s ``pid``,
-    ``returncode``, ``poll``, ``wait`` and ``kill``."""
+    ``returncode``, ``poll``, ``wait`` and ``kill``; ``pidfd`` (ours to
+    close, :meth:`release`) refers to this process and no other."""
 
-    def __init__(self, pid: int):
+    def __init__(self, pid: int, pidfd: int | None = None):
         self.pid = pid
         self.returncode: int | None = None
         self._ended = threading.Event()
+        self._pidfd = pidfd
+        self._fd_lock = threading.Lock()  # a kill from another thread never signals through a closed fd
 
     def poll(self) -> int | None:
         return self.returncode
@@ -71,9 +83,32 @@ class ForkedChild:
         return self.returncode  # type: ignore[return-value]
 
     def kill(self) -> None:
-        if not self._ended.is_set():
+        with self._fd_lock:
+            if self._ended.is_set():
+                return
             with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, signal.SIGKILL)
+                if self._pidfd is not None:
+                    signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+                else:  # a kernel without pidfds
+                    os.kill(self.pid, signal.SIGKILL)
+
+    def exited(self, timeout: float) -> bool:
+        """Whether the process has exited within ``timeout`` seconds, reported
+        by the zygote or not (it may be busy importing)."""
+        if self._ended.is_set():
+            return True
+        with self._fd_lock:
+            fd = self._pidfd
+        if fd is None:
+            return self._ended.wait(timeout)
+        return bool(select.select([fd], [], [], max(timeout, 0.0))[0]) or self._ended.is_set()
+
+    def release(self) -> None:
+        """Close the pidfd: the caller is done with this child."""
+        with self._fd_lock:
+            fd, self._pidfd = self._pidfd, None
+        if fd is not None:
+            os.close(fd)
 
     def ended(self, code: int) -> None:
         self.returncode = code
@@ -110,7 +145,7 @@ class Zygote:
         self.lost = False
         self.retired = False
         self._children: dict[int, ForkedChild] = {}
-        self._forked: queue.Queue[ForkedChild | None] = queue.Queue()  # None: the zygote ended
+        self._forked: queue.Queue[ForkedChild | ForkFailed | None] = queue.Queue()  # None: the zygote ended
         self._lock = threading.Lock()  # one fork request in flight: its answer is the next one
         self._sent: set[str] = set()  # modules the zygote was asked to import
         threading.Thread(target=self._listen, name="easeml-user-zygote", daemon=True).start()
@@ -138,6 +173,8 @@ class Zygote:
                 raise TimeoutError("the process for her code did not start in time") from None
             if child is None:
                 raise ConnectionError("the zygote ended before it forked")
+            if isinstance(child, ForkFailed):
+                raise child
             return child
 
     def retire(self) -> None:
@@ -151,15 +188,22 @@ class Zygote:
     def _listen(self) -> None:
         while True:
             try:
-                reply = self.sock.recv(_REPLY.size)
+                reply, fds, _, _ = socket.recv_fds(self.sock, _REPLY.size, 1)
             except OSError:
-                reply = b""
+                reply, fds = b"", []
             if len(reply) != _REPLY.size:
+                for fd in fds:
+                    os.close(fd)
                 break
             kind, pid, code = _REPLY.unpack(reply)
             if kind == _FORKED:
-                child = self._children[pid] = ForkedChild(pid)
+                child = self._children[pid] = ForkedChild(pid, fds[0] if fds else None)
                 self._forked.put(child)
+                continue
+            for fd in fds:
+                os.close(fd)
+            if kind == _FAILED:
+                self._forked.put(ForkFailed(code, os.strerror(code)))
             elif (child := self._children.pop(pid, None)) is not None:
                 child.ended(code)
         # The zygote is gone: no one reaps or reports its children now. End them.
@@ -194,16 +238,18 @@ def _zygote(env: dict[str, str]) -> Zygote:
 
 def fork_child(env: dict[str, str], deadline: float, folder: str, fds: tuple[int, int],
                timeout: float) -> ForkedChild:
-    """A child with environment ``env`` (``Zygote.fork``), from this
-    process's zygote; from a new one if that zygote ended meanwhile."""
+    """A child with environment ``env`` (``Zygote.fork``) from this process's
+    zygote. ``ConnectionError`` when that zygote has ended: the caller may
+    try again with new pipe ends (a zygote that ended after it forked may
+    have left a child holding these), and then gets a new zygote."""
     current = _zygote(env)
     try:
         return current.fork(deadline, folder, fds, timeout)
-    except TimeoutError:
+    except (TimeoutError, ForkFailed):
         raise
-    except OSError:  # its socket is closed: it ended between the look and the request
+    except OSError as error:  # its socket is closed: it ended between the look and the answer
         current.lost = True
-        return _zygote(env).fork(deadline, folder, fds, timeout)
+        raise ConnectionError(f"the process that starts her code's processes ended: {error}") from None
 
 
 def zygote_main() -> None:
@@ -238,11 +284,15 @@ def zygote_main() -> None:
             else:
                 deadline, folder, imports = json.loads(message)
                 to_import.extend(imports)
-                pid = os.fork()
-                if pid == 0:
-                    _become_child(sock, (wake_r, wake_w), fds, float(deadline), folder)
-                live.add(pid)
-                _send(sock, _FORKED, pid, 0)
+                try:
+                    pid = os.fork()
+                except OSError as error:  # that request fails; the children it has keep running
+                    _send(sock, _FAILED, 0, error.errno or 0)
+                else:
+                    if pid == 0:
+                        _become_child(sock, (wake_r, wake_w), fds, float(deadline), folder)
+                    live.add(pid)
+                    _send_forked(sock, pid)
             for fd in fds:
                 os.close(fd)
     os._exit(0)
@@ -266,6 +316,32 @@ def _send(sock: socket.socket, kind: bytes, pid: int, code: int) -> None:
         sock.send(_REPLY.pack(kind, pid, code))
 
 
+def _send_forked(sock: socket.socket, pid: int) -> None:
+    """Answer a fork with the child's pid and a pidfd of it, opened before
+    the child can be reaped, so it names this child and no later process."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (AttributeError, OSError):  # no pidfds here: the parent kills by pid
+        _send(sock, _FORKED, pid, 0)
+        return
+    try:
+        with contextlib.suppress(OSError):
+            socket.send_fds(sock, [_REPLY.pack(_FORKED, pid, 0)], [pidfd])
+    finally:
+        os.close(pidfd)
+
+
+def _reseed() -> None:
+    """Give this child random states of its own, as a fresh interpreter has:
+    numpy's global state and torch's default generator are seeded once, at
+    import, from the OS, and a fork copies the zygote's (Python's ``random``
+    reseeds itself after a fork)."""
+    if "numpy.random" in sys.modules:
+        sys.modules["numpy.random"].seed()
+    if "torch" in sys.modules:
+        sys.modules["torch"].seed()
+
+
 def _become_child(sock: socket.socket, wake: tuple[int, int], fds: list[int], deadline: float, folder: str) -> None:
     """In the forked child: drop the zygote's ends and serve calls, as a
     freshly started child would (``user_sandbox.child_main``); never returns."""
@@ -278,6 +354,7 @@ def _become_child(sock: socket.socket, wake: tuple[int, int], fds: list[int], de
             os.close(fd)
         os.setsid()  # a signal she sends to her process group reaches her child alone
         os.chdir(folder)
+        _reseed()
         inbox, outbox = fds
         sys.argv = ["-c", str(inbox), str(outbox), repr(deadline)]
         from ease_jupyter.user_sandbox import child_main

@@ -407,3 +407,139 @@ def test_a_zygote_that_does_not_answer_by_the_deadline_is_a_timeout_and_retired(
     finally:
         user_sandbox.close_job(deadline)
         user_sandbox.close_job(deadline + 1)
+
+
+def _draws():
+    import numpy as np
+    import torch
+
+    return float(np.random.rand()), float(torch.rand(1))
+
+
+def _loaded_both():
+    import sys
+
+    return "numpy.random" in sys.modules and "torch" in sys.modules
+
+
+def test_children_of_different_jobs_draw_different_random_numbers():
+    import torch  # noqa: F401 - loaded here, so the zygote imports it (and numpy) for later children
+
+    deadline = time.time() + 90
+    jobs = [deadline]
+    try:
+        while not run_user_code(_loaded_both, deadline=jobs[-1], what="loaded"):  # children forked with both loaded
+            assert time.time() < deadline - 30, "the zygote never imported numpy and torch"
+            time.sleep(0.5)
+            jobs.append(jobs[-1] + 1)
+        first, second = (run_user_code(_draws, deadline=jobs[-1] + i, what="draw") for i in (1, 2))
+        jobs += [jobs[-1] + 1, jobs[-1] + 2]
+        assert first[0] != second[0]  # numpy's global state: seeded per child, as in a fresh interpreter
+        assert first[1] != second[1]  # torch's default generator too
+    finally:
+        for job in jobs:
+            user_sandbox.close_job(job)
+
+
+def _close_my_reply_pipe_then_sleep():
+    import sys
+
+    os.close(int(sys.argv[2]))  # the child's end of the pipe its replies go back on
+    time.sleep(120)
+
+
+def test_a_child_that_closes_its_reply_pipe_and_lingers_is_killed_soon(monkeypatch):
+    monkeypatch.setattr(user_sandbox, "END_SECONDS", 1.0)
+    deadline = time.time() + 60
+    started = time.monotonic()
+    try:
+        with pytest.raises(UserModelError, match=r"the process running it ended \(exit code -9\)"):
+            run_user_code(_close_my_reply_pipe_then_sleep, deadline=deadline, what="linger")
+        assert time.monotonic() - started < 15  # not at the job's deadline, a minute away
+    finally:
+        user_sandbox.close_job(deadline)
+
+
+def test_a_kill_reaches_the_process_its_pidfd_names_not_whoever_has_its_pid_now():
+    import subprocess
+
+    from ease_jupyter.user_zygote import ForkedChild
+
+    bystander, child = (subprocess.Popen(["sleep", "60"]) for _ in range(2))
+    try:
+        forked = ForkedChild(bystander.pid, os.pidfd_open(child.pid))  # as if the child's pid were reused
+        forked.kill()
+        assert child.wait(5) == -9
+        assert bystander.poll() is None
+        forked.release()
+        forked.release()  # nothing left to close the second time
+    finally:
+        for proc in (bystander, child):
+            proc.kill()
+            proc.wait()
+
+
+_FAIL_SECOND_FORK = """\
+import errno, os
+_real, _calls = os.fork, []
+def _fork():
+    _calls.append(1)
+    if len(_calls) == 2:
+        raise OSError(errno.EAGAIN, "no more processes for now")
+    return _real()
+os.fork = _fork
+"""
+
+
+def test_a_fork_that_fails_fails_that_call_alone(monkeypatch):
+    import errno
+
+    from ease_jupyter import user_zygote
+
+    monkeypatch.setattr(user_zygote, "_MAIN", _FAIL_SECOND_FORK + user_zygote._MAIN)
+    zygote = user_zygote.Zygote(user_sandbox._child_env())
+    monkeypatch.setattr(user_zygote, "_ZYGOTE", zygote)
+    first_job, second_job = time.time() + 30, time.time() + 31
+    try:
+        child = run_user_code(_pid, deadline=first_job, what="pid")
+        with pytest.raises(UserModelError, match=rf"^the process for her code could not be started: \[Errno {errno.EAGAIN}\]"):
+            run_user_code(_pid, deadline=second_job, what="pid")
+        assert zygote.usable() and psutil.Process(child).ppid() == zygote.proc.pid
+        assert run_user_code(_pid, deadline=first_job, what="pid") == child  # the other job's child serves on
+        assert run_user_code(_pid, deadline=second_job, what="pid") != child  # and the zygote forks again
+    finally:
+        user_sandbox.close_job(first_job)
+        user_sandbox.close_job(second_job)
+        zygote.retire()
+
+
+def test_a_slow_start_holds_back_no_call_to_a_running_child():
+    import signal
+    import threading
+
+    deadline = time.time() + 60
+    try:
+        child = run_user_code(_pid, deadline=deadline, what="pid")
+        zygote = psutil.Process(child).ppid()
+        os.kill(zygote, signal.SIGSTOP)  # the next start waits for it
+        try:
+            ended = []
+
+            def start_another_job():
+                try:
+                    ended.append(run_user_code(_pid, deadline=time.time() + 4, what="late"))
+                except UserModelTimeout as error:  # or it starts once the zygote runs again
+                    ended.append(error)
+
+            starting = threading.Thread(target=start_another_job, daemon=True)
+            starting.start()
+            time.sleep(0.5)
+            began = time.monotonic()
+            assert run_user_code(_pid, deadline=deadline, what="pid") == child
+            assert time.monotonic() - began < 2  # not after the other job's start gave up
+        finally:
+            os.kill(zygote, signal.SIGCONT)
+        starting.join(15)
+        assert not starting.is_alive() and len(ended) == 1
+    finally:
+        user_sandbox.close_job(deadline)
