@@ -361,6 +361,8 @@ def test_a_zygote_whose_socket_fails_is_replaced_at_the_next_fork():
         fresh = run_user_code(_pid, deadline=deadline + 1, what="pid")
         assert psutil.Process(fresh).ppid() not in (stale.proc.pid, os.getpid())
         assert run_user_code(_pid, deadline=deadline, what="pid") == child  # the stale one's child serves on
+        user_sandbox.close_job(deadline)
+        assert _gone_soon(child) and _gone_soon(stale.proc.pid)  # its end reported: the stale zygote exits
     finally:
         user_sandbox.close_job(deadline)
         user_sandbox.close_job(deadline + 1)
@@ -543,3 +545,51 @@ def test_a_slow_start_holds_back_no_call_to_a_running_child():
         assert not starting.is_alive() and len(ended) == 1
     finally:
         user_sandbox.close_job(deadline)
+
+
+def _my_sockets_and_pipes():
+    import sys
+
+    kinds = {}
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            kinds[int(name)] = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:  # the listing's own descriptor, closed by now
+            continue
+    pipes = {int(fd) for fd in sys.argv[1:3]}
+    return [fd for fd, what in kinds.items() if what.startswith("socket:")], pipes <= set(kinds)
+
+
+def test_her_child_holds_no_socket_so_cannot_ask_the_zygote_for_anything():
+    deadline = time.time() + 30
+    try:
+        sockets, has_its_pipes = run_user_code(_my_sockets_and_pipes, deadline=deadline, what="fds")
+        assert sockets == [] and has_its_pipes
+    finally:
+        user_sandbox.close_job(deadline)
+
+
+def test_children_started_at_once_by_many_threads_each_get_their_own():
+    import threading
+
+    from ease_jupyter.user_sandbox import for_job
+
+    base = time.time() + 60
+    seen = {}
+
+    def start(i):
+        deadline = base + i
+        seen[i] = (for_job(deadline).proc.pid, run_user_code(_pid, deadline=deadline, what="pid"))
+
+    threads = [threading.Thread(target=start, args=(i,)) for i in range(6)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        assert len(seen) == 6
+        assert all(handle == actual for handle, actual in seen.values())  # each fork's answer went to its request
+        assert len({actual for _, actual in seen.values()}) == 6
+    finally:
+        for i in range(6):
+            user_sandbox.close_job(base + i)
