@@ -4,26 +4,18 @@ log's features, the FLOPs proxy's correction, the provisioner's two
 questions on a hand-made runtime table, the simulated space, the selection
 replay and the JSON layout. Correctness only, never speed."""
 
-import importlib.util
 import json
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmark_scripts import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def pb():
-    """``benchmarks/provisioner.py`` as a module (the benchmarks are scripts, not a package)."""
-    spec = importlib.util.spec_from_file_location("provisioner_benchmark", ROOT / "benchmarks" / "provisioner.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up while it loads
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("provisioner")
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ the JSON layout), its users and held-out split, and one tiny end-to-end
 ``--smoke`` run (the live service and per-user Optuna studies on three
 small users)."""
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -13,17 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from benchmark_scripts import load_benchmark
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def wl():
-    """``benchmarks/workload.py`` as a module (the benchmarks are scripts, not a package)."""
-    spec = importlib.util.spec_from_file_location("workload_benchmark", ROOT / "benchmarks" / "workload.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up while it loads
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("workload")
 
 
 REFERENCE = {"a": 0.9, "b": 0.8}

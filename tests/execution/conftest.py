@@ -56,18 +56,6 @@ def assert_same_output_under_hash_seeds(script: str) -> None:
     assert len(outputs) == 1
 
 
-def load_benchmark(name: str) -> Any:
-    """``benchmarks/<name>.py`` as a module (the benchmarks are scripts, not a package)."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"{name}_benchmark", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def assert_queues_cover_the_epoch(sched: Any, flight: Any) -> None:
     """Cerebro §5.6's bookkeeping of one scheduler (or one workload's view):
     every unit of the epoch is in exactly one of Q, Q' (``flight``) and done,

@@ -40,7 +40,8 @@ from ease_jupyter.execution.units import (
 from ease_jupyter.zoo.nets import LeNet
 from ease_jupyter.zoo.templates import TorchBuilder
 
-from .conftest import load_benchmark
+from benchmark_scripts import load_benchmark
+
 
 LENET = TorchBuilder("lenet", "LeNet", ((8, 8), 10))
 LENET_RGB = TorchBuilder("lenet", "LeNet", ((32, 32, 3), 10))

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from .conftest import load_benchmark
+from benchmark_scripts import load_benchmark
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from ease_jupyter.execution.automl import pick_schedule
 from ease_jupyter.execution.mop import PoolTask, WorkerFailure, simulate_pool
 from ease_jupyter.execution.mop.pool_simulation import compare_admission, concurrency_tasks
 
-from .conftest import load_benchmark
+from benchmark_scripts import load_benchmark
 
 
 def units_needed(task: PoolTask, workers: int) -> int:

@@ -1,9 +1,7 @@
 """The committed image matrix (benchmarks/data/image_*) and the task makers
 and cell measurement of benchmarks/image_matrix.py, on tiny inputs."""
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,18 +12,15 @@ from ease_jupyter.schema import program_from_shapes
 from ease_jupyter.service.config import ServiceConfig
 from ease_jupyter.zoo import Engine, candidates
 
+from benchmark_scripts import load_benchmark
+
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "benchmarks" / "data"
 
 
 @pytest.fixture(scope="module")
 def im():
-    """``benchmarks/image_matrix.py`` as a module (the benchmarks are scripts, not a package)."""
-    spec = importlib.util.spec_from_file_location("image_matrix_benchmark", ROOT / "benchmarks" / "image_matrix.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up while it loads
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("image_matrix")
 
 
 @pytest.fixture(scope="module")

@@ -3,23 +3,15 @@ is itself within 1.5x of the oracle (the exact lower bound) is out of any
 rule's reach, and is reported as saturated, not as a miss; a baseline with
 room, or one that missed the level (its time only a bound), stays a miss."""
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from benchmark_scripts import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def sel():
-    spec = importlib.util.spec_from_file_location("selection_benchmark", ROOT / "benchmarks" / "selection.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("selection")
 
 
 def policy(times, budget=100.0):
