@@ -172,7 +172,7 @@ def _feed_once(store: Store, blobs: BlobStore, task: Task, checked: CheckedData,
     x_bytes, y_bytes, members_bytes = _input_bytes(X), npy_bytes(y), npy_bytes(members)
     if reserve is not None:
         reserve(len(x_bytes) + len(y_bytes) + len(members_bytes))
-    with _undo_on_failure(blobs) as put:
+    with _undo_on_failure(store, blobs) as put:
         chunk = NewChunk(x_blob=put(x_bytes), y_blob=put(y_bytes), count=n)
         version = store.create_dataset_version(
             task.id,
@@ -241,21 +241,33 @@ def _readable_members(blobs: BlobStore, task: Task, version: DatasetVersion,
 
 
 @contextlib.contextmanager
-def _undo_on_failure(blobs: BlobStore) -> Iterator[Callable[[bytes], str]]:
-    """A ``put`` for blobs that the block's row will reference. If the block
-    fails, the blobs that were not stored before it are deleted again (unless
-    someone put the same content while it failed), and a full disk in the row's write
-    is a ``StorageFullError``."""
+def _undo_on_failure(store: Store, blobs: BlobStore) -> Iterator[Callable[[bytes], str]]:
+    """A ``put`` for blobs that the block's row will reference. Blobs are
+    content-addressed, so another feed or refine may put the same content at
+    any moment and reference it. If the block fails, each blob that was not
+    stored before it is deleted, but only while no committed row references
+    it (``BlobStore.delete(unless=...)`` takes it out of reach first, then
+    asks the store); a store that cannot say keeps it (``easeml gc`` takes it
+    later). If the block succeeds, its blobs are checked after the commit and
+    put again where such a delete took one in between. A full disk in the
+    row's write is a ``StorageFullError``."""
+    written: dict[str, bytes] = {}
     added: list[str] = []
 
     def put(data: bytes) -> str:
-        # Content-addressed: a blob stored before this feed (the same array fed
-        # twice, or by another task) is someone else's and must stay.
+        # A blob stored before this block (the same array fed twice, or by another task) must stay.
         stored_before = blobs.exists(hashlib.sha256(data).hexdigest())
         digest = blobs.put_bytes(data)
+        written[digest] = data
         if not stored_before:
             added.append(digest)
         return digest
+
+    def referenced(digest: str) -> bool:
+        try:
+            return store.blob_referenced(digest)
+        except Exception:  # noqa: BLE001 - unsure (the store is down, or its commit was): keep it
+            return True
 
     try:
         yield put
@@ -266,11 +278,14 @@ def _undo_on_failure(blobs: BlobStore) -> Iterator[Callable[[bytes], str]]:
     except BaseException as error:
         written_by_us = time.time()
         for digest in added:
-            blobs.delete(digest, if_older_than=written_by_us)
+            blobs.delete(digest, if_older_than=written_by_us, unless=lambda d=digest: referenced(d))
         full = storage_full(error, getattr(blobs, "root", None)) if isinstance(error, Exception) else None
         if full is not None and full is not error:
             raise full from None
         raise
+    for digest, data in written.items():  # committed; a failing writer's delete may have taken one meanwhile
+        if not blobs.exists(digest):
+            blobs.put_bytes(data)
 
 
 def refine(
@@ -324,14 +339,15 @@ def _refine_once(store: Store, blobs: BlobStore, task: Task, keep: Iterable[int]
     toggles.update({int(i): False for i in np.intersect1d(drop_ids, before)})
     if not toggles:
         return parent, False
-    version = store.create_dataset_version(
-        task.id,
-        kind=VersionKind.REFINE,
-        parent_id=parent.id,
-        members_blob=blobs.put_array(after.astype(np.int64)),
-        n_examples=int(after.size),
-        toggles=toggles,
-    )
+    with _undo_on_failure(store, blobs) as put:
+        version = store.create_dataset_version(
+            task.id,
+            kind=VersionKind.REFINE,
+            parent_id=parent.id,
+            members_blob=put(npy_bytes(after.astype(np.int64))),
+            n_examples=int(after.size),
+            toggles=toggles,
+        )
     return version, True
 
 

@@ -33,7 +33,7 @@ import enum
 from collections import deque
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from ease_jupyter.errors import DataError, NotFoundError
 
@@ -451,6 +451,19 @@ class Store(abc.ABC):
             models.update(j.artifact_blob for j in self.list_jobs(task.id) if j.artifact_blob is not None)
         return OwnerBlobs(frozenset(data), frozenset(models - data))
 
+    def blob_referenced(self, digest: str) -> bool:
+        """Whether a dataset version's members, a chunk's arrays or a job's
+        model is the blob ``digest``: a failed write may delete a blob it put
+        only while no committed row references it (``datasets``)."""
+        for task in self.list_tasks():
+            if any(v.members_blob == digest for v in self.list_dataset_versions(task.id)):
+                return True
+            if any(digest in (c.x_blob, c.y_blob) for c in self.list_chunks(task.id)):
+                return True
+            if any(j.artifact_blob == digest for j in self.list_jobs(task.id)):
+                return True
+        return False
+
     def owner_blobs_stamp(self, owner_id: int) -> tuple[int, ...] | None:
         """Numbers that change whenever ``owner_blobs(owner_id)`` may have
         changed (the count and the highest id of her dataset versions and of
@@ -531,11 +544,17 @@ class BlobStore(abc.ABC):
     def exists(self, digest: str) -> bool: ...
 
     @abc.abstractmethod
-    def delete(self, digest: str, *, if_older_than: float | None = None) -> bool:
+    def delete(self, digest: str, *, if_older_than: float | None = None,
+               unless: Callable[[], bool] | None = None) -> bool:
         """Delete a blob; True if this call deleted it. A missing blob is a
         no-op (False). With ``if_older_than`` (POSIX time), a blob written (or
         put again) at or after that moment is kept (False), also when the put
-        races with this call."""
+        races with this call. With ``unless``, the blob is first taken out of
+        reach (an ``exists`` from then on says False, and a put stores it
+        afresh), then kept if ``unless()`` is true: a writer that checks its
+        blobs after committing the row that references them either finds
+        them or puts them again, so none is lost to a delete that
+        ``unless`` asked the store about (``datasets``)."""
 
     @abc.abstractmethod
     def iter_blobs(self) -> Iterator[BlobInfo]:

@@ -31,7 +31,7 @@ import re
 import tempfile
 import uuid
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from ease_jupyter.errors import NotFoundError, StoreCorruptError
 
@@ -123,7 +123,8 @@ class DirectoryBlobStore(BlobStore):
     def exists(self, digest: str) -> bool:
         return self.path(digest).is_file()
 
-    def delete(self, digest: str, *, if_older_than: float | None = None) -> bool:
+    def delete(self, digest: str, *, if_older_than: float | None = None,
+               unless: Callable[[], bool] | None = None) -> bool:
         final = self.path(digest)
         try:
             if if_older_than is not None and os.stat(final).st_mtime >= if_older_than:
@@ -132,10 +133,15 @@ class DirectoryBlobStore(BlobStore):
             os.rename(final, grave)  # from here on a put writes the blob afresh
         except FileNotFoundError:
             return False
-        if if_older_than is not None and os.stat(grave).st_mtime >= if_older_than:
-            # A put touched it between the check and the rename: it stays.
-            # Replacing a fresh copy of the same content is harmless.
+        try:
+            # A put touched it between the check and the rename, or a row references it: it stays.
+            keep = (if_older_than is not None and os.stat(grave).st_mtime >= if_older_than) or (
+                unless is not None and unless())
+        except BaseException:
             os.replace(grave, final)
+            raise
+        if keep:
+            os.replace(grave, final)  # replacing a fresh copy of the same content is harmless
             return False
         os.unlink(grave)
         _fsync_directory(final.parent)

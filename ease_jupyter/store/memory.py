@@ -15,7 +15,7 @@ import threading
 import time
 from dataclasses import replace
 from datetime import datetime
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from ease_jupyter.errors import AlreadyExistsError, DataError, InvalidStateError, NotFoundError
 
@@ -479,15 +479,26 @@ class MemoryBlobStore(BlobStore):
         with self._lock:
             return digest in self._blobs
 
-    def delete(self, digest: str, *, if_older_than: float | None = None) -> bool:
+    def delete(self, digest: str, *, if_older_than: float | None = None,
+               unless: Callable[[], bool] | None = None) -> bool:
         v.check_digest("digest", digest)
         with self._lock:
             if digest not in self._blobs:
                 return False
             if if_older_than is not None and self._written[digest] >= if_older_than:
                 return False
-            del self._blobs[digest], self._written[digest]
-            return True
+            taken = self._blobs.pop(digest), self._written.pop(digest)  # out of reach while ``unless`` asks
+        try:
+            keep = unless is not None and unless()
+        except BaseException:
+            keep = True
+            raise
+        finally:
+            if keep:
+                with self._lock:  # a put meanwhile stored it afresh: that copy (and its time) stays
+                    self._blobs.setdefault(digest, taken[0])
+                    self._written.setdefault(digest, taken[1])
+        return not keep
 
     def iter_blobs(self) -> Iterator[BlobInfo]:
         with self._lock:

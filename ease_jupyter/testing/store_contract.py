@@ -418,6 +418,18 @@ def _a_task_with_history(store: Store, owner, name: str, seed: object):
     return t
 
 
+def test_a_blob_is_referenced_while_a_version_chunk_or_model_names_it(store: Store) -> None:
+    ada = user(store, "ada")
+    t = _a_task_with_history(store, ada, "galaxy", "g")
+    versions, chunks = store.list_dataset_versions(t.id), store.list_chunks(t.id)
+    models = [j.artifact_blob for j in store.list_jobs(t.id) if j.artifact_blob is not None]
+    held = {v.members_blob for v in versions} | {d for c in chunks for d in (c.x_blob, c.y_blob)} | set(models)
+    assert len(held) == 8 and all(store.blob_referenced(d) for d in held)  # 3 members, 2 chunks x 2, 1 model
+    assert not store.blob_referenced(digest("nobody's"))
+    store.delete_task(t.id)
+    assert not any(store.blob_referenced(d) for d in held)
+
+
 def test_deleting_a_task_removes_all_of_it_and_nothing_else(store: Store) -> None:
     ada, bob = user(store, "ada"), user(store, "bob")
     gone = _a_task_with_history(store, ada, "galaxy", "g")

@@ -286,3 +286,30 @@ def test_listing_skips_temporaries_and_old_ones_can_be_removed(tmp_path) -> None
     assert old_tmp.exists()
     assert store.remove_temporaries(cutoff) == (1, 5)
     assert not old_tmp.exists() and new_tmp.exists() and store.exists(key)
+
+
+def test_delete_unless_keeps_a_blob_the_question_says_is_in_use_and_takes_it_out_of_reach_meanwhile(
+        blobs: BlobStore) -> None:
+    key = blobs.put_bytes(b"shared")
+    seen = []
+
+    def in_use() -> bool:
+        seen.append(blobs.exists(key))  # while asked, the blob is out of reach: a writer would put it again
+        return True
+
+    assert blobs.delete(key, unless=in_use) is False
+    assert seen == [False] and blobs.get_bytes(key) == b"shared"
+    assert blobs.delete(key, unless=lambda: False) is True
+    assert not blobs.exists(key)
+
+
+def test_a_question_that_fails_keeps_the_blob(blobs: BlobStore) -> None:
+    key = blobs.put_bytes(b"unsure")
+
+    def store_down() -> bool:
+        raise RuntimeError("the database is unavailable")
+
+    with pytest.raises(RuntimeError, match="unavailable"):
+        blobs.delete(key, unless=store_down)
+    assert blobs.get_bytes(key) == b"unsure"
+    assert [i.digest for i in blobs.iter_blobs()] == [key]  # no tombstone left either

@@ -670,6 +670,15 @@ class SQLStore(Store):
                 self._check_exists(c, UserRow, owner, what="user")
             return OwnerBlobs(frozenset(data), frozenset(models - data))
 
+    def blob_referenced(self, digest: str) -> bool:
+        v.check_digest("digest", digest)
+        holders = (select(DatasetVersionRow.id).where(DatasetVersionRow.members_blob == digest),
+                   select(ExampleChunkRow.id).where(or_(ExampleChunkRow.x_blob == digest,
+                                                        ExampleChunkRow.y_blob == digest)),
+                   select(JobRow.id).where(JobRow.artifact_blob == digest))
+        with self._reading_rows() as c:
+            return any(c.execute(query.limit(1)).first() is not None for query in holders)
+
     def owner_blobs_stamp(self, owner_id: int) -> tuple[int, ...]:
         owner = v.check_id("user_id", owner_id)
         with self._reading_rows() as c:
