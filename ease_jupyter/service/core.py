@@ -378,11 +378,18 @@ class Service:
         its raw bytes (``POST /tasks/{name}/feed``), parsed where the feed
         runs: in the task's feed process when the service has them."""
         task = self._task(caller, name)
-        if self.feed_processes is not None:
-            raw = bytes(body) if isinstance(body, (bytes, bytearray)) else json.dumps(body).encode()
-            return self._fed(caller, task, self.feed_processes.feed(caller, task, raw))
-        parsed = body if isinstance(body, dict) else json_object(body)
-        return self._fed(caller, task, self.feeder.feed(caller, task, parsed))
+        try:
+            if self.feed_processes is not None:
+                raw = bytes(body) if isinstance(body, (bytes, bytearray)) else json.dumps(body).encode()
+                fed = self.feed_processes.feed(caller, task, raw)
+            else:
+                fed = self.feeder.feed(caller, task, body if isinstance(body, dict) else json_object(body))
+        finally:
+            # Whatever the answer, the loop looks at the task: a feed that failed after its version
+            # was stored (its process killed after the commit), and the retry that then finds it
+            # stored (created False), must not leave a new version untrained.
+            self.loop.notify(task.id)
+        return self._fed(caller, task, fed)
 
     def _fed(self, caller: User, task: Task, fed: Fed) -> dict[str, Any]:
         out = self._new_version(caller, task, fed.version) if fed.created else version_json(fed.version)

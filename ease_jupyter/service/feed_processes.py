@@ -5,8 +5,10 @@ call at once, and a feed is its most expensive request: JSON of arrays to
 parse, arrays to hash and write, a write transaction. ``FeedProcesses``
 runs that work (``feeding.Feeder``) in ``n`` processes (``worker_context``), each with
 its own store connection, so feeds use another core and no longer queue
-behind reads for the GIL. A task's feeds always go to the same process
-(by task id), whose per-task lock keeps one feed of a task at a time.
+behind reads for the GIL. A user's feeds always go to the same process (by
+owner id): its per-task lock keeps one feed of a task at a time, and her
+quota is checked and spent by one process, so two feeds of hers cannot
+each find the same room.
 Each process exits when the service is gone (``exit_with_parent``).
 """
 
@@ -65,9 +67,13 @@ class FeedProcesses:
         pool.submit(_ready)  # spawned now: a spawn and its imports take seconds the first feed need not wait
         return pool
 
+    def shard(self, task: Task) -> int:
+        """The process that stores the task's feeds: its owner's."""
+        return task.owner_id % len(self._pools)
+
     def feed(self, caller: User, task: Task, raw: bytes) -> Fed:
-        """Parse the body ``raw`` and store the feed in the task's process."""
-        shard = task.id % len(self._pools)
+        """Parse the body ``raw`` and store the feed in its owner's process."""
+        shard = self.shard(task)
         pool = self._pools[shard]
         try:
             return pool.submit(_feed, caller, task, raw).result()
@@ -79,11 +85,11 @@ class FeedProcesses:
 
     def forget(self, owner_id: int) -> None:
         """Every process counts ``owner_id``'s stored bytes again (``quota.forget_usage``)."""
-        for future in [pool.submit(_forget, owner_id) for pool in self._pools]:
+        for shard, pool in enumerate(list(self._pools)):
             try:
-                future.result()
+                pool.submit(_forget, owner_id).result()
             except BrokenProcessPool:  # its replacement starts with no count to forget
-                pass
+                self._replace(shard, pool)
 
     def pids(self) -> list[int]:
         return [pool.submit(_ready).result() for pool in self._pools]

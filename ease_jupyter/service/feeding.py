@@ -82,11 +82,14 @@ class Feeder:
             tags, parent, chunks, stamp = self.store.feed_reads(task.id, caller.id)
             reserve = self.quota.reserve(self.store, self.blobs, caller.id, what=f"feed of task {task.name!r}",
                                          releasing=releasing, stamp=stamp)
-            prepared = task_schema.prepare_feed(self.store, task, X, y, tags)  # table columns checked, names mapped
+            # table columns checked, names mapped (named labels on a task fed class indices refused)
+            prepared = task_schema.prepare_feed(self.store, task, X, y, tags, has_data=parent is not None)
+            # The names it adds are stored before the version that uses them: a version whose
+            # names were lost would read its labels as other classes. A name no row uses is harmless.
+            prepared.commit()
             result = datasets.feed_rows(self.store, self.blobs, task, prepared.X, prepared.y, reserve=reserve,
                                         mode=datasets.DEDUPE if mode is None else mode, state=(parent, chunks))
             if result.created:
-                prepared.commit()
                 added_version(self.store, caller.id, result.version.id, result.blob_sizes)
         for upload in consumed:
             self.uploads.delete(caller.id, upload)

@@ -120,13 +120,20 @@ def _named_labels(y: Any) -> bool:
         array = np.asarray(y) if isinstance(y, (list, np.ndarray)) else None
     except ValueError:  # ragged: not labels at all, refused by the feed's own check
         return False
-    return array is not None and array.dtype.kind in "UO"
+    if array is None or array.dtype.kind not in "UO":
+        return False
+    # An object array also holds integers too large for int64: those are out-of-range indices, not names.
+    return array.dtype.kind == "U" or any(isinstance(v, (str, dict)) for v in array.reshape(-1).tolist())
 
 
-def prepare_feed(store: Store, task: Task, X: Any, y: Any, tags: Mapping[str, str] | None = None) -> PreparedFeed:
+def prepare_feed(store: Store, task: Task, X: Any, y: Any, tags: Mapping[str, str] | None = None, *,
+                 has_data: bool = False) -> PreparedFeed:
     """Check a table task's columns and map named labels to indices, before
     anything is written (DataError naming the column or label). ``tags``: the
-    task's tags when the caller read them already (``Store.feed_reads``)."""
+    task's tags when the caller read them already (``Store.feed_reads``);
+    ``has_data``: the task has a dataset version (named labels are then
+    refused while it has no class names: its rows hold class indices, which
+    new names would take over)."""
     if tags is None:
         tags = store.tags("task", task.id)  # read once: the schema and the class names
     schema = schema_in(tags)
@@ -144,6 +151,10 @@ def prepare_feed(store: Store, task: Task, X: Any, y: Any, tags: Mapping[str, st
         return PreparedFeed(X, y)
     if y is None:
         raise DataError("y", "nothing", "a label for every example")
+    if names is None and has_data:
+        raise DataError("y", f"class names such as {_first_name(y)!r}",
+                        f"class indices 0 to {_num_classes(task) - 1}, as this task's earlier feeds gave: "
+                        "a task fed class indices keeps them")
     indices, after = class_indices(names, y, _num_classes(task))
     if isinstance(X, CheckedData) and len(indices) != X.n:
         raise DataError("y", f"{len(indices)} examples", f"{X.n}, one per row of X")
@@ -158,6 +169,11 @@ def prepare_feed(store: Store, task: Task, X: Any, y: Any, tags: Mapping[str, st
             store.set_tag("task", task.id, CLASSES_TAG, json.dumps(added))
 
     return PreparedFeed(X, frozen_indices, added, commit)
+
+
+def _first_name(y: Any) -> Any:
+    first = np.asarray(y, dtype=object).reshape(-1)[:1]
+    return str(first[0])[:40] if first.size else ""
 
 
 def _table_of(X: Any) -> TableData:

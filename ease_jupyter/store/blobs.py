@@ -87,9 +87,10 @@ class DirectoryBlobStore(BlobStore):
             raise
         return digest
 
-    @staticmethod
-    def _write(final: Path, data: bytes) -> None:
-        final.parent.mkdir(parents=True, exist_ok=True)
+    def _write(self, final: Path, data: bytes) -> None:
+        if not final.parent.is_dir():
+            final.parent.mkdir(parents=True, exist_ok=True)
+            _fsync_directory(self.root)  # the new fan-out folder's entry, or a blob in it may be lost with it
         fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=final.parent)
         try:
             with os.fdopen(fd, "wb") as handle:

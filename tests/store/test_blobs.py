@@ -141,8 +141,8 @@ def test_an_interrupted_write_is_invisible_to_readers(tmp_path, monkeypatch) -> 
     seen: dict[str, object] = {}
     real_fsync = os.fsync
 
-    def observing_fsync(fd: int) -> None:
-        if "exists" not in seen:
+    def observing_fsync(fd: int) -> None:  # the content's (a new fan-out folder's entry is synced first)
+        if "exists" not in seen and any(tmp_path.rglob(f"{TEMP_PREFIX}*")):
             seen["exists"] = store.exists(key)
             seen["temporaries"] = [p.name for p in tmp_path.rglob(f"{TEMP_PREFIX}*")]
         real_fsync(fd)
@@ -313,3 +313,18 @@ def test_a_question_that_fails_keeps_the_blob(blobs: BlobStore) -> None:
         blobs.delete(key, unless=store_down)
     assert blobs.get_bytes(key) == b"unsure"
     assert [i.digest for i in blobs.iter_blobs()] == [key]  # no tombstone left either
+
+
+def test_a_new_fan_out_folder_is_made_durable_in_the_root_before_its_first_blob_counts(tmp_path, monkeypatch) -> None:
+    from ease_jupyter.store import blobs as directory
+
+    synced = []
+    real = directory._fsync_directory
+    monkeypatch.setattr(directory, "_fsync_directory", lambda path: (synced.append(path), real(path))[1])
+    store = DirectoryBlobStore(tmp_path / "b")
+    key = store.put_bytes(b"first")
+    assert synced == [tmp_path / "b", (tmp_path / "b") / key[:2]]  # the new folder's entry, then the blob's
+    synced.clear()
+    store.put_bytes(b"first, again")  # another folder (most likely) or the same: the root only for a new one
+    other = hashlib.sha256(b"first, again").hexdigest()
+    assert (tmp_path / "b" in synced) == (other[:2] != key[:2])
