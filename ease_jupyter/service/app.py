@@ -32,6 +32,8 @@ log = logging.getLogger(__name__)
 # on 2 cores: a few feeds waiting their turn for the database's write lock
 # would hold all of them, and every read would queue behind those feeds.
 REQUEST_THREADS = 32
+NO_BODY_BYTES = 4 * 1024  # the body a route that takes none may bring (see _server)
+WEBSOCKET_MESSAGE_BYTES = 64 * 1024  # the largest message a client may send on the event stream
 
 
 _TOKEN_IN_QUERY = re.compile(r"([?&]token=)[^&]*")
@@ -71,6 +73,7 @@ def make_app(service: Service) -> tornado.web.Application:
         default_handler_class=NotFoundHandler,
         default_handler_args={"service": service},
         websocket_ping_interval=20,
+        websocket_max_message_size=WEBSOCKET_MESSAGE_BYTES,  # heartbeats and pings, never data
         log_function=_log_request,
         **settings,
     )
@@ -78,10 +81,11 @@ def make_app(service: Service) -> tornado.web.Application:
 
 def _server(app: tornado.web.Application, config: ServiceConfig) -> tuple[tornado.httpserver.HTTPServer, int]:
     # The API handlers stream their bodies and set each request's limit from
-    # the route (handlers.BaseHandler.prepare); this default holds only for
-    # handlers that do not stream (the WebSocket and the hub's login pages,
-    # all GETs), so it is the smallest route limit.
-    server = tornado.httpserver.HTTPServer(app, max_body_size=config.max_json_bytes, xheaders=False)
+    # the route, after authentication (handlers.BaseHandler.prepare); this
+    # default holds only for handlers that do not stream (the WebSocket and
+    # the hub's login pages, all GETs without a body), which tornado would
+    # otherwise read whole before they look at the token.
+    server = tornado.httpserver.HTTPServer(app, max_body_size=NO_BODY_BYTES, xheaders=False)
     # Handlers run their work on the IOLoop's default executor (see handlers._dispatch;
     # GETs have their own threads there).
     asyncio.get_running_loop().set_default_executor(

@@ -15,10 +15,11 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from ..errors import DataError, InvalidStateError, NotFoundError
+from ..errors import DataError, InvalidStateError, NotFoundError, QuotaExceededError
 from ..schema.table import TableColumn, TableData
 from ..store.space import storage_full
 
+MAX_OPEN_UPLOADS = 64  # uploads one user may have started and not fed yet
 ARRAY_EXPECTED = 'a list, {"npy_b64": base64 .npy bytes} or {"upload": upload id}'
 
 
@@ -116,6 +117,11 @@ class Uploads:
     def create(self, owner_id: int) -> str:
         uid = uuid.uuid4().hex
         path = self.directory / str(int(owner_id)) / f"{uid}.part"
+        open_now = len(list(path.parent.glob("*.part"))) if path.parent.is_dir() else 0
+        if open_now >= MAX_OPEN_UPLOADS:
+            raise QuotaExceededError(f"{open_now} uploads not fed yet, the most one user may have open: feed or "
+                                     "let one expire first", field="uploads", found=str(open_now),
+                                     expected=f"at most {MAX_OPEN_UPLOADS}")
         with self._disk_full_is_storage_full():
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             path.touch(mode=0o600)

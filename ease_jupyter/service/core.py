@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import tempfile
 import time
+from collections import Counter
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,7 @@ from . import arrays, deletion, task_schema
 from .auth import TokenCache, check_name, create_user, revoke_token
 from .config import ServiceConfig, engine_form
 from .events import EventBus
+from .tag_limits import CONTROL_CHARACTERS, MAX_TAG_KEY_CHARS, MAX_TAG_VALUE_CHARS, MAX_TAGS_PER_TASK
 from .feed_processes import FeedProcesses
 from .feeding import Fed, Feeder, json_object
 from .notebooks import NotebookRegistry
@@ -109,6 +112,7 @@ def _program_text(body: dict[str, Any]) -> str | None:
 
 
 MODEL_CALL_SECONDS = 600.0  # the longest a request waits for a model run where the jobs run
+CONTROL_CHARACTER = re.compile(CONTROL_CHARACTERS)
 
 
 class Service:
@@ -132,6 +136,7 @@ class Service:
                                if config.feed_processes and own_store else None)
         self.last_request = time.monotonic()  # for the idle shutdown (see app.housekeeping)
         self.events = EventBus()
+        self.streams: Counter[int] = Counter()  # open event streams per user id (websocket.py; the IOLoop's)
         self.notebooks = NotebookRegistry(config.notebook_timeout_seconds)  # notebooks.py: in memory
         self.suspicion_scorer = SuspicionScorer(self.store, self.blobs, torch_outputs=self._torch_outputs,
                                                 own_outputs=self._own_outputs)
@@ -266,7 +271,10 @@ class Service:
         """A local account with a new token. Never a hub user's: in JupyterHub
         mode the hub's user of the same name stays another user."""
         self._admin(caller)
-        user, token = create_user(self.store, body.get("name"), admin=bool(body.get("admin", False)))
+        admin = body.get("admin", False)
+        if not isinstance(admin, bool):  # "false" is a true string: no admin by a typo
+            raise DataError("admin", repr(admin)[:40], "true or false (a JSON boolean)")
+        user, token = create_user(self.store, body.get("name"), admin=admin)
         return {"id": user.id, "name": user.name, "admin": user.is_admin, "origin": user.origin, "token": token}
 
     def revoke_tokens(self, caller: User, name: str) -> dict[str, Any]:
@@ -527,6 +535,17 @@ class Service:
         for key, value in body.items():
             if key.startswith("easeml."):
                 raise DataError("tags", repr(key), "keys not starting with 'easeml.' (reserved)")
+            if not 0 < len(key) <= MAX_TAG_KEY_CHARS or CONTROL_CHARACTER.search(key):
+                raise DataError("tags", repr(key[:40]), f"keys of 1 to {MAX_TAG_KEY_CHARS} characters, "
+                                "no control characters")
+            if len(value) > MAX_TAG_VALUE_CHARS or CONTROL_CHARACTER.search(value):
+                raise DataError(f"tags.{key}", "a control character" if CONTROL_CHARACTER.search(value)
+                                else f"a value of {len(value)} characters",
+                                f"at most {MAX_TAG_VALUE_CHARS} characters, no control characters")
+        users_keys = {k for k in self.store.tags("task", task.id) if not k.startswith("easeml.")} | set(body)
+        if len(users_keys) > MAX_TAGS_PER_TASK:
+            raise DataError("tags", f"{len(users_keys)} tags on the task", f"at most {MAX_TAGS_PER_TASK}")
+        for key, value in body.items():
             self.store.set_tag("task", task.id, key, value)
         return dict(self.store.tags("task", task.id))
 

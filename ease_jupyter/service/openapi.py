@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import notebooks
+from .tag_limits import CONTROL_CHARACTERS, MAX_TAG_KEY_CHARS, MAX_TAG_VALUE_CHARS, MAX_TAGS_PER_TASK
 
 ERR = {"$ref": "#/components/responses/Error"}
 # auth.check_name: 1-64 of A-Z a-z 0-9 _ . -, never "..", never just ".". Dots
@@ -85,7 +86,10 @@ TASK_BODY = {
                          "output": {"anyOf": [{"properties": {"output": {"type": "null"}}}, _given("input", "array")]}},
 }
 # A tag key: not blank (Python's str.strip, whose whitespace includes \x1c-\x1f and \x85) and not easeml.*
-TAG_KEY = {"pattern": r"[^\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]",
+NO_CONTROL_CHARACTERS = rf"^(?![\s\S]*{CONTROL_CHARACTERS})"  # tag_limits: none anywhere in the string
+TAG_KEY = {"minLength": 1, "maxLength": MAX_TAG_KEY_CHARS,
+           "allOf": [{"pattern": r"[^\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"},
+                     {"pattern": NO_CONTROL_CHARACTERS}],
            "not": {"pattern": r"^easeml\."}}
 
 _SECONDS_OR_NULL = {"type": ["number", "null"], "minimum": 0}
@@ -220,7 +224,10 @@ def spec() -> dict[str, Any]:
         "/tasks/{name}/tags": {"get": _op("Metadata tags of the task", params=[NAME]),
                                "put": _op("Set tags (string keys and values; 'easeml.' is reserved); no body "
                                           "sets nothing", params=[NAME], body_required=False,
-                                          body={"type": "object", "additionalProperties": {"type": "string"},
+                                          body={"type": "object", "maxProperties": MAX_TAGS_PER_TASK,
+                                                "additionalProperties": {"type": "string",
+                                                                         "maxLength": MAX_TAG_VALUE_CHARS,
+                                                                         "pattern": NO_CONTROL_CHARACTERS},
                                                 "propertyNames": TAG_KEY},
                                           response={"type": "object", "additionalProperties": {"type": "string"}})},
     }

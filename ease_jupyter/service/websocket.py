@@ -10,6 +10,12 @@ non-admins (``scheduler_view.py``). A notebook kernel sends
 registered session alive (``notebooks.py``). A GET without a WebSocket upgrade is
 answered 426 and other methods 405 (with ``Allow``), in the API's JSON error
 shape.
+
+Rights follow the token while the stream is open: every ``RECHECK_SECONDS``
+the token is looked up again (through the same cache as a request), and a
+stream whose token was revoked, or whose user's admin flag changed, is
+closed (code 1008). A user has at most ``MAX_STREAMS_PER_USER`` open
+streams; one more is answered 429.
 """
 
 from __future__ import annotations
@@ -19,11 +25,15 @@ from typing import Any
 
 import tornado.web
 import tornado.websocket
-from tornado.ioloop import IOLoop
+from tornado.ioloop import IOLoop, PeriodicCallback
 
 from ..errors import DataError, NotFoundError
 from .auth import parse_authorization
 from .core import Service
+
+RECHECK_SECONDS = 5.0
+MAX_STREAMS_PER_USER = 32
+POLICY_VIOLATION = 1008  # the WebSocket close code for "your rights are gone"
 
 
 class EventsHandler(tornado.websocket.WebSocketHandler):
@@ -31,16 +41,24 @@ class EventsHandler(tornado.websocket.WebSocketHandler):
         self.service = service
         self.user = None
         self._sid: int | None = None
+        self._token: str | None = None
+        self._recheck: PeriodicCallback | None = None
+        self._counted = False
 
     def check_origin(self, origin: str) -> bool:
         return True  # the token, not the origin, authorises; cookies are never used
 
     def prepare(self) -> None:
         token = parse_authorization(self.request.headers.get("Authorization")) or self.get_query_argument("token", None)
+        self._token = token
         self.user = self.service.tokens.user(token)
         if self.user is None:
             self._json_error(401, "unauthorized", "missing or invalid token", field="Authorization",
                              expected="token <token>, Bearer <token> or ?token=")
+        elif self.service.streams[self.user.id] >= MAX_STREAMS_PER_USER:
+            self._json_error(429, "too_many_streams", f"{self.user.name} has {MAX_STREAMS_PER_USER} event streams "
+                             "open already; close one first", field="streams",
+                             found=self.service.streams[self.user.id], expected=f"at most {MAX_STREAMS_PER_USER}")
 
     async def get(self, *args: Any, **kwargs: Any) -> None:
         # tornado would answer a plain GET with a text/html 400; this API speaks JSON.
@@ -73,9 +91,19 @@ class EventsHandler(tornado.websocket.WebSocketHandler):
         self.finish({"error": {"code": code, "field": field, "found": found, "expected": expected, "message": message}})
 
     def open(self, *args: Any) -> None:
+        self.service.streams[self.user.id] += 1
+        self._counted = True
         self._sid = self.service.events.subscribe(None if self.user.is_admin else self.user.id, self._send,
                                                   IOLoop.current())
+        self._recheck = PeriodicCallback(self._check_rights, RECHECK_SECONDS * 1000)
+        self._recheck.start()
         self.write_message(json.dumps({"type": "hello", "user": self.user.name, "admin": self.user.is_admin}))
+
+    def _check_rights(self) -> None:
+        """Close the stream once its token no longer gives the rights it opened with."""
+        now = self.service.tokens.user(self._token)
+        if now is None or now.id != self.user.id or now.is_admin != self.user.is_admin:
+            self.close(POLICY_VIOLATION, "the token was revoked or its rights changed: connect again")
 
     def _send(self, event: dict[str, Any]) -> None:
         if self.ws_connection is None or self.ws_connection.is_closing():
@@ -115,6 +143,11 @@ class EventsHandler(tornado.websocket.WebSocketHandler):
         self._send(reply)
 
     def on_close(self) -> None:
+        if self._recheck is not None:
+            self._recheck.stop()
+        if self._counted:
+            self._counted = False
+            self.service.streams[self.user.id] -= 1
         if self._sid is not None:
             self.service.events.unsubscribe(self._sid)
             # Its sessions stay until their timeout: a closed stream may be a network blip.

@@ -1,0 +1,115 @@
+"""Limits a single user (or a caller with no token) meets at the API: a
+route that takes no body reads none before the token is checked; an event
+stream follows its token's rights while open and a user has a bounded
+number of them; an account's admin flag is a JSON boolean; a task's tags
+and a user's open uploads are bounded."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import time
+import urllib.parse
+
+import pytest
+import tornado.httpclient
+import tornado.websocket
+
+from ease_jupyter.service.tag_limits import MAX_TAG_VALUE_CHARS, MAX_TAGS_PER_TASK
+from ease_jupyter.service import websocket
+
+from .conftest import start
+
+
+def _raw_request(url: str, head: str, wait: float = 3.0) -> bytes:
+    """Send ``head`` (request line and headers, no body) and read what comes back within ``wait`` seconds."""
+    parts = urllib.parse.urlsplit(url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=wait) as conn:
+        conn.sendall(head.encode())
+        conn.settimeout(wait)
+        try:
+            return conn.recv(4096)
+        except TimeoutError:
+            return b""
+
+
+def test_a_route_that_takes_no_body_answers_a_large_one_from_its_headers(svc):
+    head = ("GET /api/v1/events HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            "Content-Length: 1048576\r\n\r\n")
+    started = time.monotonic()
+    answer = _raw_request(svc.url, head)
+    assert answer.startswith(b"HTTP/1.1 4"), answer[:80]  # refused, not waiting for a megabyte that never comes
+    assert time.monotonic() - started < 2.5
+
+
+async def _stream(url: str, token: str):
+    ws_url = url.replace("http://", "ws://") + "/api/v1/events"
+    return await tornado.websocket.websocket_connect(
+        tornado.httpclient.HTTPRequest(ws_url, headers={"Authorization": f"token {token}"}))
+
+
+def test_an_open_stream_closes_once_its_token_is_revoked(svc, monkeypatch):
+    monkeypatch.setattr(websocket, "RECHECK_SECONDS", 0.2)
+
+    async def main():
+        ws = await _stream(svc.url, svc.tokens["alice"])
+        assert json.loads(await ws.read_message())["type"] == "hello"
+        assert svc.call("DELETE", "/users/alice/tokens", "admin").status == 200
+        ended = await asyncio.wait_for(ws.read_message(), 5)
+        return ended, ws.close_code
+
+    message, code = asyncio.run(main())
+    assert message is None and code == websocket.POLICY_VIOLATION
+
+
+def test_a_user_has_a_bounded_number_of_open_streams(svc, monkeypatch):
+    monkeypatch.setattr(websocket, "MAX_STREAMS_PER_USER", 2)
+
+    async def main():
+        first, second = await _stream(svc.url, svc.tokens["alice"]), await _stream(svc.url, svc.tokens["alice"])
+        with pytest.raises(tornado.httpclient.HTTPClientError) as refused:
+            await _stream(svc.url, svc.tokens["alice"])
+        others = await _stream(svc.url, svc.tokens["bob"])  # another user's count is her own
+        first.close()
+        await asyncio.sleep(0.3)
+        again = await _stream(svc.url, svc.tokens["alice"])  # a closed stream frees its place
+        for ws in (second, others, again):
+            ws.close()
+        return refused.value.code
+
+    assert asyncio.run(main()) == 429
+
+
+def test_an_accounts_admin_flag_must_be_a_json_boolean(svc):
+    made = svc.call("POST", "/users", "admin", body={"name": "eve", "admin": "false"})
+    assert made.status == 400 and made.body["error"]["field"] == "admin"
+    assert "eve" not in [u["name"] for u in svc.call("GET", "/users", "admin").body]
+    assert svc.call("POST", "/users", "admin", body={"name": "eve", "admin": False}).body["admin"] is False
+
+
+def test_a_tasks_tags_are_bounded_in_number_length_and_characters(svc):
+    assert svc.call("POST", "/tasks", "alice", body={"name": "t", "input": [2], "output": [2]}).status == 201
+    too_many = {f"k{i}": "v" for i in range(MAX_TAGS_PER_TASK + 1)}
+    for body, field in ((too_many, "tags"), ({"a\u0000b": "v"}, "tags"), ({"k": "v" * (MAX_TAG_VALUE_CHARS + 1)}, "tags.k"),
+                        ({"k": "line\nbreak"}, "tags.k"), ({"x" * 200: "v"}, "tags")):
+        answer = svc.call("PUT", "/tasks/t/tags", "alice", body=body)
+        assert answer.status == 400 and answer.body["error"]["field"] == field, (field, answer.body)
+    assert svc.call("PUT", "/tasks/t/tags", "alice", body={"source": "lab notebook"}).status == 200
+    assert svc.call("GET", "/tasks/t/tags", "alice").body["source"] == "lab notebook"
+
+
+def test_a_user_has_a_bounded_number_of_uploads_not_fed_yet(tmp_path, monkeypatch):
+    from ease_jupyter.service import arrays
+
+    monkeypatch.setattr(arrays, "MAX_OPEN_UPLOADS", 3)
+    running = start(tmp_path)
+    try:
+        running.user("alice")
+        running.user("bob")
+        made = [running.call("POST", "/uploads", "alice").status for _ in range(3)]
+        refused = running.call("POST", "/uploads", "alice")
+        assert made == [201] * 3 and refused.status == 413 and refused.body["error"]["field"] == "uploads"
+        assert running.call("POST", "/uploads", "bob").status == 201
+    finally:
+        running.thread.stop()
