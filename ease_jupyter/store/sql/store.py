@@ -128,6 +128,11 @@ _OWNER_BLOBS_STAMP = select(
     select(func.count()).select_from(JobRow)
     .where(JobRow.task_id.in_(q.OWNED), JobRow.artifact_blob.is_not(None)).scalar_subquery(),
     select(func.max(JobRow.id)).where(JobRow.task_id.in_(q.OWNED), JobRow.artifact_blob.is_not(None)).scalar_subquery(),
+    # SQLite gives a row made after a delete the deleted row's id again, which could bring back an old
+    # count and highest id; the newest creation time never comes back.
+    select(func.max(DatasetVersionRow.created_at)).where(DatasetVersionRow.task_id.in_(q.OWNED)).scalar_subquery(),
+    select(func.max(JobRow.created_at))
+    .where(JobRow.task_id.in_(q.OWNED), JobRow.artifact_blob.is_not(None)).scalar_subquery(),
 )
 # What a new version needs: the task's existence, the next number, the latest
 # version, the next example id, and the parent's task and number.
@@ -837,4 +842,5 @@ def _stamp_row(c, owner: int) -> tuple[int, ...]:
     row = c.execute(_OWNER_BLOBS_STAMP, {"id": owner}).one()
     if row[0] is None:
         raise NotFoundError(f"user {owner}: not found")
-    return tuple(0 if x is None else int(x) for x in row[1:])
+    return tuple(0 if x is None else round(x.timestamp() * 1e6) if isinstance(x, datetime) else int(x)
+                 for x in row[1:])
