@@ -606,15 +606,28 @@ class Task:
 
     def data(self, version: int | None = None) -> tuple[np.ndarray, Any, np.ndarray]:
         """(example ids, X, y) of a version (default latest): X is an array,
-        a DataFrame for a table task, or None for other non-tensor inputs."""
-        out = self.client.request("GET", self._path("/examples"), params=None if version is None else {"version": version})
-        if "table" in out:
+        a DataFrame for a table task, or None for other non-tensor inputs.
+        The service answers in pages; they are fetched in turn, all of the
+        version the first page named."""
+        pages, offset = [], 0
+        while offset is not None:
+            params = {"offset": offset} if version is None else {"version": version, "offset": offset}
+            out = self.client.request("GET", self._path("/examples"), params=params)
+            pages.append(out)
+            version, offset = out["version"]["number"], out.get("next_offset")
+        ids = np.concatenate([_decode(p["example_ids"]) for p in pages])
+        y = np.concatenate([_decode(p["y"]) for p in pages])
+        if "table" in pages[0]:
             from .tabular import frame_of_wire
 
-            X = frame_of_wire(out["table"], _decode)
+            # the pages' columns joined before the frame is made, so its dtypes are one page's
+            joined = [{**column, **{part: np.concatenate([_decode(p["table"][i][part]) for p in pages])
+                                    for part in ("values", "missing") if part in column}}
+                      for i, column in enumerate(pages[0]["table"])]
+            X = frame_of_wire(joined, lambda array: array)
         else:
-            X = _decode(out["X"]) if "X" in out else None
-        return _decode(out["example_ids"]), X, _decode(out["y"])
+            X = np.concatenate([_decode(p["X"]) for p in pages]) if "X" in pages[0] else None
+        return ids, X, y
 
     def wait(self, timeout: float | None = None, poll: float = 0.25) -> bool:
         """Block until nothing is queued, running or left to try for the latest

@@ -95,6 +95,15 @@ def edge_json(edge: Edge) -> dict[str, Any]:
             "job_id": edge.job_id, "created_at": _iso(edge.created_at)}
 
 
+def _row_bytes(data: datasets.LoadedData) -> int:
+    """The bytes of one example's arrays (a list of records: an estimate)."""
+    X = data.X
+    parts = [X] if isinstance(X, np.ndarray) else list(X) if isinstance(X, tuple) else []
+    n = max(len(data.example_ids), 1)
+    x_bytes = sum(a.nbytes for a in parts) // n if parts else RECORD_ROW_BYTES
+    return x_bytes + data.y.itemsize + data.example_ids.itemsize
+
+
 def _program_text(body: dict[str, Any]) -> str | None:
     program, inp, out = body.get("program"), body.get("input"), body.get("output")
     if program is not None and (inp is not None or out is not None):
@@ -112,6 +121,8 @@ def _program_text(body: dict[str, Any]) -> str | None:
 
 
 MODEL_CALL_SECONDS = 600.0  # the longest a request waits for a model run where the jobs run
+EXAMPLES_PAGE_BYTES = 8 * 1024 * 1024  # the arrays of one GET /examples page, before base64
+RECORD_ROW_BYTES = 1024  # what a page counts per example whose input is not an array
 CONTROL_CHARACTER = re.compile(CONTROL_CHARACTERS)
 
 
@@ -433,16 +444,32 @@ class Service:
             raise NotFoundError(f"task {task.name!r} has no dataset version {number}")
         return match
 
-    def examples(self, caller: User, name: str, number: int | None) -> dict[str, Any]:
+    def examples(self, caller: User, name: str, number: int | None, offset: int | None = None,
+                 limit: int | None = None) -> dict[str, Any]:
+        """One page of a version's examples, in example-id order: from
+        position ``offset`` (default 0), at most ``limit`` rows and never more
+        than ``EXAMPLES_PAGE_BYTES`` of arrays, so no answer holds a whole
+        large version. ``next_offset`` is where the next page starts (None
+        after the last)."""
         task = self._task(caller, name)
         match = self._version(task, number)
         data = datasets.load(self.store, self.blobs, match)
-        out = {"version": version_json(match), "example_ids": arrays.encode(data.example_ids), "y": arrays.encode(data.y)}
+        total = len(data.example_ids)
+        start = 0 if offset is None else offset
+        if not 0 <= start <= total:
+            raise DataError("offset", str(start), f"a position from 0 to {total}, the version's examples")
+        if limit is not None and limit < 1:
+            raise DataError("limit", str(limit), "at least 1 row")
+        rows = max(1, EXAMPLES_PAGE_BYTES // max(_row_bytes(data), 1))
+        page = slice(start, min(total, start + min(rows, limit or rows)))
+        out = {"version": version_json(match), "offset": start, "total": total,
+               "next_offset": page.stop if page.stop < total else None,
+               "example_ids": arrays.encode(data.example_ids[page]), "y": arrays.encode(data.y[page])}
         if isinstance(data.X, np.ndarray):
-            out["X"] = arrays.encode(data.X)
+            out["X"] = arrays.encode(data.X[page])
         schema = task_schema.table_schema(self.store, task)
         if schema is not None:
-            out["table"] = task_schema.table_json(schema, data.X, arrays.encode)
+            out["table"] = task_schema.table_json(schema, tuple(column[page] for column in data.X), arrays.encode)
         return out
 
     # ------------------------------------------------------------ results

@@ -315,7 +315,9 @@ ROUTES: list[tuple[str, dict[str, Callable[..., Any]], dict[str, Any]]] = [
     ("/tasks/" + NAME + "/feed", {"post": lambda s, u, h, n: _fed(s.feed(u, n, h.request.body))}, {}),
     ("/tasks/" + NAME + "/refine", {"post": lambda s, u, h, n: _created(s.refine(u, n, h.json_body()))}, {}),
     ("/tasks/" + NAME + "/versions", {"get": lambda s, u, h, n: s.versions(u, n)}, {}),
-    ("/tasks/" + NAME + "/examples", {"get": lambda s, u, h, n: s.examples(u, n, _int_arg(h, "version"))}, {}),
+    ("/tasks/" + NAME + "/examples", {"get": lambda s, u, h, n: s.examples(u, n, _int_arg(h, "version"),
+                                                                         _int_arg(h, "offset"),
+                                                                         _int_arg(h, "limit"))}, {}),
     ("/tasks/" + NAME + "/models", {"get": lambda s, u, h, n: s.user_models(u, n),
                                     "post": lambda s, u, h, n: Reply(201, s.add_user_model(u, n, h.json_body()))},
      {"limit_attr": "max_chunk_bytes"}),  # a pickled model may be larger than a JSON request

@@ -183,9 +183,16 @@ def spec() -> dict[str, Any]:
                                              response={"$ref": "#/components/schemas/Version"})},
         "/tasks/{name}/versions": {"get": _op("Dataset versions, oldest first", params=[NAME],
                                               response={"type": "array", "items": {"$ref": "#/components/schemas/Version"}})},
-        "/tasks/{name}/examples": {"get": _op("The active examples of a version (default latest)", params=[
-            NAME, {"name": "version", "in": "query", "schema": {"type": "integer"}}],
-            response=_obj(example_ids=ARRAY, X=ARRAY, y=ARRAY))},
+        "/tasks/{name}/examples": {"get": _op(
+            "The active examples of a version (default latest), in example-id order, one page at a time: from "
+            "position offset, at most limit rows and at most 8 MiB of arrays; next_offset starts the next page "
+            "(null after the last)", params=[
+                NAME, {"name": "version", "in": "query", "schema": {"type": "integer"}},
+                {"name": "offset", "in": "query", "schema": {"type": "integer", "minimum": 0}},
+                {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1}}],
+            response=_obj(example_ids=ARRAY, X=ARRAY, y=ARRAY, offset={"type": "integer", "minimum": 0},
+                          total={"type": "integer", "minimum": 0},
+                          next_offset={"type": ["integer", "null"], "minimum": 0}))},
         "/tasks/{name}/jobs": {"get": _op("Training jobs, by id", params=[NAME],
                                           response={"type": "array", "items": {"$ref": "#/components/schemas/Job"}})},
         "/tasks/{name}/history": {"get": _op("Jobs with their per-epoch metrics", params=[NAME])},

@@ -12,6 +12,7 @@ import socket
 import time
 import urllib.parse
 
+import numpy as np
 import pytest
 import tornado.httpclient
 import tornado.websocket
@@ -113,3 +114,24 @@ def test_a_user_has_a_bounded_number_of_uploads_not_fed_yet(tmp_path, monkeypatc
         assert running.call("POST", "/uploads", "bob").status == 201
     finally:
         running.thread.stop()
+
+
+def test_a_versions_examples_come_in_pages_that_the_client_puts_back_together(svc, monkeypatch):
+    from ease_jupyter.service import core
+
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(50, 4)).astype("float32"), rng.integers(0, 3, 50)
+    task = svc.client("alice").task("pages", input=[4], output=[3])
+    task.feed(X, y)
+    monkeypatch.setattr(core, "EXAMPLES_PAGE_BYTES", 20 * (16 + 8 + 8))  # 20 rows of 4 floats, a label and an id
+    first = svc.call("GET", "/tasks/pages/examples", "alice").body
+    assert (first["offset"], first["total"], first["next_offset"]) == (0, 50, 20)
+    small = svc.call("GET", "/tasks/pages/examples?offset=45&limit=3", "alice").body
+    assert (small["offset"], small["next_offset"]) == (45, 48)
+    last = svc.call("GET", "/tasks/pages/examples?offset=40", "alice").body
+    assert last["next_offset"] is None
+    ids, got_X, got_y = task.data()
+    assert np.array_equal(ids, np.arange(50)) and np.array_equal(got_X, X) and np.array_equal(got_y, y)
+    for query, field in (("offset=51", "offset"), ("offset=-1", "offset"), ("limit=0", "limit")):
+        answer = svc.call("GET", f"/tasks/pages/examples?{query}", "alice")
+        assert answer.status == 400 and answer.body["error"]["field"] == field

@@ -209,3 +209,18 @@ def test_the_magic_declares_a_table_task_from_a_dataframe_and_feeds_it(svc):
             "bill_length_mm", "flipper_length_mm", "island", "sex")
     finally:
         InteractiveShell.clear_instance()
+
+
+def test_a_tables_examples_come_back_whole_across_pages(svc, monkeypatch):
+    from ease_jupyter.service import core
+
+    frame = penguins(40, seed=2)
+    task = svc.client("alice").task("paged", like=frame, target="species")
+    task.feed(frame)
+    whole_ids, whole, whole_y = task.data()  # one page
+    monkeypatch.setattr(core, "EXAMPLES_PAGE_BYTES", 1)  # one row a page
+    first = svc.call("GET", "/tasks/paged/examples", "alice").body
+    assert first["next_offset"] == 1 and first["total"] == 40
+    ids, X, y = task.data()
+    assert list(ids) == list(whole_ids) == list(range(40)) and list(y) == list(whole_y)
+    pd.testing.assert_frame_equal(X, whole)
