@@ -137,6 +137,7 @@ class BaseHandler(tornado.web.RequestHandler):
 
     limit_attr = "max_json_bytes"
     public = False
+    inline = False  # answered on the IOLoop's thread (only routes that read nothing but memory)
     ops: dict[str, Callable[..., Any]] = {}
 
     def initialize(self, service: Service) -> None:
@@ -232,8 +233,11 @@ class BaseHandler(tornado.web.RequestHandler):
         fn = self.ops[method]  # prepare() answered 405 for any other method
         # A bytearray, not bytes: json.loads and file writes take it, and an upload chunk is not copied.
         self.request.body = self._body
-        executor = _READS if method == "get" else None
-        result = await IOLoop.current().run_in_executor(executor, fn, self.service, self.user, self, *args)
+        if self.inline:  # in-memory answers: no thread, so a pool full of slow reads never holds them back
+            result = fn(self.service, self.user, self, *args)
+        else:
+            executor = _READS if method == "get" else None
+            result = await IOLoop.current().run_in_executor(executor, fn, self.service, self.user, self, *args)
         if isinstance(result, Download):
             self.set_header("Content-Type", result.media_type)
             self.set_header("Content-Disposition", f'attachment; filename="{result.filename}"')
@@ -295,7 +299,7 @@ def _openapi(service, user, h):  # noqa: ANN001
 
 # path -> {method: fn(service, user, handler, *path args)}; the OpenAPI test checks every row is documented.
 ROUTES: list[tuple[str, dict[str, Callable[..., Any]], dict[str, Any]]] = [
-    ("/health", {"get": lambda s, u, h: s.health(u)}, {"public": True}),
+    ("/health", {"get": lambda s, u, h: s.health(u)}, {"public": True, "inline": True}),
     ("/openapi.json", {"get": _openapi}, {"public": True}),
     ("/whoami", {"get": lambda s, u, h: s.whoami(u)}, {}),
     ("/users", {"get": lambda s, u, h: s.list_users(u),

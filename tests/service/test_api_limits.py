@@ -135,3 +135,20 @@ def test_a_versions_examples_come_in_pages_that_the_client_puts_back_together(sv
     for query, field in (("offset=51", "offset"), ("offset=-1", "offset"), ("limit=0", "limit")):
         answer = svc.call("GET", f"/tasks/pages/examples?{query}", "alice")
         assert answer.status == 400 and answer.body["error"]["field"] == field
+
+
+def test_health_answers_while_every_read_thread_is_busy(svc):
+    import threading
+
+    from ease_jupyter.service import handlers
+
+    release = threading.Event()
+    busy = [handlers._READS.submit(release.wait, 30) for _ in range(handlers.READ_THREADS)]
+    try:
+        started = time.monotonic()
+        assert svc.call("GET", "/health").body == {"status": "ok"}
+        assert time.monotonic() - started < 5  # not after the slow reads
+    finally:
+        release.set()
+        for future in busy:
+            future.result(10)
