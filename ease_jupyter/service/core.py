@@ -30,7 +30,6 @@ from . import arrays, deletion, task_schema
 from .auth import TokenCache, check_name, create_user, revoke_token
 from .config import ServiceConfig, engine_form
 from .events import EventBus
-from .tag_limits import CONTROL_CHARACTERS, MAX_TAG_KEY_CHARS, MAX_TAG_VALUE_CHARS, MAX_TAGS_PER_TASK
 from .feed_processes import FeedProcesses
 from .feeding import Fed, Feeder, json_object
 from .notebooks import NotebookRegistry
@@ -48,6 +47,7 @@ from . import reads
 from .executors import JobExecutor, JobRunner, ProcessExecutor, ThreadExecutor
 from .mop import TorchJobs, measure_torch_pool
 from .runner import SklearnJobs
+from .tag_limits import CONTROL_CHARACTERS, MAX_TAG_KEY_CHARS, MAX_TAG_VALUE_CHARS, MAX_TAGS_PER_TASK
 from .scheduler_view import decision_event, scheduler_view
 from .suspicion import DEFAULT_TOP_K, MAX_TOP_K, NoModelError, SuspicionScorer
 from .validation import validation_sizes
@@ -395,7 +395,7 @@ class Service:
     def feed(self, caller: User, name: str, body: dict[str, Any] | bytes | bytearray) -> dict[str, Any]:
         """Store a feed of the task: ``body`` is the request's JSON object, or
         its raw bytes (``POST /tasks/{name}/feed``), parsed where the feed
-        runs: in the task's feed process when the service has them."""
+        runs: in its owner's feed process when the service has them."""
         task = self._task(caller, name)
         try:
             if self.feed_processes is not None:
