@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import http.client
 import io
+import ipaddress
 import json
 import os
 import select
@@ -114,19 +115,38 @@ def _setting(name: str) -> str | None:
     return os.environ.get(name) or os.environ.get(KERNEL_ENV_PREFIX + name) or None
 
 
+HUB_URL_SETTINGS = ("JUPYTERHUB_API_URL", "JUPYTERHUB_HOST", "JUPYTERHUB_PUBLIC_URL", "JUPYTERHUB_PUBLIC_HUB_URL")
+
+
+def _loopback(host: str | None) -> bool:
+    if host in (None, ""):
+        return False
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def _hub_token_for(url: str) -> str | None:
     """Inside a JupyterHub single-user server: ``$JUPYTERHUB_API_TOKEN``
-    when ``url`` is one of the hub's services (its path starts with
-    ``$JUPYTERHUB_BASE_URL`` + ``services/``), so that the hub token goes to
-    no other address. The ease.ml service run with ``--jupyterhub`` takes it
-    (docs/service.md)."""
+    when ``url`` is one of the hub's services: its path starts with
+    ``$JUPYTERHUB_BASE_URL`` + ``services/`` and its host is this machine
+    or one of the hub's own (``HUB_URL_SETTINGS``), so that the hub token
+    goes to no other address. The ease.ml service run with ``--jupyterhub``
+    takes it (docs/service.md)."""
     token = os.environ.get("JUPYTERHUB_API_TOKEN")
     if not token:
         return None
     base = "/" + (os.environ.get("JUPYTERHUB_BASE_URL") or "/").strip("/")
     services = base.rstrip("/") + "/services/"
-    path = urllib.parse.urlparse(url).path or "/"
-    return token if (path.rstrip("/") + "/").startswith(services) else None
+    parts = urllib.parse.urlparse(url)
+    if not (parts.path.rstrip("/") + "/").startswith(services):
+        return None
+    hub_hosts = {urllib.parse.urlparse(os.environ[name]).hostname for name in HUB_URL_SETTINGS
+                 if os.environ.get(name)}
+    return token if _loopback(parts.hostname) or parts.hostname in hub_hosts - {None} else None
 
 
 # Methods a server may receive twice with the same effect (RFC 9110, 9.2.2):
@@ -160,7 +180,9 @@ class _Transport:
         self._host, self._port = parts.hostname or "localhost", parts.port
         self._prefix = parts.path.rstrip("/")
         proxies = urllib.request.getproxies()
-        proxied = parts.scheme in proxies and not urllib.request.proxy_bypass(parts.netloc)
+        # never this machine's own services: a proxy would see their tokens, and may not reach them at all
+        proxied = (parts.scheme in proxies and not _loopback(parts.hostname)
+                   and not urllib.request.proxy_bypass(parts.netloc))
         # (its own opener: urlopen's global one keeps the proxies of its first use)
         self._opener = urllib.request.build_opener() if proxied else None
         self._local = threading.local()

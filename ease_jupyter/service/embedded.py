@@ -36,10 +36,13 @@ def read_service_file(data_dir: Path) -> dict | None:
     return info if isinstance(info, dict) and "url" in info and "token" in info else None
 
 
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never through a proxy
+
+
 def is_alive(url: str, token: str, timeout: float = 2.0) -> bool:
     request = urllib.request.Request(url + "/api/v1/whoami", headers={"Authorization": f"token {token}"})
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        with _DIRECT.open(request, timeout=timeout) as response:
             return response.status == 200
     except (OSError, urllib.error.URLError):
         return False

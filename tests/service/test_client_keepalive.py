@@ -214,3 +214,28 @@ def test_behind_a_proxy_from_the_environment_requests_go_through_it(server, monk
     client = Client("http://service.invalid/base", "t")
     assert [client.request("GET", "/one", params={"x": i})["echo"] for i in range(2)] == ["0", "1"]
     assert counts.requests == {"one": 2}
+
+
+def test_this_machines_service_is_never_called_through_a_proxy(svc, monkeypatch):
+    """A proxy from the environment would see the token, and may not reach loopback at all."""
+    import socket
+
+    from ease_jupyter import Client
+    from ease_jupyter.service.embedded import is_alive
+
+    proxy = socket.socket()
+    proxy.bind(("127.0.0.1", 0))
+    proxy.listen()
+    proxy.settimeout(0.5)
+    address = f"http://127.0.0.1:{proxy.getsockname()[1]}"
+    for name in ("no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    for name in ("http_proxy", "HTTP_PROXY"):
+        monkeypatch.setenv(name, address)
+    try:
+        assert Client(svc.url, svc.tokens["alice"]).whoami()["name"] == "alice"
+        assert is_alive(svc.url, svc.tokens["alice"])
+        with pytest.raises(TimeoutError):
+            proxy.accept()  # nobody came through it
+    finally:
+        proxy.close()

@@ -49,7 +49,12 @@ def test_client_uses_the_hub_token_only_for_hub_services(monkeypatch):
     monkeypatch.delenv("EASEML_URL", raising=False)
     monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "hub-secret")
     monkeypatch.delenv("JUPYTERHUB_BASE_URL", raising=False)
-    assert Client("http://hub.example:8000/services/easeml/").token == "hub-secret"
+    for name in ("JUPYTERHUB_HOST", "JUPYTERHUB_PUBLIC_URL", "JUPYTERHUB_PUBLIC_HUB_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("JUPYTERHUB_API_URL", "http://hub.example:8081/hub/api")
+    assert Client("http://hub.example:8000/services/easeml/").token == "hub-secret"  # the hub's own host
+    with pytest.raises(AuthError, match="JUPYTERHUB_API_TOKEN"):  # a service path on another host: no hub token
+        Client("https://someone-else.example/services/easeml")
     monkeypatch.setenv("EASEML_URL", "http://127.0.0.1:8000/services/easeml")
     assert Client().token == "hub-secret"
     assert Client(token="mine").token == "mine"
@@ -59,9 +64,9 @@ def test_client_uses_the_hub_token_only_for_hub_services(monkeypatch):
     with pytest.raises(AuthError, match="JUPYTERHUB_API_TOKEN"):  # not a hub service: the hub token stays home
         Client("http://elsewhere.example:8585")
     monkeypatch.setenv("JUPYTERHUB_BASE_URL", "/jhub/")
-    assert Client("http://h/jhub/services/easeml").token == "hub-secret"
+    assert Client("http://localhost/jhub/services/easeml").token == "hub-secret"
     with pytest.raises(AuthError):
-        Client("http://h/services/easeml")
+        Client("http://localhost/services/easeml")
 
 
 def test_hub_names_map_to_the_same_ease_ml_name():
