@@ -127,6 +127,29 @@ def test_a_service_that_does_not_answer_is_one_line(shell, capsys):
     assert isinstance(error, (ConnectionError, OSError)) and "Traceback" not in shown
     lines = shown.strip().splitlines()
     assert len(lines) == 2 and "Connection refused" in lines[0] and lines[1].startswith("  hint: is the service running?")
+    error, shown = run(shell, capsys, "%easeml status")  # the working connection was kept
+    assert error is None, shown
+
+
+def test_a_shape_that_is_not_integers_names_its_option(shell, capsys):
+    error, shown = run(shell, capsys, "%easeml task shapes --input 4x3 --output 2")
+    assert isinstance(error, DataError) and error.field == "--input" and "comma-separated integers" in shown
+
+
+def test_status_says_when_its_timeout_passed_and_shows_other_errors_than_no_model(shell, capsys, monkeypatch):
+    from ease_jupyter.client import Task
+
+    shell.run_line_magic("easeml", "task slow --input 4 --output 3")
+    monkeypatch.setattr(Task, "wait", lambda self, timeout=None, poll=0.25: False)
+    error, shown = run(shell, capsys, "%easeml status slow --timeout 2")
+    assert error is None and "slow (still training after 2 s)" in shown, shown
+
+    def store_down(self):
+        raise ConnectionError("the service went away")
+
+    monkeypatch.setattr(Task, "best", store_down)
+    error, shown = run(shell, capsys, "%easeml status slow")
+    assert isinstance(error, ConnectionError)  # not hidden as "no model yet"
 
 
 def test_one_line_without_a_known_hint():

@@ -11,8 +11,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..client import Client, Task
-from ..errors import DataError
+from ..client import Client, NoModelError, Task
+from ..errors import DataError, NotFoundError
 from ..jobspec import describe_job
 from .display import Result
 
@@ -65,8 +65,13 @@ def _ids(text: str | None, user_ns: dict) -> list[int] | None:
     return [int(i) for i in np.asarray(_value(user_ns, text, "ids")).ravel()]
 
 
-def _shape(text: str | None) -> list[int] | None:
-    return None if text is None else [int(p) for p in text.strip("[]").split(",") if p.strip()]
+def _shape(text: str | None, option: str) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        return [int(p) for p in text.strip("[]").split(",") if p.strip()]
+    except ValueError:
+        raise DataError(option, repr(text), "comma-separated integers, e.g. 64,64,3") from None
 
 
 def _version(task: Task, v: dict) -> Result:
@@ -83,9 +88,10 @@ def _version(task: Task, v: dict) -> Result:
 def connect(session: Session, args: Any, user_ns: dict) -> Result:
     if args.name is not None:
         _name_only(args, "URL")
-    session.client = Client(args.name, args.token)
-    me = session.client.whoami()
-    return Result(f"connected to {session.client.url} as {me['name']}", me)
+    client = Client(args.name, args.token)
+    me = client.whoami()  # first: a connection that fails leaves the working one in place
+    session.client = client
+    return Result(f"connected to {client.url} as {me['name']}", me)
 
 
 def task(session: Session, args: Any, user_ns: dict, cell: str | None = None) -> Result:
@@ -95,7 +101,8 @@ def task(session: Session, args: Any, user_ns: dict, cell: str | None = None) ->
     if like is not None:  # a table task whose schema comes from a DataFrame (or a CSV/Parquet path)
         t = session.get().task(name, like=_value(user_ns, like, "--from"), target=getattr(args, "target", None))
     else:
-        t = session.get().task(name, input=_shape(args.input), output=_shape(args.output), program=program)
+        t = session.get().task(name, input=_shape(args.input, "--input"), output=_shape(args.output, "--output"),
+                               program=program)
     user_ns.setdefault("_easeml_tasks", {})[name] = t
     return Result(f"task {name}", t.info, [{"name": t.name, "program": t.program}])
 
@@ -144,8 +151,7 @@ def status(session: Session, args: Any, user_ns: dict) -> Result:
                  "accuracy": (r["best"] or {}).get("accuracy")} for r in board]
         return Result(f"{len(rows)} task(s)", board, rows, ["task", "model", "config", "accuracy"])
     t = client.task(_name_only(args))
-    if args.timeout is not None:
-        t.wait(timeout=args.timeout)
+    waited = "" if args.timeout is None or t.wait(timeout=args.timeout) else f" (still training after {args.timeout:g} s)"
     info = t.refresh()
     latest = info.get("latest_version") or {}
     row = {"task": t.name, "version": latest.get("number"), "examples": latest.get("n_examples"),
@@ -153,7 +159,7 @@ def status(session: Session, args: Any, user_ns: dict) -> Result:
     try:
         best = t.best()
         row.update(best=best["model"], config=_best_config(best), accuracy=best["accuracy"])
-    except Exception:  # noqa: BLE001 - no model yet
+    except (NoModelError, NotFoundError):  # no model yet (the task itself was just read); other errors are hers to see
         pass
 
     def live() -> Any:
@@ -161,7 +167,7 @@ def status(session: Session, args: Any, user_ns: dict) -> Result:
 
         return TaskStatus(t)
 
-    return Result(f"task {t.name}", info, [row], widget=live)
+    return Result(f"task {t.name}{waited}", info, [row], widget=live)
 
 
 def _service(client: Client) -> Result:
