@@ -778,6 +778,19 @@ class Selector:
         del u.pending[k]
         self._dirty.add(u.slot)
 
+    def hold(self, user: str, model: str) -> None:
+        """Make a pair pending as if it had been picked: a job of it is
+        queued or running that this selector did not hand out (one found in
+        the store after a restart, or one still running when its user came
+        back). It is not picked again until :meth:`observe` or :meth:`cancel`."""
+        u = self._get(user)
+        k = u.index.get(str(model))
+        if k is None:
+            raise KeyError(f"model: {model!r} is not a candidate of user {u.name!r}")
+        if k not in u.pending:
+            u.pending[k] = float(u.scores[k]) if u.scores is not None else self._ucb_of(u, k)
+            self._dirty.add(u.slot)
+
     def pending(self) -> list[tuple[str, str]]:
         """The picks handed out and not yet observed or cancelled."""
         return [(u.name, u.names[k]) for u in self._active_users() for k in u.pending]

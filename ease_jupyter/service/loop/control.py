@@ -227,12 +227,14 @@ class ControlLoop:
                 changed |= self.admission.start_queued()
                 changed |= self.admission.pick()
                 changed |= self.admission.pick_express()
-            except StorageError:
-                self._resume_later()
+            except BaseException as error:
+                self.saved.unsaved = True  # it may have launched picks: the next turn that ends saves them
+                if isinstance(error, StorageError):
+                    self._resume_later()
                 raise
-            if self.saved.due(changed):
-                snapshot = self.saved.snapshot()
             newly_idle = self.view.publish(self.state)
+            if self.saved.due(changed):  # after the publish, which may fail: a snapshot taken marks all saved
+                snapshot = self.saved.snapshot()
             self.priors.finished(task_id for task_id, _ in newly_idle)  # every few: a refit in the background
         for task_id, owner_id in newly_idle:
             self.publish(owner_id, {"type": "task", "task_id": task_id, "status": "idle"})

@@ -138,3 +138,5 @@ def _reconcile(state: LoopState) -> None:
                 pending.discard(key)
         for key in pending - queued:
             selector.cancel(name, key)
+        for key in queued - pending - observed:  # launched after the last save: not picked a second time
+            selector.hold(name, key)

@@ -70,6 +70,13 @@ class Results:
                 continue
             self._collecting = run  # see resume_later
             job = state.store.get_job(job_id)
+            if job.status is JobStatus.RUNNING and run.tenant not in state.tenants:
+                # lost, and its version replaced (or its task cancelled) meanwhile: no turn would start it again
+                job = state.store.update_job(job_id, JobStatus.CANCELLED,
+                                             JobUpdate(error="lost by its executor after its dataset version "
+                                                       "was replaced"))
+                state.emit_job(job, run.owner_id)
+                continue
             if job.status is JobStatus.RUNNING:  # the executor lost it (worker died): run it again
                 log.warning("job %d came back from its executor still running; re-queued", job_id)
                 retry = job.attempts < MAX_ATTEMPTS

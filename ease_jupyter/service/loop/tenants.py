@@ -18,6 +18,7 @@ from ...errors import InvalidStateError, NotFoundError
 from ...store import Job, JobStatus, Task
 from ..failures import failure_code
 from .costs import Costs
+from .outage import STORE_OUTAGES
 from .state import LoopState, Tenant, arm_key, tenant_name
 from .views import IdleView
 
@@ -28,50 +29,71 @@ class TenantSync:
     def __init__(self, state: LoopState, costs: Costs, view: IdleView):
         self.state, self.costs, self.view = state, costs, view
         self.added: list[str] = []  # the tenants the last sync added
+        self._failing: dict[int, int] = {}  # task id -> turns in a row its sync failed
 
     def sync(self) -> bool:
         """Bring the tenants of the tasks notified since the last turn in line
         with the store; True when a tenant came or went."""
+        changed = False
+        self.added = []
+        dirty = sorted(self.view.take_dirty())
+        for i, task_id in enumerate(dirty):
+            try:
+                changed |= self._sync_task(task_id)
+            except STORE_OUTAGES:
+                self.view.mark(dirty[i + 1:])  # the turn fails; this task comes back through view.retake
+                raise
+            except Exception:  # noqa: BLE001 - one task's failure must not keep every other task from its turn
+                failures = self._failing[task_id] = self._failing.get(task_id, 0) + 1
+                if failures & (failures - 1) == 0:  # the 1st, 2nd, 4th, ... time in a row
+                    log.exception("could not take in task %d (%d time(s) in a row); tried again next turn",
+                                  task_id, failures)
+                self.view.mark((task_id,))
+                changed = True
+            else:
+                self._failing.pop(task_id, None)
+        return changed
+
+    def _sync_task(self, task_id: int) -> bool:
+        """Bring one task's tenant in line with the store; True when a tenant came or went."""
         state = self.state
         selector = state.selector
         changed = False
-        self.added = []
-        for task_id in sorted(self.view.take_dirty()):
-            try:
-                task = state.store.get_task(task_id)
-            except NotFoundError:
-                continue
-            current = [n for n, t in state.tenants.items() if t.task_id == task_id]
-            latest = None if task.cancelled else state.store.latest_dataset_version(task_id)
-            wanted = None if latest is None else tenant_name(task_id, latest.id)
-            for name in current:
-                if name != wanted:
-                    selector.remove_user(name)
-                    del state.tenants[name]
-                    changed = True
-            new_tenant = wanted is not None and wanted not in state.tenants
-            # One read of the task's jobs serves both the cancelling and the
-            # replay, and a feed of a task with nothing queued needs neither.
-            jobs = state.store.list_jobs(task_id) if new_tenant or self._may_have_queued(task_id) else ()
-            self._cancel_queued(task, jobs, keep_version=None if latest is None else latest.id)
-            configs = self.costs.configs(task)  # made again after a user model was added (Costs.forget)
-            if not new_tenant:
-                if wanted is not None:
-                    changed |= self._add_own(wanted, task, configs, latest.n_examples)
-                continue
-            known = set(selector.model_names)
-            arms = [k for k in configs if k in known]
-            own = [k for k in configs if k not in known and configs[k].is_user_model]
-            if not arms and not own:
-                log.warning("task %d has no candidates in the selector's catalogue", task_id)
-                continue
-            costs = self._arm_costs(task, configs, arms, own, latest.n_examples)
-            selector.add_user(wanted, models=arms, costs=costs, own=own)
-            state.tenants[wanted] = Tenant(task_id, task.owner_id, latest.id, configs, task=task,
-                                           n_examples=latest.n_examples)
-            self._replay(wanted, jobs, latest.id, set(arms) | set(own))
-            self.added.append(wanted)
-            changed = True
+        try:
+            task = state.store.get_task(task_id)
+        except NotFoundError:
+            return changed
+        current = [n for n, t in state.tenants.items() if t.task_id == task_id]
+        latest = None if task.cancelled else state.store.latest_dataset_version(task_id)
+        wanted = None if latest is None else tenant_name(task_id, latest.id)
+        for name in current:
+            if name != wanted:
+                selector.remove_user(name)
+                del state.tenants[name]
+                changed = True
+        new_tenant = wanted is not None and wanted not in state.tenants
+        # One read of the task's jobs serves both the cancelling and the
+        # replay, and a feed of a task with nothing queued needs neither.
+        jobs = state.store.list_jobs(task_id) if new_tenant or self._may_have_queued(task_id) else ()
+        self._cancel_queued(task, jobs, keep_version=None if latest is None else latest.id)
+        configs = self.costs.configs(task)  # made again after a user model was added (Costs.forget)
+        if not new_tenant:
+            if wanted is not None:
+                changed |= self._add_own(wanted, task, configs, latest.n_examples)
+            return changed
+        known = set(selector.model_names)
+        arms = [k for k in configs if k in known]
+        own = [k for k in configs if k not in known and configs[k].is_user_model]
+        if not arms and not own:
+            log.warning("task %d has no candidates in the selector's catalogue", task_id)
+            return changed
+        costs = self._arm_costs(task, configs, arms, own, latest.n_examples)
+        selector.add_user(wanted, models=arms, costs=costs, own=own)
+        state.tenants[wanted] = Tenant(task_id, task.owner_id, latest.id, configs, task=task,
+                                       n_examples=latest.n_examples)
+        self._replay(wanted, jobs, latest.id, set(arms) | set(own))
+        self.added.append(wanted)
+        changed = True
         return changed
 
     def _arm_costs(self, task: Task, configs: dict, arms: list[str], own: list[str], n: int) -> dict[str, float]:
@@ -94,12 +116,20 @@ class TenantSync:
 
     def _replay(self, tenant: str, jobs: Iterable[Job], version_id: int, arms: set[str]) -> None:
         """Report results that already exist for this version (a resumed task,
-        or a restart without a saved state), so no config is trained twice."""
+        or a restart without a saved state), so no config is trained twice;
+        and hold as pending the arms of its jobs that are queued or still
+        running here (their results come through ``Results.collect``)."""
         seen: set[str] = set()
+        running_here = {run.job_id for run in self.state.running.values()}
         for job in jobs:
-            if job.dataset_version_id != version_id or job.status not in (JobStatus.SUCCEEDED, JobStatus.FAILED):
+            if job.dataset_version_id != version_id:
                 continue
             key = arm_key(job)
+            if key in arms and (job.status is JobStatus.QUEUED or job.id in running_here):
+                self.state.selector.hold(tenant, key)
+                continue
+            if job.status not in (JobStatus.SUCCEEDED, JobStatus.FAILED):
+                continue
             if key in arms and key not in seen and failure_code(self.state.store, job) is None:
                 ok = job.status is JobStatus.SUCCEEDED and job.accuracy is not None
                 self.state.selector.observe(tenant, key, job.accuracy if ok else 0.0, cost=job.cost_seconds)
