@@ -388,7 +388,11 @@ class ProcessExecutor:
             missing = self._processes - len(self._slots) if self._queue.warm else 0
             self._queue.warm = False
         for _ in range(missing):
-            self._new_slot()
+            try:
+                self._new_slot()
+            except OSError as error:  # a job's own start tries again
+                log.warning("could not start a worker process: %s", error)
+                return
 
     def _send_calls(self) -> None:
         """Hand calls to the worker with the fewest calls (starting one if there is none)."""
@@ -400,9 +404,11 @@ class ProcessExecutor:
                 slot = min(self._slots, key=lambda s: len(s.calls), default=None)
             if not future.set_running_or_notify_cancel():
                 continue
-            slot = slot or self._new_slot()
+            slot = slot or self._slot_for(future)
+            if slot is None:
+                continue
             slot.calls[call_id] = future
-            slot.conn.send(("call", call_id, fn, args))
+            self._send(slot, ("call", call_id, fn, args))
 
     def _assign(self) -> None:
         """Hand queued jobs to workers with a free job slot, starting workers as needed."""
@@ -416,32 +422,63 @@ class ProcessExecutor:
                 job_id, future = self._queue.jobs.popleft()
             if not future.set_running_or_notify_cancel():
                 continue
-            idle = idle or self._new_slot()
+            idle = idle or self._slot_for(future)
+            if idle is None:
+                continue
             idle.jobs[job_id] = future
-            idle.conn.send(("job", job_id))
+            self._send(idle, ("job", job_id))
+
+    def _slot_for(self, future: Future) -> _Slot | None:
+        """A new worker for ``future``'s job or call; None (and the future
+        failed with ``WorkerDied``) when no process can be started now."""
+        try:
+            return self._new_slot()
+        except OSError as error:  # out of processes or memory: this one fails, the next may start
+            log.warning("could not start a worker process: %s", error)
+            future.set_exception(WorkerDied(f"no worker process could be started: {error}"))
+            return None
+
+    @staticmethod
+    def _send(slot: _Slot, message: Any) -> None:
+        """A message to a worker; one that died meanwhile is seen at its sentinel, which fails its work."""
+        try:
+            slot.conn.send(message)
+        except OSError:
+            pass
 
     def _dispatch(self) -> None:
         while True:
-            self._start_missing()
-            self._assign()
-            self._send_calls()
-            with self._lock:
-                done = self._queue.closing and not any(s.jobs or s.calls for s in self._slots)
-            if done:
-                for slot in self._slots:
-                    if slot.process.is_alive():
-                        slot.conn.send(None)
-                return
-            watched: list[Any] = [self._wake_r]
+            try:
+                if self._dispatch_round():
+                    return
+            except Exception:  # noqa: BLE001 - a dispatcher that ended would leave every future unresolved
+                log.exception("the worker dispatcher's round failed; it goes on")
+                time.sleep(0.1)
+
+    def _dispatch_round(self) -> bool:
+        """Start, assign and send what is queued, then read what the workers
+        answer; True once closing and every job and call is done."""
+        self._start_missing()
+        self._assign()
+        self._send_calls()
+        with self._lock:
+            done = self._queue.closing and not any(s.jobs or s.calls for s in self._slots)
+        if done:
             for slot in self._slots:
-                watched += [slot.conn, slot.process.sentinel]
-            for ready in wait(watched):
-                if ready is self._wake_r:
-                    self._wake_r.recv()
-                    continue
-                slot = next((s for s in self._slots if ready in (s.conn, s.process.sentinel)), None)
-                if slot is not None:
-                    self._read(slot)
+                if slot.process.is_alive():
+                    self._send(slot, None)
+            return True
+        watched: list[Any] = [self._wake_r]
+        for slot in self._slots:
+            watched += [slot.conn, slot.process.sentinel]
+        for ready in wait(watched):
+            if ready is self._wake_r:
+                self._wake_r.recv()
+                continue
+            slot = next((s for s in self._slots if ready in (s.conn, s.process.sentinel)), None)
+            if slot is not None:
+                self._read(slot)
+        return False
 
     def _read(self, slot: _Slot) -> None:
         """Messages of one worker; if it died, end its job and take it out."""

@@ -52,3 +52,35 @@ def test_a_process_executor_made_idle_starts_its_workers_at_warm_and_only_once(t
         assert len(pids) == 2 and executor.worker_pids() == pids
     finally:
         executor.shutdown()
+
+
+def test_a_worker_that_cannot_start_fails_that_job_alone_and_the_dispatcher_goes_on(tmp_path, stores, monkeypatch):
+    from ease_jupyter.service.executors import WorkerDied
+    from ease_jupyter.store import JobStatus
+
+    store, _ = stores
+    user = store.create_user("ada", None)
+    task = store.create_task(user.id, "t", "input: [2] output: [3]")
+    from ease_jupyter.testing.store_contract import feed
+
+    version = feed(store, task.id, 2, seed="x")
+    jobs = [store.create_job(task.id, version.id, "m", {"score": 0.7}) for _ in range(2)]
+    executor = ProcessExecutor(ContractRunner(), None, tmp_path, 1, start_workers=False)
+    real = executor._start_worker
+    calls = []
+
+    def out_of_processes_once():
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError(11, "Resource temporarily unavailable")
+        return real()
+
+    monkeypatch.setattr(executor, "_start_worker", out_of_processes_once)
+    try:
+        with pytest.raises(WorkerDied, match="no worker process could be started"):
+            executor.submit(jobs[0].id).result(30)
+        executor.submit(jobs[1].id).result(60)  # the dispatcher lives on, and the next start works
+        assert store.get_job(jobs[1].id).status is JobStatus.SUCCEEDED
+        assert store.get_job(jobs[0].id).status is JobStatus.QUEUED  # never started: the loop retries it
+    finally:
+        executor.shutdown()
