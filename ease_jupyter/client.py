@@ -369,9 +369,26 @@ class Client:
         if len(data) <= INLINE_BYTES:
             return {"npy_b64": base64.b64encode(data).decode("ascii")}
         upload = self.request("POST", "/uploads")["id"]
-        for offset in range(0, len(data), CHUNK_BYTES):
-            self.request("PUT", f"/uploads/{upload}", raw=data[offset:offset + CHUNK_BYTES], params={"offset": offset})
+        try:
+            for offset in range(0, len(data), CHUNK_BYTES):
+                self.request("PUT", f"/uploads/{upload}", raw=data[offset:offset + CHUNK_BYTES],
+                             params={"offset": offset})
+        except BaseException:  # a chunk failed, or Ctrl-C: the part sent is dropped, not left to count
+            self._discard_uploads({"upload": upload})
+            raise
         return {"upload": upload}
+
+    def _discard_uploads(self, body: Any) -> None:
+        """Drop the uploads a request body names anywhere in it (a table's
+        columns too) after its request failed, as far as the service can be reached."""
+        if isinstance(body, dict) and isinstance(body.get("upload"), str):
+            try:
+                self.request("DELETE", f"/uploads/{body['upload']}")
+            except (EaseMLError, OSError):  # gone already, or the service is down: it expires in a day
+                pass
+            return
+        for part in body.values() if isinstance(body, dict) else body if isinstance(body, list) else ():
+            self._discard_uploads(part)
 
     # ------------------------------------------------------------ tasks
     def task(self, name: str, *, input: Sequence[int] | None = None, output: Sequence[int] | None = None,
@@ -610,10 +627,15 @@ class Task:
         folder with one subfolder per class (no ``y``); labels may be class
         names (strings, ...). See docs/data.md."""
         X, y = tabular.feed_parts(X, y, self._schema_info(), self.client._array)
-        body = {"X": self.client._array(X), "y": self.client._array(y)}
-        if mode is not None:
-            body["mode"] = mode
-        return self.client.request("POST", self._path("/feed"), body)
+        body = {"X": self.client._array(X)}
+        try:
+            body["y"] = self.client._array(y)
+            if mode is not None:
+                body["mode"] = mode
+            return self.client.request("POST", self._path("/feed"), body)
+        except BaseException:  # the service keeps what a failed feed uploaded; nothing will feed it now
+            self.client._discard_uploads(body)
+            raise
 
     def refine(self, *, keep: Iterable[int] | None = None, drop: Iterable[int] | None = None) -> dict[str, Any]:
         body = {}
@@ -735,7 +757,12 @@ class Task:
         has them, else class indices (classification) or values. ``X`` as
         for ``feed`` (a DataFrame for a table task, an image folder...)."""
         X = tabular.inputs_for(X, self._schema_info(), self.client._array)
-        out = self.client.request("POST", self._path("/infer"), {"X": self.client._array(X)})
+        body = {"X": self.client._array(X)}
+        try:
+            out = self.client.request("POST", self._path("/infer"), body)
+        except BaseException:  # the service drops an infer's upload itself, unless the request never reached it
+            self.client._discard_uploads(body)
+            raise
         return tabular.named(_decode(out["predictions"]), out.get("class_names"))
 
     def _schema_info(self) -> dict[str, Any]:

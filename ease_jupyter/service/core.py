@@ -509,7 +509,12 @@ class Service:
 
     def infer(self, caller: User, name: str, body: dict[str, Any]) -> dict[str, Any]:
         task = self._task(caller, name)
-        X = arrays.decode("X", body.get("X"), self.uploads, caller.id)
+        ref = body.get("X")
+        try:
+            X = arrays.decode("X", ref, self.uploads, caller.id)
+        finally:  # an upload sent for one infer is consumed by it, whatever the answer
+            if isinstance(ref, dict) and "upload" in ref:
+                self.uploads.delete(caller.id, ref["upload"])
         predictions = models.infer(self.store, self.blobs, task, X, self._torch_outputs, self._own_predictions)
         # class indices, and the names they stand for (the client answers with the names)
         out: dict[str, Any] = {"predictions": arrays.encode(predictions), **task_schema.names_json(self.store, task)}
@@ -615,6 +620,12 @@ class Service:
 
     def upload_size(self, caller: User, upload_id: str) -> dict[str, Any]:
         return {"id": upload_id, "size": self.uploads.size(caller.id, upload_id)}
+
+    def delete_upload(self, caller: User, upload_id: str) -> dict[str, Any]:
+        """Drop one of the caller's uploads (404 for another's or none)."""
+        self.uploads.size(caller.id, upload_id)  # NotFoundError naming it
+        self.uploads.delete(caller.id, upload_id)
+        return {"id": upload_id, "deleted": True}
 
     # ------------------------------------------------------------ admin
     def progress(self, caller: User) -> dict[str, Any]:

@@ -296,6 +296,9 @@ def spec() -> dict[str, Any]:
         "/uploads": {"post": _op("Start a chunked upload of .npy bytes", ok=201, response=_obj(id={"type": "string"}))},
         "/uploads/{id}": {
             "get": _op("Bytes received so far", params=[{"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}]),
+            "delete": _op("Drop an upload that will not be fed (a feed or infer consumes its own)",
+                          params=[{"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}],
+                          response=_obj("id", "deleted", id={"type": "string"}, deleted={"type": "boolean"})),
             "put": {**_op("Append a chunk (raw bytes) at offset (default 0); 409 unless offset is the size so far",
                           params=[{"name": "id", "in": "path", "required": True, "schema": {"type": "string"}},
                                   {"name": "offset", "in": "query", "schema": {"type": "integer", "default": 0}}],

@@ -152,3 +152,25 @@ def test_health_answers_while_every_read_thread_is_busy(svc):
         release.set()
         for future in busy:
             future.result(10)
+
+
+def _parts(svc) -> list:
+    return sorted(svc.service.uploads.directory.rglob("*.part"))
+
+
+def test_uploads_are_dropped_when_their_feed_or_infer_fails_or_by_their_owner(svc, monkeypatch):
+    from ease_jupyter import client as client_module
+    from ease_jupyter.errors import DataError, EaseMLError
+
+    monkeypatch.setattr(client_module, "INLINE_BYTES", 0)  # every array goes through an upload
+    task = svc.client("alice").task("up", input=[4], output=[3])
+    with pytest.raises(DataError):
+        task.feed(np.zeros((5, 3), "float32"), np.zeros(5, "int64"))  # the wrong shape: refused
+    assert _parts(svc) == []
+    with pytest.raises(EaseMLError):
+        task.infer(np.zeros((2, 4), "float32"))  # no model yet
+    assert _parts(svc) == []
+    made = svc.call("POST", "/uploads", "alice").body["id"]
+    assert svc.call("DELETE", f"/uploads/{made}", "bob").status == 404  # not hers to drop
+    assert svc.call("DELETE", f"/uploads/{made}", "alice").body == {"id": made, "deleted": True}
+    assert svc.call("GET", f"/uploads/{made}", "alice").status == 404 and _parts(svc) == []
