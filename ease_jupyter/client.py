@@ -480,11 +480,12 @@ class Client:
         appear as ``"user N"`` with no task names unless you are an admin."""
         return self.request("GET", "/scheduler")
 
-    def events(self) -> "EventStream":
+    def events(self, timeout: float = 30.0) -> "EventStream":
         """Live events: the caller's job states, metrics, versions and task
         states, plus every ``decision`` of the scheduler (other users
-        anonymised, as in ``scheduler()``); see EventStream."""
-        return EventStream(self)
+        anonymised, as in ``scheduler()``); see EventStream. ``timeout``:
+        the most seconds to wait for the stream to open."""
+        return EventStream(self, timeout)
 
 
 class EventStream:
@@ -498,7 +499,9 @@ class EventStream:
                 print(event["type"], event.get("status"))
     """
 
-    def __init__(self, client: Client):
+    def __init__(self, client: Client, timeout: float = 30.0):
+        """Open the stream, waiting at most ``timeout`` seconds for the
+        service to answer (``TimeoutError`` after that)."""
         import queue
         import threading
 
@@ -511,9 +514,12 @@ class EventStream:
         self._loop: Any = None
         self._url = client.url.replace("http://", "ws://").replace("https://", "wss://") + "/api/v1/events"
         self._token = client.token
+        self._timeout = max(float(timeout), 0.1)
         self._thread = threading.Thread(target=self._main, name="easeml-events", daemon=True)
         self._thread.start()
-        self._ready.wait(30)
+        if not self._ready.wait(self._timeout):
+            self._closed.set()  # its thread ends on its own once the connection answers or fails
+            raise TimeoutError(f"the event stream of {client.url} did not open within {self._timeout:g} s")
         if self._error is not None:
             raise self._error
 
@@ -534,7 +540,8 @@ class EventStream:
         import tornado.websocket
 
         try:
-            request = tornado.httpclient.HTTPRequest(self._url, headers={"Authorization": f"token {self._token}"})
+            request = tornado.httpclient.HTTPRequest(self._url, headers={"Authorization": f"token {self._token}"},
+                                                     connect_timeout=self._timeout, request_timeout=self._timeout)
             # Pings notice a service that vanished without closing the connection.
             ws = await tornado.websocket.websocket_connect(request, ping_interval=10)
         except tornado.httpclient.HTTPClientError as error:
@@ -688,8 +695,8 @@ class Task:
         def left() -> float | None:
             return None if deadline is None else deadline - time.monotonic()
 
-        try:
-            stream: EventStream | None = self.client.events()
+        try:  # no longer than the caller's time to open it (TimeoutError is an OSError)
+            stream: EventStream | None = self.client.events(30.0 if deadline is None else min(30.0, left()))
         except (OSError, EaseMLError):
             stream = None
         try:

@@ -174,3 +174,25 @@ def test_uploads_are_dropped_when_their_feed_or_infer_fails_or_by_their_owner(sv
     assert svc.call("DELETE", f"/uploads/{made}", "bob").status == 404  # not hers to drop
     assert svc.call("DELETE", f"/uploads/{made}", "alice").body == {"id": made, "deleted": True}
     assert svc.call("GET", f"/uploads/{made}", "alice").status == 404 and _parts(svc) == []
+
+
+def test_an_event_stream_that_does_not_open_gives_up_at_its_timeout(svc, monkeypatch):
+    from ease_jupyter import Client
+
+    stalled = socket.socket()  # accepts connections, never answers
+    stalled.bind(("127.0.0.1", 0))
+    stalled.listen()
+    try:
+        client = Client(f"http://127.0.0.1:{stalled.getsockname()[1]}", "t")
+        started = time.monotonic()
+        with pytest.raises(TimeoutError, match="did not open within 1 s"):
+            client.events(timeout=1)
+        assert time.monotonic() - started < 3
+    finally:
+        stalled.close()
+    asked = []
+    real = Client.events
+    monkeypatch.setattr(Client, "events", lambda self, timeout=30.0: (asked.append(timeout), real(self, timeout))[1])
+    task = svc.client("alice").task("w", input=[4], output=[3])
+    task.wait(timeout=2)
+    assert asked and asked[0] <= 2  # a wait opens its stream within its own time
