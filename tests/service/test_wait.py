@@ -61,7 +61,7 @@ def test_wait_falls_back_to_polling_when_the_stream_is_unavailable(svc, iris, mo
     client = svc.client("alice")
     task = client.task("iris", input=[4], output=[3])
 
-    def refused(self):
+    def refused(self, timeout=30.0):
         raise ConnectionRefusedError("no WebSocket through this proxy")
 
     monkeypatch.setattr(type(client), "events", refused)
@@ -76,7 +76,7 @@ def test_wait_falls_back_to_polling_when_the_stream_drops(svc, iris, monkeypatch
     task = client.task("iris", input=[4], output=[3])
     opened: list[EventStream] = []
 
-    def dropping(self):
+    def dropping(self, timeout=30.0):
         stream = EventStream(self)
         stream.close()  # the connection goes away right after it opened
         opened.append(stream)
