@@ -129,3 +129,27 @@ def test_embedded_service_start_and_attach(tmp_path, monkeypatch, iris):
         assert third.task("iris").best()["accuracy"] > 0.85
     finally:
         os.kill(read_service_file(tmp_path)["pid"], signal.SIGTERM)
+
+
+def test_a_running_embedded_service_that_is_slow_to_answer_gets_no_second_one_beside_it(tmp_path):
+    import signal
+
+    import psutil
+
+    from ease_jupyter.service import embedded
+
+    first = embedded.start_embedded(tmp_path, timeout=60)
+    try:
+        os.kill(first.pid, signal.SIGSTOP)  # alive, but it answers nothing
+        try:
+            with pytest.raises(TimeoutError, match=rf"pid {first.pid}\) runs but did not answer within 2"):
+                embedded.start_embedded(tmp_path, timeout=2)
+            services = [p for p in psutil.process_iter(["cmdline"])
+                        if "ease_jupyter.service.embedded" in " ".join(p.info["cmdline"] or [])
+                        and str(tmp_path) in " ".join(p.info["cmdline"] or [])]
+            assert [p.pid for p in services] == [first.pid]  # no second service on the same data dir
+        finally:
+            os.kill(first.pid, signal.SIGCONT)
+        assert embedded.start_embedded(tmp_path, timeout=30).pid == first.pid  # it answers again: attached
+    finally:
+        embedded.stop(tmp_path)
