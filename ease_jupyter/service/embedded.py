@@ -95,7 +95,9 @@ def start_embedded(data_dir: str | os.PathLike[str] | None = None, *, timeout: f
         if attached is not None:
             return attached
         if _process(info) is not None:  # running but slow to answer: never a second service on one data dir
-            return _answering(info, directory, timeout)
+            attached = _answering(info, directory, timeout)
+            if attached is not None:
+                return attached  # else it ended (stopping): start a new one
         token = info["token"] if info else new_token()
         old_pid = info.get("pid") if info else None
         log = open(directory / "service.log", "ab")
@@ -117,16 +119,16 @@ def start_embedded(data_dir: str | os.PathLike[str] | None = None, *, timeout: f
         raise TimeoutError(f"the embedded service did not start within {timeout} s; see {directory / 'service.log'}")
 
 
-def _answering(info: dict, directory: Path, timeout: float) -> Embedded:
-    """The running embedded service ``info`` names, once it answers within ``timeout``."""
+def _answering(info: dict, directory: Path, timeout: float) -> Embedded | None:
+    """The running embedded service ``info`` names, once it answers within
+    ``timeout``; None if its process ends first (it was stopping)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         attached = _attached(info)
         if attached is not None:
             return attached
         if _process(info) is None:
-            raise RuntimeError(f"the embedded service (pid {info.get('pid')}) ended while starting; "
-                               f"see {directory / 'service.log'}")
+            return None
         time.sleep(0.5)
     raise TimeoutError(f"the embedded service (pid {info.get('pid')}) runs but did not answer within {timeout} s; "
                        f"see {directory / 'service.log'}, or stop it with `easeml stop`")
