@@ -371,8 +371,14 @@ class Client:
         upload = self.request("POST", "/uploads")["id"]
         try:
             for offset in range(0, len(data), CHUNK_BYTES):
-                self.request("PUT", f"/uploads/{upload}", raw=data[offset:offset + CHUNK_BYTES],
-                             params={"offset": offset})
+                chunk = data[offset:offset + CHUNK_BYTES]
+                try:
+                    self.request("PUT", f"/uploads/{upload}", raw=chunk, params={"offset": offset})
+                except InvalidStateError:
+                    # A PUT is sent again when its connection broke after it went out; if the first one
+                    # arrived, the service holds this chunk already and refuses the copy: that is fine.
+                    if self.request("GET", f"/uploads/{upload}")["size"] != offset + len(chunk):
+                        raise
         except BaseException:  # a chunk failed, or Ctrl-C: the part sent is dropped, not left to count
             self._discard_uploads({"upload": upload})
             raise

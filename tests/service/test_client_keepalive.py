@@ -239,3 +239,29 @@ def test_this_machines_service_is_never_called_through_a_proxy(svc, monkeypatch)
             proxy.accept()  # nobody came through it
     finally:
         proxy.close()
+
+
+def test_a_chunk_sent_again_after_it_arrived_is_not_an_error(svc, monkeypatch):
+    """The transport sends a PUT again when its connection broke after it went out; the
+    service, holding the chunk already, refuses the copy, and the upload goes on."""
+    import numpy as np
+
+    from ease_jupyter import client as client_module
+
+    monkeypatch.setattr(client_module, "INLINE_BYTES", 0)
+    monkeypatch.setattr(client_module, "CHUNK_BYTES", 64)
+    client = Client(svc.url, svc.tokens["alice"])
+    real = client.request
+    sent = []
+
+    def twice_the_first_chunk(method, path, *args, **kwargs):
+        answer = real(method, path, *args, **kwargs)
+        if method == "PUT" and not sent:
+            sent.append(path)
+            return real(method, path, *args, **kwargs)  # the copy: refused with 409 (offset already taken)
+        return answer
+
+    monkeypatch.setattr(client, "request", twice_the_first_chunk)
+    task = client.task("chunks", input=[4], output=[3])
+    version = task.feed(np.arange(80, dtype="float32").reshape(20, 4), np.arange(20) % 3)
+    assert sent and version["n_examples"] == 20
