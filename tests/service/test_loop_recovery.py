@@ -168,16 +168,23 @@ def test_a_restart_without_a_saved_state_holds_the_arms_of_queued_jobs():
     assert len(arms) == 4 and len(arms) == len(set(arms)), arms
 
 
-def test_a_task_resumed_while_its_job_runs_does_not_pick_that_arm_again():
+def _one_job_launched(cap: int):
+    """A fed task whose loop launched one job on a one-worker manual executor:
+    (store, blobs, task, executor, loop, the job's id, its future)."""
     from .conftest import ManualExecutor
 
     store, blobs, task = fed_task()
     executor = ManualExecutor(store, workers=1)
-    loop = ControlLoop(store, blobs, executors={Engine.SKLEARN: executor}, max_running_per_user=2)
+    loop = ControlLoop(store, blobs, executors={Engine.SKLEARN: executor}, max_running_per_user=cap)
     loop.recover()
     loop.step()
-    executor.workers = 2  # from here on a second slot is free beside the running job
     (job_id, future), = executor.running
+    return store, blobs, task, executor, loop, job_id, future
+
+
+def test_a_task_resumed_while_its_job_runs_does_not_pick_that_arm_again():
+    store, blobs, task, executor, loop, job_id, future = _one_job_launched(cap=2)
+    executor.workers = 2  # from here on a second slot is free beside the running job
     executor.running.clear()
     store.update_job(job_id, JobStatus.RUNNING)  # its worker started it
     store.set_task_cancelled(task.id, True)
@@ -221,14 +228,7 @@ def test_one_task_that_cannot_be_taken_in_keeps_no_other_from_its_turn(monkeypat
 
 
 def test_a_lost_job_of_a_replaced_version_is_cancelled_not_left_queued():
-    from .conftest import ManualExecutor
-
-    store, blobs, task = fed_task()
-    executor = ManualExecutor(store, workers=1)
-    loop = ControlLoop(store, blobs, executors={Engine.SKLEARN: executor}, max_running_per_user=1)
-    loop.recover()
-    loop.step()
-    (job_id, future), = executor.running
+    store, blobs, task, executor, loop, job_id, future = _one_job_launched(cap=1)
     store.update_job(job_id, JobStatus.RUNNING)
     rng = np.random.default_rng(2)
     datasets.feed(store, blobs, task, rng.normal(size=(5, 4)).astype("float32"), rng.integers(0, 3, 5))
