@@ -486,12 +486,13 @@ class Client:
         appear as ``"user N"`` with no task names unless you are an admin."""
         return self.request("GET", "/scheduler")
 
-    def events(self, timeout: float = 30.0) -> "EventStream":
+    def events(self, timeout: float = 30.0, *, passive: bool = False) -> "EventStream":
         """Live events: the caller's job states, metrics, versions and task
         states, plus every ``decision`` of the scheduler (other users
         anonymised, as in ``scheduler()``); see EventStream. ``timeout``:
-        the most seconds to wait for the stream to open."""
-        return EventStream(self, timeout)
+        the most seconds to wait for the stream to open; ``passive``: a
+        stream that only listens, which keeps no idle service running."""
+        return EventStream(self, timeout, passive=passive)
 
 
 class EventStream:
@@ -505,7 +506,7 @@ class EventStream:
                 print(event["type"], event.get("status"))
     """
 
-    def __init__(self, client: Client, timeout: float = 30.0):
+    def __init__(self, client: Client, timeout: float = 30.0, *, passive: bool = False):
         """Open the stream, waiting at most ``timeout`` seconds for the
         service to answer (``TimeoutError`` after that)."""
         import queue
@@ -518,7 +519,8 @@ class EventStream:
         self._error: BaseException | None = None
         self._ws: Any = None
         self._loop: Any = None
-        self._url = client.url.replace("http://", "ws://").replace("https://", "wss://") + "/api/v1/events"
+        self._url = (client.url.replace("http://", "ws://").replace("https://", "wss://") + "/api/v1/events"
+                     + ("?passive=1" if passive else ""))
         self._token = client.token
         self._timeout = max(float(timeout), 0.1)
         self._thread = threading.Thread(target=self._main, name="easeml-events", daemon=True)

@@ -37,7 +37,8 @@ class NotificationFeed:
         self._on = on_notification
         self._kept: deque[dict[str, Any]] = deque(maxlen=100)  # a long cell keeps the latest 100
         self._lock = threading.Lock()
-        self._stream = client.events()  # raises here when the service cannot be reached
+        # passive: listening keeps no idle (embedded) service from stopping; raises when it cannot be reached
+        self._stream = client.events(passive=True)
         self._thread = threading.Thread(target=self._read, name="easeml-notifications", daemon=True)
         self._thread.start()
 

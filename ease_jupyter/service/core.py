@@ -148,6 +148,7 @@ class Service:
         self.last_request = time.monotonic()  # for the idle shutdown (see app.housekeeping)
         self.events = EventBus()
         self.streams: Counter[int] = Counter()  # open event streams per user id (websocket.py; the IOLoop's)
+        self.passive_streams = 0  # of them, those that only listen (notifications): no activity
         self.notebooks = NotebookRegistry(config.notebook_timeout_seconds)  # notebooks.py: in memory
         self.suspicion_scorer = SuspicionScorer(self.store, self.blobs, torch_outputs=self._torch_outputs,
                                                 own_outputs=self._own_outputs)
@@ -659,8 +660,8 @@ class Service:
         self.last_request = time.monotonic()
 
     def idle_seconds(self) -> float:
-        """Seconds with no request, no WebSocket client and no running job (0 when busy)."""
-        if self.events.n_subscribers or self.loop.n_running():
+        """Seconds with no request, no WebSocket client (but passive ones) and no running job (0 when busy)."""
+        if self.events.n_subscribers > self.passive_streams or self.loop.n_running():
             return 0.0
         return time.monotonic() - self.last_request
 

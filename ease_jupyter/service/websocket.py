@@ -15,7 +15,9 @@ Rights follow the token while the stream is open: every ``RECHECK_SECONDS``
 the token is looked up again (through the same cache as a request), and a
 stream whose token was revoked, or whose user's admin flag changed, is
 closed (code 1008). A user has at most ``MAX_STREAMS_PER_USER`` open
-streams; one more is answered 429.
+streams; one more is answered 429. A stream opened with ``?passive=1``
+(the magics' notifications) counts as no activity: it keeps no idle
+service from stopping (``Service.idle_seconds``).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class EventsHandler(tornado.websocket.WebSocketHandler):
         self._token: str | None = None
         self._recheck: PeriodicCallback | None = None
         self._counted = False
+        self._passive = False
 
     def check_origin(self, origin: str) -> bool:
         return True  # the token, not the origin, authorises; cookies are never used
@@ -51,6 +54,7 @@ class EventsHandler(tornado.websocket.WebSocketHandler):
     def prepare(self) -> None:
         token = parse_authorization(self.request.headers.get("Authorization")) or self.get_query_argument("token", None)
         self._token = token
+        self._passive = self.get_query_argument("passive", "") in ("1", "true")
         self.user = self.service.tokens.user(token)
         if self.user is None:
             self._json_error(401, "unauthorized", "missing or invalid token", field="Authorization",
@@ -92,6 +96,7 @@ class EventsHandler(tornado.websocket.WebSocketHandler):
 
     def open(self, *args: Any) -> None:
         self.service.streams[self.user.id] += 1
+        self.service.passive_streams += self._passive
         self._counted = True
         self._sid = self.service.events.subscribe(None if self.user.is_admin else self.user.id, self._send,
                                                   IOLoop.current())
@@ -148,6 +153,7 @@ class EventsHandler(tornado.websocket.WebSocketHandler):
         if self._counted:
             self._counted = False
             self.service.streams[self.user.id] -= 1
+            self.service.passive_streams -= self._passive
         if self._sid is not None:
             self.service.events.unsubscribe(self._sid)
             # Its sessions stay until their timeout: a closed stream may be a network blip.

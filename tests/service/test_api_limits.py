@@ -196,3 +196,31 @@ def test_an_event_stream_that_does_not_open_gives_up_at_its_timeout(svc, monkeyp
     task = svc.client("alice").task("w", input=[4], output=[3])
     task.wait(timeout=2)
     assert asked and asked[0] <= 2  # a wait opens its stream within its own time
+
+
+def test_a_passive_stream_keeps_no_idle_service_running(svc):
+    from ease_jupyter import Client
+
+    client = Client(svc.url, svc.tokens["alice"])
+    listening = client.events(passive=True)  # the magics' notifications
+    try:
+        assert wait_for(lambda: svc.service.passive_streams == 1)
+        time.sleep(0.2)
+        assert svc.service.idle_seconds() > 0  # no request, no running job, no active stream: idle
+        watching = client.events()
+        try:
+            assert wait_for(lambda: svc.service.idle_seconds() == 0)  # a stream that watches keeps it busy
+        finally:
+            watching.close()
+    finally:
+        listening.close()
+    assert wait_for(lambda: svc.service.passive_streams == 0)
+
+
+def wait_for(predicate, seconds: float = 5.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
