@@ -15,6 +15,8 @@ from ease_jupyter.service.config import ServiceConfig
 from ease_jupyter.service.core import Service, _may_have_gpus
 from ease_jupyter.service.mop import TorchJobs, measure_torch_pool
 
+from .conftest import until
+
 
 @pytest.fixture
 def service(tmp_path):
@@ -62,8 +64,8 @@ def test_the_service_measures_a_gpu_pool_where_its_torch_jobs_run(service, monke
     before = _costs(service, tenant)
     speeds = service.measure_devices().result(timeout=120)
     assert speeds.torch.flops_per_second > 0 and len(speeds.workers) == 1
-    assert service.loop.costs.speeds is speeds
-    assert _costs(service, tenant) != before
+    # the measuring thread reprices after it set the result (a done-callback): wait for it
+    assert until(lambda: service.loop.costs.speeds is speeds and _costs(service, tenant) != before, 30)
 
 
 def test_only_pools_that_may_have_gpus_are_measured_at_start():
