@@ -491,14 +491,16 @@ class MemoryBlobStore(BlobStore):
         try:
             keep = unless is not None and unless()
         except BaseException:
-            keep = True
+            self._restore(digest, *taken)
             raise
-        finally:
-            if keep:
-                with self._lock:  # a put meanwhile stored it afresh: that copy (and its time) stays
-                    self._blobs.setdefault(digest, taken[0])
-                    self._written.setdefault(digest, taken[1])
+        if keep:
+            self._restore(digest, *taken)
         return not keep
+
+    def _restore(self, digest: str, data: bytes, written: float) -> None:
+        with self._lock:  # a put meanwhile stored it afresh: that copy (and its time) stays
+            self._blobs.setdefault(digest, data)
+            self._written.setdefault(digest, written)
 
     def iter_blobs(self) -> Iterator[BlobInfo]:
         with self._lock:

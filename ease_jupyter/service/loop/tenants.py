@@ -36,12 +36,10 @@ class TenantSync:
         with the store; True when a tenant came or went."""
         changed = False
         self.added = []
-        dirty = sorted(self.view.take_dirty())
-        for i, task_id in enumerate(dirty):
+        for task_id in sorted(self.view.take_dirty()):
             try:
                 changed |= self._sync_task(task_id)
-            except STORE_OUTAGES:
-                self.view.mark(dirty[i + 1:])  # the turn fails; this task comes back through view.retake
+            except STORE_OUTAGES:  # the turn fails; view.retake brings back every task it took
                 raise
             except Exception:  # noqa: BLE001 - one task's failure must not keep every other task from its turn
                 failures = self._failing[task_id] = self._failing.get(task_id, 0) + 1
