@@ -6,6 +6,7 @@ launched job's prediction and, once it finished, its error."""
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 import pytest
@@ -192,6 +193,8 @@ def test_the_loop_reprices_an_arm_once_jobs_of_its_family_finished(stores):
         job = finish(store, past, past_version, loop.costs.configs(past)[ARM], law(size))
         loop.profile_refits.finished(job.id)
     loop.profile_refits.every_seconds = 0.0
+    # an hour later: the first refit's pause (its duration over the share) has passed however slow it was
+    loop.profile_refits.clock = lambda: time.monotonic() + 3600.0
     loop.step()
     loop.stop()
     prediction = loop.costs.prediction(task, spec, n)
