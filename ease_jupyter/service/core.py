@@ -148,6 +148,7 @@ class Service:
         self.last_request = time.monotonic()  # for the idle shutdown (see app.housekeeping)
         self.events = EventBus()
         self.streams: Counter[int] = Counter()  # open event streams per user id (websocket.py; the IOLoop's)
+        self.model_calls: Counter[int] = Counter()  # requests running a model per user id (handlers.py; the IOLoop's)
         self.passive_streams = 0  # of them, those that only listen (notifications): no activity
         self.notebooks = NotebookRegistry(config.notebook_timeout_seconds)  # notebooks.py: in memory
         self.suspicion_scorer = SuspicionScorer(self.store, self.blobs, torch_outputs=self._torch_outputs,

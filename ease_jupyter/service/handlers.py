@@ -37,6 +37,12 @@ STREAM_SLACK_BYTES = 64 * 1024
 # (feeds, uploads) that fill the IOLoop's default executor (app.REQUEST_THREADS).
 READ_THREADS = 8
 _READS = ThreadPoolExecutor(READ_THREADS, thread_name_prefix="easeml-read")
+# Routes that run a model (an export, suspicion scores, an infer) may wait up to
+# core.MODEL_CALL_SECONDS on a user's own code: they get threads of their own, so
+# neither reads nor feeds queue behind them, and each user holds at most a few.
+MODEL_CALL_THREADS = 16
+MODEL_CALLS_PER_USER = 2
+_MODEL_CALLS = ThreadPoolExecutor(MODEL_CALL_THREADS, thread_name_prefix="easeml-model-call")
 
 
 class ApiError(Exception):
@@ -138,6 +144,7 @@ class BaseHandler(tornado.web.RequestHandler):
     limit_attr = "max_json_bytes"
     public = False
     inline = False  # answered on the IOLoop's thread (only routes that read nothing but memory)
+    runs_models = False  # on the model-call threads, at most MODEL_CALLS_PER_USER per user at once
     ops: dict[str, Callable[..., Any]] = {}
 
     def initialize(self, service: Service) -> None:
@@ -235,6 +242,8 @@ class BaseHandler(tornado.web.RequestHandler):
         self.request.body = self._body
         if self.inline:  # in-memory answers: no thread, so a pool full of slow reads never holds them back
             result = fn(self.service, self.user, self, *args)
+        elif self.runs_models:
+            result = await self._model_call(fn, *args)
         else:
             executor = _READS if method == "get" else None
             result = await IOLoop.current().run_in_executor(executor, fn, self.service, self.user, self, *args)
@@ -246,6 +255,24 @@ class BaseHandler(tornado.web.RequestHandler):
         status, data = (result.status, result.data) if isinstance(result, Reply) else (200, result)
         self.set_status(status)
         self.finish(json.dumps(data))
+
+    async def _model_call(self, fn: Callable[..., Any], *args: str) -> Any:
+        """``fn`` on a model-call thread; 429 ``too_many_model_calls`` while the
+        caller has MODEL_CALLS_PER_USER of them running or queued (counted on
+        the IOLoop's thread, so no lock)."""
+        calls, user_id = self.service.model_calls, self.user.id
+        if calls[user_id] >= MODEL_CALLS_PER_USER:
+            raise ApiError(429, "too_many_model_calls",
+                           f"{self.user.name} has {MODEL_CALLS_PER_USER} requests that run a model (export, "
+                           "suspicion, infer) under way already; wait for one to answer", field="requests",
+                           found=calls[user_id], expected=f"at most {MODEL_CALLS_PER_USER} at once")
+        calls[user_id] += 1
+        try:
+            return await IOLoop.current().run_in_executor(_MODEL_CALLS, fn, self.service, self.user, self, *args)
+        finally:
+            calls[user_id] -= 1
+            if not calls[user_id]:
+                del calls[user_id]
 
     async def get(self, *args: str) -> None:
         await self._dispatch("get", *args)
@@ -330,10 +357,11 @@ ROUTES: list[tuple[str, dict[str, Callable[..., Any]], dict[str, Any]]] = [
     ("/tasks/" + NAME + "/best", {"get": lambda s, u, h, n: s.best(u, n)}, {}),
     ("/tasks/" + NAME + "/profile", {"get": lambda s, u, h, n: s.profile(u, n)}, {}),
     ("/tasks/" + NAME + "/model", {"get": lambda s, u, h, n: Download(
-        *s.export_model(u, n, h.get_query_argument("format", None)))}, {}),
+        *s.export_model(u, n, h.get_query_argument("format", None)))}, {"runs_models": True}),
     ("/tasks/" + NAME + "/suspicion",
-     {"get": lambda s, u, h, n: s.suspicion(u, n, _int_arg(h, "version"), _int_arg(h, "k"))}, {}),
-    ("/tasks/" + NAME + "/infer", {"post": lambda s, u, h, n: s.infer(u, n, h.json_body())}, {}),
+     {"get": lambda s, u, h, n: s.suspicion(u, n, _int_arg(h, "version"), _int_arg(h, "k"))},
+     {"runs_models": True}),
+    ("/tasks/" + NAME + "/infer", {"post": lambda s, u, h, n: s.infer(u, n, h.json_body())}, {"runs_models": True}),
     ("/tasks/" + NAME + "/provenance",
      {"get": lambda s, u, h, n: s.provenance(u, n, h.get_query_argument("direction", "backward"))}, {}),
     ("/tasks/" + NAME + "/budget", {"get": lambda s, u, h, n: s.task_budget(u, n),

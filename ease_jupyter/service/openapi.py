@@ -27,15 +27,19 @@ SHAPE = {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum":
 # 507 storage_full).
 _ERRORS = ("400", "404", "409", "413", "5XX")
 _AUTH_ERRORS = ("401", "403")
+# A route that runs a model also answers 429 while its caller has
+# handlers.MODEL_CALLS_PER_USER such requests under way.
+_MODEL_CALL_ERRORS = ("429",)
 
 
 def _op(summary: str, *, body: dict | None = None, ok: int | tuple[int, ...] = 200, params: list | None = None,
-        response: dict | None = None, public: bool = False, body_required: bool = True) -> dict[str, Any]:
+        response: dict | None = None, public: bool = False, body_required: bool = True,
+        runs_model: bool = False) -> dict[str, Any]:
     """One operation: its success statuses (``ok``) with ``response``, and the error statuses."""
     oks = ok if isinstance(ok, tuple) else (ok,)
     responses: dict[str, Any] = {str(status): {"description": "OK", "content": {"application/json": {
         "schema": response or {}}}} for status in oks}
-    for status in _ERRORS + (() if public else _AUTH_ERRORS):
+    for status in _ERRORS + (() if public else _AUTH_ERRORS) + (_MODEL_CALL_ERRORS if runs_model else ()):
         responses[status] = ERR
     op: dict[str, Any] = {"summary": summary, "responses": responses}
     if params:
@@ -211,7 +215,7 @@ def spec() -> dict[str, Any]:
             "that does not exist or does not fit the model's engine, 409 no_model before the first model",
             params=[NAME, {"name": "format", "in": "query", "description": "default: joblib for a scikit-learn "
                            "model, torchscript for a torch model",
-                           "schema": {"enum": ["joblib", "onnx", "torchscript", "state_dict"]}}]))},
+                           "schema": {"enum": ["joblib", "onnx", "torchscript", "state_dict"]}}], runs_model=True))},
         "/tasks/{name}/suspicion": {"get": _op(
             "Refine panel: per-example loss of the best finished model and disagreement of the top-k models on a "
             "version (default latest); 409 no_model before the first model", params=[
@@ -223,9 +227,11 @@ def spec() -> dict[str, Any]:
                           model=_obj(job_id={"type": "integer"}, name={"type": "string"}, config={"type": "object"},
                                      accuracy={"type": "number"}, dataset_version={"type": "integer"}),
                           models={"type": "array", "items": _obj(job_id={"type": "integer"}, name={"type": "string"},
-                                                                 accuracy={"type": "number"})}))},
+                                                                 accuracy={"type": "number"})}),
+            runs_model=True)},
         "/tasks/{name}/infer": {"post": _op("Predict with the best model; class indices for classification",
-                                            params=[NAME], body=_obj("X", X=ARRAY), response=_obj(predictions=ARRAY))},
+                                            params=[NAME], body=_obj("X", X=ARRAY), response=_obj(predictions=ARRAY),
+                                            runs_model=True)},
         "/tasks/{name}/provenance": {"get": _op("Provenance DAG edges (dataset versions and models)", params=[
             NAME, {"name": "direction", "in": "query", "schema": {"enum": ["backward", "forward", "all"]}}])},
         "/tasks/{name}/tags": {"get": _op("Metadata tags of the task", params=[NAME]),
