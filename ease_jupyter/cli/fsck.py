@@ -12,14 +12,18 @@ from pathlib import Path
 
 import click
 
+from ._data_dir import db_option
+
 
 @click.command("fsck")
-@click.option("--db", "db_url", default=None, help="SQLAlchemy URL (default: SQLite in the data dir).")
+@db_option()
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="The data dir to check (default: $EASEML_DATA_DIR or ~/.easeml).")
 @click.option("--repair", is_flag=True, help="Rebuild, retrain or drop what cannot be read (service stopped).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def command(db_url, data_dir, repair, as_json) -> None:
+@click.option("--force", is_flag=True, help="Go on with a database that has no users although the data dir holds "
+                                            "blobs (checked because such a database is rarely the service's).")
+def command(db_url, data_dir, repair, as_json, force) -> None:
     """Read every blob that the store's rows reference and report the rows
     whose blob is missing or damaged. Exit code 1 while such a row needs
     attention (always without --repair, when there is one).
@@ -35,7 +39,7 @@ def command(db_url, data_dir, repair, as_json) -> None:
 
     from ._data_dir import existing_store
 
-    with existing_store(db_url, data_dir, "check") as (store, blobs, directory):
+    with existing_store(db_url, data_dir, "check", force=force) as (store, blobs, directory):
         report = check(store, blobs, repair=repair, progress=None if as_json else _progress_bar)
     if as_json:
         click.echo(json.dumps(report.as_dict(), indent=2))

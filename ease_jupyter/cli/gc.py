@@ -13,9 +13,11 @@ from pathlib import Path
 
 import click
 
+from ._data_dir import db_option
+
 
 @click.command("gc")
-@click.option("--db", "db_url", default=None, help="SQLAlchemy URL (default: SQLite in the data dir).")
+@db_option()
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="The data dir whose blobs to collect (default: $EASEML_DATA_DIR or ~/.easeml).")
 @click.option("--grace", "grace_seconds", default=3600.0, show_default=True, type=click.FloatRange(min=0),
@@ -23,7 +25,9 @@ import click
                                       "service writes a blob before it references it.")
 @click.option("--dry-run", is_flag=True, help="Delete nothing; report what would be deleted.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def command(db_url, data_dir, grace_seconds, dry_run, as_json) -> None:
+@click.option("--force", is_flag=True, help="Go on with a database that has no users although the data dir holds "
+                                            "blobs (checked because such a database is rarely the service's).")
+def command(db_url, data_dir, grace_seconds, dry_run, as_json, force) -> None:
     """Delete blobs (in DATA_DIR/blobs) that nothing in the store references.
 
     Referenced are: every dataset version's and chunk's arrays, every job's
@@ -39,7 +43,7 @@ def command(db_url, data_dir, grace_seconds, dry_run, as_json) -> None:
 
     from ._data_dir import existing_store
 
-    with existing_store(db_url, data_dir, "collect") as (store, blobs, directory):
+    with existing_store(db_url, data_dir, "collect", force=force) as (store, blobs, directory):
         report = collect_garbage(store, blobs, grace_seconds=grace_seconds, dry_run=dry_run)
     if as_json:
         click.echo(json.dumps({"data_dir": str(directory), **report.as_dict()}, indent=2))

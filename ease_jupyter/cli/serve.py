@@ -12,11 +12,12 @@ from pathlib import Path
 
 import click
 
+from ._data_dir import db_option
+
 
 @click.command("serve")
-@click.option("--db", "db_url", default=None, envvar="EASEML_DB", show_envvar=True,
-              help="SQLAlchemy URL (default: SQLite in the data dir; memory:// for a throwaway). Also read from "
-                   "$EASEML_DB, which keeps a password off the command line, where every local user can read it.")
+@db_option("SQLAlchemy URL (default: SQLite in the data dir; memory:// for a throwaway). Also read from "
+           "$EASEML_DB, which keeps a password off the command line, where every local user can read it.")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Blobs, uploads and the SQLite file (default: $EASEML_DATA_DIR or ~/.easeml).")
 @click.option("--engine", default="local", show_default=True, metavar="ENGINE",
@@ -188,7 +189,9 @@ def require_writable_store(config) -> None:  # noqa: ANN001 - a ServiceConfig
 
 def _database_name(config) -> str:  # noqa: ANN001 - a ServiceConfig
     if config.db_url is None:
-        return str(Path(config.data_dir) / "easeml.sqlite")
+        from ease_jupyter.store import SQLITE_FILE
+
+        return str(Path(config.data_dir) / SQLITE_FILE)
     from sqlalchemy.engine import make_url
 
     return make_url(config.db_url).render_as_string(hide_password=True)

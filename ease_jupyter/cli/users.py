@@ -18,7 +18,9 @@ from pathlib import Path
 
 import click
 
-_db = click.option("--db", "db_url", default=None, help="SQLAlchemy URL (default: SQLite in the data dir).")
+from ._data_dir import db_option
+
+_db = db_option()
 _dir = click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
                     help="Default: $EASEML_DATA_DIR or ~/.easeml.")
 

@@ -100,6 +100,9 @@ def _ensure_private_dir(path: Path) -> Path:
     return path
 
 
+SQLITE_FILE = "easeml.sqlite"  # the database in a data dir when no URL is given
+
+
 def open_store(url: str | None = None, data_dir: str | os.PathLike[str] | None = None) -> tuple[Store, BlobStore]:
     """The metadata store and blob store for ``url`` and ``data_dir``.
 
@@ -118,7 +121,7 @@ def open_store(url: str | None = None, data_dir: str | os.PathLike[str] | None =
         return InMemoryStore(), MemoryBlobStore()
     directory = _ensure_private_dir(Path(data_dir).expanduser() if data_dir is not None else default_data_dir())
     if url is None:
-        url = f"sqlite:///{directory / 'easeml.sqlite'}"
+        url = f"sqlite:///{directory / SQLITE_FILE}"
     from .sql import SQLStore
 
     return SQLStore(url), DirectoryBlobStore(directory / "blobs")

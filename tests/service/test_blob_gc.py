@@ -228,6 +228,45 @@ def test_easeml_gc_over_a_data_dir(trained, tmp_path):
     assert result.exit_code == 2
 
 
+def test_gc_and_fsck_open_the_services_database_and_never_a_new_one(trained, tmp_path):
+    """The service's database outside the data dir (as a PostgreSQL URL in
+    $EASEML_DB would be): without its URL, gc and fsck refuse instead of
+    creating an empty SQLite database whose rows reference no blob (gc would
+    then delete them all); with $EASEML_DB they act on the service's rows."""
+    data_dir = _copy(trained, tmp_path)
+    elsewhere = tmp_path / "db"
+    elsewhere.mkdir()
+    for path in data_dir.glob("easeml.sqlite*"):  # the database with its -wal and -shm files
+        path.rename(elsewhere / path.name)
+    url = f"sqlite:///{elsewhere / 'easeml.sqlite'}"
+    files = _blob_files(data_dir)
+    runner = CliRunner(env={"EASEML_DB": None})
+    for command in (["gc", "--grace", "0"], ["fsck"]):
+        result = runner.invoke(main, [*command, "--data-dir", str(data_dir)])
+        assert result.exit_code == 2, result.output
+        assert "no SQLite database" in result.output and "EASEML_DB" in result.output
+        assert not (data_dir / "easeml.sqlite").exists()
+        assert _blob_files(data_dir) == files
+    # a database of no service (no users) beside these blobs: refused unless forced
+    empty = f"sqlite:///{tmp_path / 'empty.sqlite'}"
+    result = runner.invoke(main, ["gc", "--grace", "0", "--data-dir", str(data_dir), "--db", empty])
+    assert result.exit_code == 2 and "holds no users" in result.output and "--force" in result.output
+    assert _blob_files(data_dir) == files
+    result = runner.invoke(main, ["gc", "--grace", "0", "--dry-run", "--json", "--force",
+                                  "--data-dir", str(data_dir), "--db", empty])
+    assert result.exit_code == 0 and json.loads(result.output)["referenced"] == 0
+    # the service's database through $EASEML_DB: its rows keep what they reference
+    result = runner.invoke(main, ["fsck", "--json", "--data-dir", str(data_dir)], env={"EASEML_DB": url})
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["checked"] > 0
+    result = runner.invoke(main, ["gc", "--grace", "0", "--json", "--data-dir", str(data_dir)],
+                           env={"EASEML_DB": url})
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["referenced"] > 0 and len(_blob_files(data_dir)) == len(files) - report["deleted"] < len(files)
+    assert not (data_dir / "easeml.sqlite").exists()
+
+
 def test_help_of_gc_and_serve_blob_gc():
     result = CliRunner().invoke(main, ["gc", "--help"])
     assert result.exit_code == 0
