@@ -119,6 +119,14 @@ def test_damaged_content_counts_as_unreadable(data_dir):
     result = _fsck(data_dir, "--repair", "--json")
     assert result.exit_code == 0
     assert json.loads(result.output)["problems"][0]["repair"] == "rebuilt from the version's rows"
+    # the damaged file was replaced by the rebuilt content, not merely touched
+    again = _fsck(data_dir, "--json")
+    assert again.exit_code == 0 and json.loads(again.output)["problems"] == [], again.output
+    store, blobs, task, versions, _ = _rows(data_dir)
+    try:
+        assert datasets.load(store, blobs, versions[0]).example_ids.size == 60
+    finally:
+        store.close()
 
 
 def test_help():

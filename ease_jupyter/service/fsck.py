@@ -16,7 +16,9 @@ Three kinds of rows reference blobs, and each has its own repair:
   model and grid.
 
 Every blob is read whole and, in the directory store, checked against its
-digest, so damaged content is found as well as missing files. Repairs are
+digest, so damaged content is found as well as missing files; ``--repair``
+deletes a damaged blob before it repairs its rows, so that the rebuilt or
+retrained content is written afresh. Repairs are
 picked up by the service when it starts: run ``--repair`` with the service
 stopped, or restart it afterwards.
 """
@@ -119,6 +121,11 @@ def check(store: Store, blobs: BlobStore, *, repair: bool = False,
         if not readable[ref.digest]:
             report.problems.append(Problem(ref.kind, ref.what, ref.digest, ref.task.id,
                                            None if ref.version is None else ref.version.id, ref.job_id))
+    if repair:
+        # A damaged blob goes first: unreadable, it is worth nothing, and a repair or a
+        # retrain that puts the same content again would only touch the damaged file.
+        for digest in {p.digest for p in report.problems}:
+            blobs.delete(digest)
     # Members first: a chunk's repair refines the latest version, which needs its members.
     order = {MEMBERS: 0, CHUNK: 1, MODEL: 2}
     for problem in sorted(report.problems, key=lambda p: order[p.kind]):

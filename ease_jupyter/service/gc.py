@@ -49,7 +49,7 @@ from dataclasses import asdict, dataclass
 from typing import Callable, Iterable
 
 from ..store import BlobStore, DirectoryBlobStore, Store
-from .loop import STATE_TAG
+from .loop import STATE_TAG, saved_state_digest
 from .mop import PROGRESS_TAG
 from .user_models import blob_references
 
@@ -115,10 +115,9 @@ def references(store: Store) -> dict[str, str]:
                 add(digest, f"job {job.id} progress")
     for digest, holder in blob_references(store):  # the code of users' own models
         add(digest, holder)
-    holders = store.find_by_tag("job", STATE_TAG)
-    if holders:
-        newest = max(holders)
-        add(store.tags("job", newest).get(STATE_TAG), f"job {newest} selector state")
+    saved = saved_state_digest(store)
+    if saved is not None:
+        add(saved[1], f"job {saved[0]} selector state")
     return refs
 
 

@@ -33,7 +33,7 @@ One module per job, sharing one ``state.LoopState`` under the loop's lock:
 
 from .control import ControlLoop
 from .costs import catalogue
-from .recovery import STATE_TAG
+from .recovery import STATE_TAG, saved_state_digest
 from .state import arm_key
 
-__all__ = ["ControlLoop", "STATE_TAG", "arm_key", "catalogue"]
+__all__ = ["ControlLoop", "STATE_TAG", "arm_key", "catalogue", "saved_state_digest"]

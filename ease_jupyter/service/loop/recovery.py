@@ -10,9 +10,9 @@ import json
 import logging
 import time
 
-from ...errors import NotFoundError
+from ...errors import NotFoundError, StoreCorruptError
 from ...selection.selector import Selector
-from ...store import JobStatus
+from ...store import JobStatus, Store
 from ..failures import failure_code
 from ..runner import one_blas_thread
 from .costs import Costs, catalogue
@@ -22,6 +22,21 @@ from .state import LoopState, Tenant, arm_key
 log = logging.getLogger(__package__)  # one logger for the whole loop
 
 STATE_TAG = "easeml.selector_state"
+
+
+def saved_state_digest(store: Store) -> tuple[int, str] | None:
+    """(job id, blob digest) of the newest saved selector state. A holder
+    whose job is gone is passed over: a save may tag a job while its task's
+    deletion removes it (under PostgreSQL's READ COMMITTED the deletion does
+    not see the new tag row, which then outlives its job)."""
+    for job_id in sorted(store.find_by_tag("job", STATE_TAG), reverse=True):
+        try:
+            digest = store.tags("job", job_id).get(STATE_TAG)
+        except NotFoundError:
+            continue
+        if digest:
+            return job_id, digest
+    return None
 
 
 class SavedState:
@@ -34,12 +49,18 @@ class SavedState:
         self.unsaved, self._saved_at = False, 0.0
 
     def load(self) -> dict | None:
-        store = self.state.store
-        ids = store.find_by_tag("job", STATE_TAG)
-        if not ids:
+        """The newest saved state; None when there is none, or when its blob
+        is lost or damaged (the selector is then rebuilt from the jobs)."""
+        saved = saved_state_digest(self.state.store)
+        if saved is None:
             return None
-        digest = store.tags("job", max(ids))[STATE_TAG]
-        return json.loads(self.state.blobs.get_bytes(digest))
+        job_id, digest = saved
+        try:
+            return json.loads(self.state.blobs.get_bytes(digest))
+        except (NotFoundError, StoreCorruptError, ValueError) as error:
+            log.warning("the selector state saved with job %d cannot be read (%s); rebuilding it from the jobs",
+                        job_id, error)
+            return None
 
     def due(self, changed: bool) -> bool:
         """Whether a turn that ``changed`` the selector should save it now."""
