@@ -20,6 +20,10 @@ from .base import JOB_TRANSITIONS, Job, JobStatus, JobUpdate, NewChunk, Node, No
 
 DIGEST_PATTERN = re.compile(r"[0-9a-f]{64}")
 TAG_ENTITIES = ("task", "dataset", "job", "user")
+# Job model names, metric names and tag keys: per-config metric names carry a
+# user's grid (``val_score[clf__C=0.1,...]``). One bound on every backend, within
+# what a PostgreSQL index row holds (the keys are in primary keys).
+MAX_KEY_CHARS = 1000
 
 
 def utcnow() -> datetime:
@@ -44,6 +48,14 @@ def check_id(field: str, value: Any) -> int:
 def check_text(field: str, value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
         raise DataError(field, repr(value), "a non-empty string")
+    return value
+
+
+def check_key(field: str, value: Any) -> str:
+    """A non-empty string of at most ``MAX_KEY_CHARS`` characters."""
+    check_text(field, value)
+    if len(value) > MAX_KEY_CHARS:
+        raise DataError(field, f"{len(value)} characters", f"a string of at most {MAX_KEY_CHARS} characters")
     return value
 
 

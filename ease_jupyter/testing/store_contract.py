@@ -1025,6 +1025,32 @@ def test_entities_are_found_by_tag(store: Store, fed) -> None:
     assert store.find_by_tag("dataset", "model") == ()
 
 
+def test_long_tag_values_and_keys_up_to_the_bound_are_stored(store: Store, fed) -> None:
+    """A tag value of many KB (a torch job's progress record) and model
+    names, metric names and tag keys up to ``MAX_KEY_CHARS`` are stored on
+    every backend (PostgreSQL once refused both); a longer key is refused
+    by every backend alike, naming the field."""
+    from ease_jupyter.store._validate import MAX_KEY_CHARS
+
+    _, t, v1 = fed
+    long_key = "k" * MAX_KEY_CHARS
+    job = store.create_job(t.id, v1.id, "m" * MAX_KEY_CHARS, {})
+    value = "".join(f"{i:08x}" for i in range(4096))  # 32 KiB, unlike any other
+    store.set_tag("job", job.id, long_key, value)
+    store.add_metric(job.id, 0, f"val_score[{long_key[:MAX_KEY_CHARS - 11]}]", 0.5)
+    assert store.tags("job", job.id) == {long_key: value}
+    assert store.find_by_tag("job", long_key, value) == (job.id,)
+    assert store.get_job(job.id).model == "m" * MAX_KEY_CHARS
+    assert [m.name for m in store.list_metrics(job.id)] == [f"val_score[{long_key[:MAX_KEY_CHARS - 11]}]"]
+    too_long = "x" * (MAX_KEY_CHARS + 1)
+    for field, call in (("key", lambda: store.set_tag("job", job.id, too_long, "v")),
+                        ("name", lambda: store.add_metric(job.id, 0, too_long, 0.5)),
+                        ("model", lambda: store.create_job(t.id, v1.id, too_long, {}))):
+        with pytest.raises(DataError) as refused:
+            call()
+        assert refused.value.field == field
+
+
 def test_tags_of_unknown_entities(store: Store, fed) -> None:
     _, t, _ = fed
     with pytest.raises(NotFoundError):

@@ -62,6 +62,9 @@ NAMING_CONVENTION = {
 
 DIGEST = String(64)  # sha256 hex of a blob
 NAME = String(200)
+# Job model names, metric names, tag keys: up to _validate.MAX_KEY_CHARS on every
+# backend; PostgreSQL would enforce a length, SQLite never does.
+KEY = String(200).with_variant(Text(), "postgresql")
 STATUSES = tuple(s.value for s in JobStatus)
 
 
@@ -205,7 +208,7 @@ class JobRow(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id"))
     dataset_version_id: Mapped[int] = mapped_column(ForeignKey("dataset_versions.id"))
-    model: Mapped[str] = mapped_column(NAME)
+    model: Mapped[str] = mapped_column(KEY)
     config: Mapped[dict[str, Any]] = mapped_column(JSON)
     status: Mapped[str] = mapped_column(String(16))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
@@ -241,7 +244,7 @@ class MetricRow(Base):
 
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), primary_key=True)
     epoch: Mapped[int] = mapped_column(Integer, primary_key=True)
-    name: Mapped[str] = mapped_column(NAME, primary_key=True)
+    name: Mapped[str] = mapped_column(KEY, primary_key=True)
     value: Mapped[float] = mapped_column(Double)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
@@ -277,9 +280,10 @@ class EdgeRow(Base):
 
 class TagRow(Base):
     __tablename__ = "tags"
-    __table_args__ = (Index(None, "entity", "key", "value"),)  # find_by_tag
+    # find_by_tag; not on the value, which may be longer than an index row holds (a job's progress)
+    __table_args__ = (Index(None, "entity", "key"),)
 
     entity: Mapped[str] = mapped_column(String(16), primary_key=True)
     entity_id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    key: Mapped[str] = mapped_column(NAME, primary_key=True)
+    key: Mapped[str] = mapped_column(KEY, primary_key=True)
     value: Mapped[str] = mapped_column(Text)

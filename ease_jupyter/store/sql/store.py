@@ -697,7 +697,7 @@ class SQLStore(Store):
 
     # -- jobs and metrics ---------------------------------------------------
     def create_job(self, task_id: int, dataset_version_id: int, model: str, config: Mapping[str, Any]) -> Job:
-        v.check_text("model", model)
+        v.check_key("model", model)
         clean_config = v.check_config(config)
         with self._writing() as s:
             task = self._task(s, task_id)
@@ -747,7 +747,7 @@ class SQLStore(Store):
 
     def add_metric(self, job_id: int, epoch: int, name: str, value: float) -> Metric:
         epoch = v.check_count("epoch", epoch, minimum=0)
-        v.check_text("name", name)
+        v.check_key("name", name)
         value = v.check_finite("value", value)
         with self._writing() as s:
             job = self._job(s, job_id, lock=True)  # queues two reports of the same metric
@@ -789,7 +789,7 @@ class SQLStore(Store):
     # -- metadata tags ----------------------------------------------------------
     def set_tag(self, entity: str, entity_id: int, key: str, value: str) -> None:
         v.check_entity(entity)
-        v.check_text("key", key)
+        v.check_key("key", key)
         if not isinstance(value, str):
             raise DataError("value", repr(value), "a string")
         entity_id = v.check_id("entity_id", entity_id)
