@@ -90,7 +90,7 @@ class Feeder:
             result = datasets.feed_rows(self.store, self.blobs, task, prepared.X, prepared.y, reserve=reserve,
                                         mode=datasets.DEDUPE if mode is None else mode, state=(parent, chunks))
             if result.created:
-                added_version(self.store, caller.id, result.version.id, result.blob_sizes)
+                added_version(self.store, caller.id, result.version, result.blob_sizes)
         for upload in consumed:
             self.uploads.delete(caller.id, upload)
         return Fed(result.version, result.created, result.new, result.duplicates, result.mode)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
 from ..errors import QuotaExceededError
-from ..store import BlobStore, Job, Store, Task
+from ..store import BlobStore, DatasetVersion, Job, OwnerBlobsStamp, Store, Task
 from ..store.space import human_size
 
 
@@ -49,7 +49,7 @@ class Quota:
     limit_bytes: int | None
     uploads_dir: Path | None = None
 
-    def usage(self, store: Store, blobs: BlobStore, owner_id: int, *, stamp: tuple[int, ...] | None = None) -> Usage:
+    def usage(self, store: Store, blobs: BlobStore, owner_id: int, *, stamp: OwnerBlobsStamp | None = None) -> Usage:
         """``stamp``: ``Store.owner_blobs_stamp`` as read just before (a feed
         reads it with its other reads), so a count it matches is not asked for again."""
         data, models = _STORED.of(store, blobs, owner_id, stamp=stamp)
@@ -61,7 +61,7 @@ class Quota:
         return Usage(data=data, models=models, uploads=uploads)
 
     def check(self, store: Store, blobs: BlobStore, owner_id: int, adding: int, *, what: str,
-              releasing: int = 0, stamp: tuple[int, ...] | None = None) -> None:
+              releasing: int = 0, stamp: OwnerBlobsStamp | None = None) -> None:
         """Raise ``QuotaExceededError`` if storing ``adding`` more bytes (and
         freeing ``releasing``, e.g. the uploads a feed consumes) would take
         the owner over her limit; ``what`` names the write ("feed")."""
@@ -85,7 +85,7 @@ class Quota:
         self.check(store, blobs, task.owner_id, size, what=f"{model_name(task, job)}: its model")
 
     def reserve(self, store: Store, blobs: BlobStore, owner_id: int, *, what: str,
-                releasing: int = 0, stamp: tuple[int, ...] | None = None) -> Callable[[int], None]:
+                releasing: int = 0, stamp: OwnerBlobsStamp | None = None) -> Callable[[int], None]:
         """``check`` as the ``reserve(n_bytes)`` callback that ``datasets.feed``
         and ``Uploads.append`` call before they write. ``stamp`` serves the
         first check only: a later one (a feed's retry after another writer
@@ -129,7 +129,7 @@ class _StoredBytes:
         self._forgotten: dict[int, int] = {}
 
     def of(self, store: Store, blobs: BlobStore, owner_id: int, *,
-           stamp: tuple[int, ...] | None = None) -> tuple[int, int]:
+           stamp: OwnerBlobsStamp | None = None) -> tuple[int, int]:
         if stamp is not None:  # read by the caller: enough to reuse a count, not to keep one it made
             with self._lock:
                 found = self._counted.get(store, {}).get(owner_id)
@@ -164,16 +164,15 @@ class _StoredBytes:
         while len(owners) > self.MAX_OWNERS:
             owners.popitem(last=False)
 
-    def added(self, store: Store, owner_id: int, version_id: int, sizes: Mapping[str, int]) -> None:
+    def added(self, store: Store, owner_id: int, version: DatasetVersion, sizes: Mapping[str, int]) -> None:
         with self._lock:
             owners = self._counted.get(store, {})
             found = owners.get(owner_id)
             if found is None:
                 return
-            (versions, newest, *models_stamp), data, models = found
+            stamp, data, models = found
             data = {**data, **{d: n for d, n in sizes.items() if d not in data}}
-            stamp = (versions + 1, max(newest, version_id), *models_stamp)
-            owners[owner_id] = (stamp, data, {d: n for d, n in models.items() if d not in data})
+            owners[owner_id] = (stamp.with_version(version), data, {d: n for d, n in models.items() if d not in data})
 
     def forget(self, store: Store, owner_id: int) -> None:
         with self._lock:
@@ -181,7 +180,7 @@ class _StoredBytes:
             self._forgotten[owner_id] = self._forgotten.get(owner_id, 0) + 1
 
 
-_Counted = tuple[tuple[int, ...], dict[str, int], dict[str, int]]
+_Counted = tuple[OwnerBlobsStamp, dict[str, int], dict[str, int]]
 
 
 def _sizes(blobs: BlobStore, digests: Iterable[str]) -> dict[str, int]:
@@ -192,11 +191,11 @@ def _sizes(blobs: BlobStore, digests: Iterable[str]) -> dict[str, int]:
 _STORED = _StoredBytes()
 
 
-def added_version(store: Store, owner_id: int, version_id: int, sizes: Mapping[str, int]) -> None:
+def added_version(store: Store, owner_id: int, version: DatasetVersion, sizes: Mapping[str, int]) -> None:
     """Count the blobs (``sizes``: {digest: bytes}, as the writer knows them)
-    of the version ``version_id`` that this process just stored for
-    ``owner_id`` without counting her again."""
-    _STORED.added(store, owner_id, version_id, sizes)
+    of ``version``, which this process just stored for ``owner_id``,
+    without counting her again."""
+    _STORED.added(store, owner_id, version, sizes)
 
 
 def forget_usage(store: Store, owner_id: int) -> None:

@@ -33,7 +33,7 @@ import enum
 from collections import deque
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple
 
 from ease_jupyter.errors import DataError, NotFoundError
 
@@ -329,7 +329,7 @@ class Store(abc.ABC):
         return self.latest_dataset_version(task_id), self.list_chunks(task_id)
 
     def feed_reads(self, task_id: int, owner_id: int) -> tuple[Mapping[str, str], DatasetVersion | None,
-                                                               tuple[ExampleChunk, ...], tuple[int, ...] | None]:
+                                                               tuple[ExampleChunk, ...], OwnerBlobsStamp | None]:
         """(the task's tags, ``feed_state``, ``owner_blobs_stamp(owner_id)``):
         everything a service feed reads before it writes (its table schema and
         class names, the parent and chunks, the quota's stamp), in one read
@@ -464,7 +464,7 @@ class Store(abc.ABC):
                 return True
         return False
 
-    def owner_blobs_stamp(self, owner_id: int) -> tuple[int, ...] | None:
+    def owner_blobs_stamp(self, owner_id: int) -> OwnerBlobsStamp | None:
         """Numbers that change whenever ``owner_blobs(owner_id)`` may have
         changed (the count and the highest id of her dataset versions and of
         her jobs with a model), in one cheap read; None where a store has no
@@ -502,6 +502,31 @@ def unreadable_blob(what: str, digest: str) -> Exception:
     return StoreCorruptError(f"{what}: the stored data (blob {digest[:12]}) is missing or damaged; "
                              "`easeml fsck` reports such data and repairs what it can",
                              field="blob", found="missing or damaged", expected="a readable blob")
+
+
+class OwnerBlobsStamp(NamedTuple):
+    """What ``Store.owner_blobs_stamp`` returns: numbers that together move
+    with every write that changes an owner's referenced blobs."""
+
+    versions: int  # her dataset versions
+    newest_version: int  # their highest id
+    models: int  # her jobs with a model
+    newest_model: int  # their highest id
+    # The newest creation times (µs since the epoch): SQLite gives a row made after a
+    # delete the deleted row's id again, which could bring back an old count and highest id.
+    versions_created: int
+    models_created: int
+
+    def with_version(self, version: "DatasetVersion") -> "OwnerBlobsStamp":
+        """The stamp once ``version``, stored by the caller just after this
+        stamp was read, is in the store (and nothing else changed)."""
+        return self._replace(versions=self.versions + 1, newest_version=max(self.newest_version, version.id),
+                             versions_created=max(self.versions_created, micros(version.created_at)))
+
+
+def micros(moment: datetime) -> int:
+    """A creation time as a stamp holds it."""
+    return round(moment.timestamp() * 1e6)
 
 
 @dataclass(frozen=True)

@@ -172,3 +172,20 @@ def test_a_retried_check_reads_the_stamp_afresh(service, monkeypatch) -> None:
     assert asked == []  # the first check took the feed's stamp
     reserve(10)
     assert asked == [user.id]  # the retry's check did not
+
+
+def test_feeds_in_a_row_never_count_again(service, monkeypatch) -> None:
+    """Each feed moves the count on to the stamp its version gives (its count,
+    highest id and creation time), so the next feed's stamp matches it and
+    nothing is counted again, however many feeds come in a row."""
+    user, _ = create_user(service.store, "alice")
+    service.create_task(user, {"name": "t", "input": [4], "output": [3]})
+    store = service.store
+    counted: list[int] = []
+    owner_blobs = store.owner_blobs
+    monkeypatch.setattr(store, "owner_blobs", lambda owner_id: (counted.append(owner_id), owner_blobs(owner_id))[1])
+    for seed in range(4):
+        _feed(service, user, "t", seed)
+    assert counted == []
+    monkeypatch.undo()
+    assert _usage(service, user.id) == _counted_afresh(service, user.id) > 0

@@ -50,13 +50,14 @@ from ..base import (
     Node,
     NodeKind,
     OwnerBlobs,
+    OwnerBlobsStamp,
     Store,
     Task,
     Toggle,
     User,
     VersionKind,
 )
-from ..base import HUB, LOCAL, check_origin
+from ..base import HUB, LOCAL, check_origin, micros
 from .engine import is_sqlite_memory, make_engine, upgrade, writer
 from .failures import mapped_errors
 from . import read_queries as q
@@ -128,8 +129,7 @@ _OWNER_BLOBS_STAMP = select(
     select(func.count()).select_from(JobRow)
     .where(JobRow.task_id.in_(q.OWNED), JobRow.artifact_blob.is_not(None)).scalar_subquery(),
     select(func.max(JobRow.id)).where(JobRow.task_id.in_(q.OWNED), JobRow.artifact_blob.is_not(None)).scalar_subquery(),
-    # SQLite gives a row made after a delete the deleted row's id again, which could bring back an old
-    # count and highest id; the newest creation time never comes back.
+    # (the newest creation times: see OwnerBlobsStamp)
     select(func.max(DatasetVersionRow.created_at)).where(DatasetVersionRow.task_id.in_(q.OWNED)).scalar_subquery(),
     select(func.max(JobRow.created_at))
     .where(JobRow.task_id.in_(q.OWNED), JobRow.artifact_blob.is_not(None)).scalar_subquery(),
@@ -577,7 +577,7 @@ class SQLStore(Store):
             return latest, chunks
 
     def feed_reads(self, task_id: int, owner_id: int) -> tuple[Mapping[str, str], DatasetVersion | None,
-                                                               tuple[ExampleChunk, ...], tuple[int, ...] | None]:
+                                                               tuple[ExampleChunk, ...], OwnerBlobsStamp | None]:
         task_id = v.check_id("task_id", task_id)
         owner = v.check_id("user_id", owner_id)
         with self._reading_rows() as c:  # one read: the task's tags (it exists), its feed state, her stamp
@@ -684,7 +684,7 @@ class SQLStore(Store):
         with self._reading_rows() as c:
             return any(c.execute(query.limit(1)).first() is not None for query in holders)
 
-    def owner_blobs_stamp(self, owner_id: int) -> tuple[int, ...]:
+    def owner_blobs_stamp(self, owner_id: int) -> OwnerBlobsStamp:
         owner = v.check_id("user_id", owner_id)
         with self._reading_rows() as c:
             return _stamp_row(c, owner)
@@ -837,10 +837,9 @@ def _feed_state_rows(c, task_id: int) -> tuple[DatasetVersion | None, tuple[Exam
     return None if latest is None else q.version_record(latest), chunks
 
 
-def _stamp_row(c, owner: int) -> tuple[int, ...]:
+def _stamp_row(c, owner: int) -> OwnerBlobsStamp:
     """``owner_blobs_stamp`` (NotFoundError for an unknown user)."""
     row = c.execute(_OWNER_BLOBS_STAMP, {"id": owner}).one()
     if row[0] is None:
         raise NotFoundError(f"user {owner}: not found")
-    return tuple(0 if x is None else round(x.timestamp() * 1e6) if isinstance(x, datetime) else int(x)
-                 for x in row[1:])
+    return OwnerBlobsStamp(*(0 if x is None else micros(x) if isinstance(x, datetime) else int(x) for x in row[1:]))
