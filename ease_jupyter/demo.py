@@ -140,6 +140,21 @@ def loss_curve(histories: dict[str, list[dict[str, Any]]], started: float, ended
     return {"seconds": [float(t) for t in times], "average_loss": losses}
 
 
+def _token_for(store: Any, name: str) -> str:
+    """A token of the demo's user ``name``: a new account, or on a data dir
+    of an earlier run, the account it made with a new token (its tasks go on
+    with new versions)."""
+    from .errors import AlreadyExistsError
+    from .service.auth import create_user, revoke_token
+
+    try:
+        return create_user(store, name)[1]
+    except AlreadyExistsError:
+        token = revoke_token(store, name, replace=True)[1]
+        assert token is not None
+        return token
+
+
 def run_demo(
     *,
     quick: bool = False,
@@ -156,8 +171,6 @@ def run_demo(
     ``set_postfix_str(s)`` and ``close()`` (a tqdm bar fits)."""
     from .client import Client
     from .service import ServiceConfig, ServiceThread
-    from .service.auth import create_user
-
     users = QUICK_USERS if quick else DEMO_USERS
     epochs = torch_epochs or 3
     rng = np.random.default_rng(seed)
@@ -170,7 +183,7 @@ def run_demo(
             started = time.time()
             prepared = []
             for spec in users:
-                _, token = create_user(thread.service.store, spec.user)
+                token = _token_for(thread.service.store, spec.user)
                 client = Client(thread.url, token)
                 X, y = spec.load()
                 order = rng.permutation(len(X))[: spec.limit or len(X)]

@@ -78,6 +78,14 @@ def test_demo_quick_writes_a_leaderboard_report(tmp_path):
     assert curve["seconds"] == sorted(curve["seconds"])
     assert curve["average_loss"][0] > 0.5 and curve["average_loss"][-1] == 0.0  # starts high, ends at zero
     assert all(a >= b for a, b in zip(curve["average_loss"], curve["average_loss"][1:]))  # never rises
+    # again on the same data dir: the same users and tasks go on (the examples its refine dropped come back)
+    again = CliRunner().invoke(main, ["demo", "--quick", "--data-dir", str(tmp_path / "d"), "--out", str(out)])
+    assert again.exit_code == 0, again.output
+    second = {u["user"]: u for u in json.loads((out / "report.json").read_text())["users"]}
+    assert set(second) == set(users)
+    for name, user in second.items():
+        if user["kind"] == "sklearn":
+            assert [v["kind"] for v in user["versions"]] == ["feed", "refine", "feed", "refine"], name
     html = (out / "report.html").read_text()
     assert "Leaderboard" in html and "alice" in html and "plotly" in html.lower()
     assert "Accuracy loss over time" in html
