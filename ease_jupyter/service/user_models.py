@@ -70,11 +70,13 @@ from ..user_sandbox import (
     run_user_code,
 )
 from ..zoo import Candidate, Engine, ModelConfig, Workload
+from .quota import Quota
 
 TAG_PREFIX = "easeml.user_model."
 ALLOW_TAG = "easeml.allow_user_models"  # a user tag: "true" or "false", set by an admin
 DEFAULT_LIMIT_SECONDS = 600.0  # a user model's job, unless the service or the user says otherwise
 MAX_TRACEBACK_CHARS = 20_000
+MAX_MODELS_PER_TASK = 32  # with the quota, what her models' code may take
 KINDS = {"estimator": Engine.SKLEARN, "factory": Engine.TORCH}
 AS_GIVEN = ("params", "as given")  # the one grid point of an estimator added without a grid (``Guarded``)
 TRAIN_OPTIONS = ("lr", "batch_size", "momentum", "weight_decay", "clip")  # the units' own, never the factory's
@@ -135,6 +137,12 @@ class UserModels:
         self.store.set_tag("task", task_id, TAG_PREFIX + model.name, json.dumps(model.to_json()))
 
 
+def code_bytes(store: Store, owner_id: int) -> int:
+    """The bytes of the code of every user model of ``owner_id``'s tasks."""
+    models = UserModels(store)
+    return sum(m.size for t in store.list_tasks(owner_id) for m in models.list(t.id))
+
+
 def blob_references(store: Store) -> Iterable[tuple[str, str]]:
     """(digest, holder) of every user model's code, for the blob GC's mark."""
     for task in store.list_tasks():
@@ -181,9 +189,10 @@ def decode_code(payload: Any) -> bytes:
 
 
 def add_model(store: Store, blobs: BlobStore, task: Task, body: Mapping[str, Any], *, zoo_names: Iterable[str],
-              max_limit: float, check_name: Callable[[str, Any], str]) -> UserModel:
+              max_limit: float, check_name: Callable[[str, Any], str], quota: Quota | None = None) -> UserModel:
     """Check a request's user model and store it (blob, then record); every
-    check comes first, so bad input stores nothing."""
+    check comes first, so bad input stores nothing. ``quota``: the code of
+    all her models, this one's too, must fit beside her stored data."""
     name = check_name("name", body.get("name"))
     if name in set(zoo_names):
         raise DataError("name", repr(name), "a name that is not a zoo model's (easeml models lists them)")
@@ -204,6 +213,12 @@ def add_model(store: Store, blobs: BlobStore, task: Task, body: Mapping[str, Any
     if models.get(task.id, name) is not None:
         raise AlreadyExistsError(f"task {task.name!r} has a user model {name!r} already: add this one under "
                                  "another name (name=...)")
+    if len(models.list(task.id)) >= MAX_MODELS_PER_TASK:
+        raise DataError("name", f"a model beyond the task's {MAX_MODELS_PER_TASK}",
+                        f"at most {MAX_MODELS_PER_TASK} user models per task")
+    if quota is not None:  # her models' code counts with her data (code_bytes)
+        quota.check(store, blobs, task.owner_id, len(code) + code_bytes(store, task.owner_id),
+                    what=f"user model {name!r} of task {task.name!r} (with the code of your other models)")
     model = UserModel(name, kind, grid, blobs.put_bytes(code), float(limit), len(code), described[:200], time.time())
     models.put(task.id, model)
     return model
@@ -522,7 +537,7 @@ def api_add(service: Any, caller: User, name: str, body: Any) -> dict[str, Any]:
     if not isinstance(body, Mapping):
         raise DataError("body", type(body).__name__, "a JSON object")
     model = add_model(service.store, service.blobs, task, body, zoo_names=zoo_names(task),
-                      max_limit=service.config.user_model_timeout, check_name=check_name)
+                      max_limit=service.config.user_model_timeout, check_name=check_name, quota=service.quota)
     service.loop.models_changed(task.id)  # its arms are made again
     service.events.publish(caller.id, {"type": "task", "task_id": task.id, "name": task.name,
                                        "status": "model_added", "model": model.name})

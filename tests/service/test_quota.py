@@ -139,3 +139,44 @@ def test_the_quota_is_configurable():
         ServiceConfig(quota_bytes=-1)
     help_text = CliRunner().invoke(main, ["serve", "--help"]).output
     assert "--quota-gb" in help_text
+
+
+def test_users_models_code_counts_against_her_quota_and_a_task_holds_a_bounded_number(tmp_path):
+    """The code of her own models adds up across her tasks: one more that
+    would take her over her quota is refused (413, field quota) and stores
+    nothing; a task takes at most MAX_MODELS_PER_TASK models."""
+    import base64
+
+    from ease_jupyter.service.user_models import MAX_MODELS_PER_TASK
+
+    running = start(tmp_path, torch=False, quota_bytes=QUOTA, allow_user_models=True)
+    running.user("alice")
+    try:
+        code = lambda i: base64.b64encode(bytes([i]) * (6 * KIB)).decode()  # noqa: E731 - 6 KiB each, distinct
+        for t in range(3):
+            running.call("POST", "/tasks", "alice", body={"name": f"t{t}", "input": [4], "output": [3]})
+        for t in range(3):  # 18 KiB of code in three tasks: within 20 KiB
+            reply = running.call("POST", f"/tasks/t{t}/models", "alice", body={"name": "m", "kind": "estimator",
+                                                                               "code": code(t)})
+            assert reply.status == 201, reply.body
+        stored = sum(1 for _ in running.service.blobs.iter_blobs())
+        reply = running.call("POST", "/tasks/t0/models", "alice", body={"name": "n", "kind": "estimator",
+                                                                         "code": code(9)})
+        assert reply.status == 413 and reply.body["error"]["field"] == "quota", reply.body
+        assert "your other models" in reply.body["error"]["message"]
+        assert sum(1 for _ in running.service.blobs.iter_blobs()) == stored
+    finally:
+        running.thread.stop()
+    running = start(tmp_path / "many", torch=False, allow_user_models=True)
+    running.user("alice")
+    try:
+        running.call("POST", "/tasks", "alice", body={"name": "t", "input": [4], "output": [3]})
+        for i in range(MAX_MODELS_PER_TASK):
+            body = {"name": f"m{i}", "kind": "estimator", "code": base64.b64encode(bytes([i])).decode()}
+            assert running.call("POST", "/tasks/t/models", "alice", body=body).status == 201
+        reply = running.call("POST", "/tasks/t/models", "alice", body={"name": "more", "kind": "estimator",
+                                                                        "code": "AAAA"})
+        assert reply.status == 400 and reply.body["error"]["field"] == "name"
+        assert str(MAX_MODELS_PER_TASK) in reply.body["error"]["expected"]
+    finally:
+        running.thread.stop()
