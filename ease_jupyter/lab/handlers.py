@@ -203,7 +203,8 @@ class NotebooksHandler(EaseMLHandler):
 class NotificationRelay:
     """The user's notifications, read from the service's event stream on a
     daemon thread (opened on the first poll, opened again when it ends) and
-    kept, numbered, for the front end to poll (``since``)."""
+    kept, numbered, for the front end to poll (``since``). Only her own
+    (``owner_id`` is her id): an admin's stream carries everyone's."""
 
     KEEP = 200  # the latest notifications kept for polls
     RETRY_SECONDS = 5.0  # wait before reopening a stream that ended or could not open
@@ -229,6 +230,8 @@ class NotificationRelay:
     def _run(self) -> None:
         while not self._stopped.is_set():
             try:
+                # whose stream it is, asked each time: the client may have been made again
+                user_id = self.service.call(lambda client: client.whoami())["id"]
                 stream = self.service.call(lambda client: client.events())
             except Exception:  # noqa: BLE001 - no service yet: the sidebar says why; try again
                 self._stopped.wait(self.RETRY_SECONDS)
@@ -237,7 +240,8 @@ class NotificationRelay:
             try:
                 while not self._stopped.is_set() and stream.alive:
                     event = stream.get(timeout=1.0)
-                    if event is not None and event.get("type") == "notification":
+                    if (event is not None and event.get("type") == "notification"
+                            and event.get("owner_id") == user_id):
                         self._keep(event)
             finally:
                 self.connected.clear()

@@ -3,10 +3,12 @@
 The service publishes a ``{"type": "notification", ...}`` event to a task's
 owner when its best model improves, it goes idle, a job fails or her budget
 runs out (``service/notify.py``). ``NotificationFeed`` reads them on a
-background thread from the client's event stream. ``%load_ext ease_jupyter``
-registers ``CellNotices`` on IPython's ``post_run_cell`` event: after each
-cell it prints the notifications received since the last one, one line each,
-for the client of ``%easeml connect``. Outside IPython, ``log_notifications``
+background thread from the client's event stream, keeping those whose
+``owner_id`` is the client's own user (an admin's stream has everyone's).
+``%load_ext ease_jupyter`` registers ``CellNotices`` on IPython's
+``post_run_cell`` event: after each cell it prints the notifications
+received since the last one, one line each, for the client of ``%easeml
+connect``. Outside IPython, ``log_notifications``
 writes them as log lines (INFO, logger ``ease_jupyter.notifications``).
 """
 
@@ -28,15 +30,24 @@ def one_line(event: dict[str, Any]) -> str:
     return f"{PREFIX} [{event.get('kind', 'notification')}] {message}"
 
 
+def is_own_notification(event: dict[str, Any], user_id: int) -> bool:
+    """Whether ``event`` is a notification for user ``user_id``. An admin's
+    stream carries every user's events; her notebook shows her own."""
+    return event.get("type") == "notification" and event.get("owner_id") == user_id
+
+
 class NotificationFeed:
     """The notifications of ``client``'s user, from her event stream, read on
-    a daemon thread: kept for ``take`` or handed to ``on_notification``."""
+    a daemon thread: kept for ``take`` or handed to ``on_notification``.
+    Only her own: an admin's stream carries everyone's, which her notebook
+    (and the .ipynb it is saved to) must not show."""
 
     def __init__(self, client: Any, on_notification: Callable[[dict[str, Any]], None] | None = None):
         self.client = client
         self._on = on_notification
         self._kept: deque[dict[str, Any]] = deque(maxlen=100)  # a long cell keeps the latest 100
         self._lock = threading.Lock()
+        self.user_id: int = client.whoami()["id"]  # raises when the service cannot be reached
         # passive: listening keeps no idle (embedded) service from stopping; raises when it cannot be reached
         self._stream = client.events(passive=True)
         self._thread = threading.Thread(target=self._read, name="easeml-notifications", daemon=True)
@@ -44,7 +55,7 @@ class NotificationFeed:
 
     def _read(self) -> None:
         for event in self._stream.iter():
-            if event.get("type") != "notification":
+            if not is_own_notification(event, self.user_id):
                 continue
             if self._on is not None:
                 self._on(event)

@@ -87,14 +87,20 @@ class TokenCache:
     database query for auth (the IOLoop thread does it, before the route's
     work moves to a thread). Unknown tokens are not cached. A user created
     meanwhile is found at once. ``forget_user`` drops a user's entries at once
-    (``Service.revoke_tokens`` calls it); a token revoked in the database by
-    another process (``easeml users revoke``) stops working here within
+    (``Service.revoke_tokens`` calls it), and a look-up that read the store
+    before it does not cache what it read; a token revoked in the database
+    by another process (``easeml users revoke``) stops working here within
     ``ttl`` seconds."""
 
     def __init__(self, store: Store, ttl: float = 30.0, max_entries: int = 10_000):
         self.store, self.ttl, self.max_entries = store, ttl, max_entries
         self._users: dict[str, tuple[float, User]] = {}
         self._lock = threading.Lock()
+        # A look-up learns whose token it is only from the store, so each
+        # user's generation is the value of one counter of every
+        # ``forget_user`` when hers last ran.
+        self._forgets = 0
+        self._generation: dict[int, int] = {}
 
     def user(self, token: str | None) -> User | None:
         if not token:
@@ -103,19 +109,25 @@ class TokenCache:
         now = time.monotonic()
         with self._lock:
             hit = self._users.get(digest)
+            before = self._forgets
         if hit is not None and now - hit[0] < self.ttl:
             return hit[1]
         user = user_for_token(self.store, token)
         if user is not None:
             with self._lock:
-                if len(self._users) >= self.max_entries:
-                    self._users.clear()
-                self._users[digest] = (now, user)
+                # A forget_user since the read may have revoked what it found: answer it, but do not keep it.
+                if self._generation.get(user.id, 0) <= before:
+                    if len(self._users) >= self.max_entries:
+                        self._users.clear()
+                    self._users[digest] = (now, user)
         return user
 
     def forget_user(self, user_id: int) -> None:
-        """Drop every cached token of the user, so its next request asks the store."""
+        """Drop every cached token of the user, so its next request asks the
+        store; a look-up of hers already reading the store caches nothing."""
         with self._lock:
+            self._forgets += 1
+            self._generation[user_id] = self._forgets
             for digest in [d for d, (_, user) in self._users.items() if user.id == user_id]:
                 del self._users[digest]
 

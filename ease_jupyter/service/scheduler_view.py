@@ -3,7 +3,8 @@ and the ``decision`` events), shaped for one viewer.
 
 An admin sees every name. Anyone else sees her own name and every other user
 as a stable label ``"user N"``, N being the user's rank by id among all users
-(ids only grow, so the label never changes), and no task names but her own.
+(ids only grow, so the label never changes), no task names but her own, and
+no name of another user's own model (a zoo model's name is shown).
 
 Per user with tasks:
 
@@ -32,6 +33,7 @@ from typing import Any, Iterable
 
 from ..selection.baselines import policy_spec
 from ..store import Job, JobStatus, Store, Task, User
+from .user_models import UserModels
 
 
 def _seconds(when: datetime | None) -> float | None:
@@ -168,15 +170,20 @@ def served_words(raw: dict[str, Any], you: bool) -> str:
     return template.format(task="your task" if you else "their task")
 
 
-def model_words(raw: dict[str, Any], you: bool) -> str:
-    """Why this model of the task, for its owner (``you``) or anyone else."""
+# What a viewer who may not see the owner reads for the name of a user's own model.
+OWN_MODEL_WORDS = "their own model"
+
+
+def model_words(raw: dict[str, Any], you: bool, *, name: str | None = None) -> str:
+    """Why this model of the task, for its owner (``you``) or anyone else;
+    ``name``: what to call the model instead of its name."""
     whose = "your task's" if you else "their task's"
     chooser = raw.get("chooser")
     if chooser == "fixed":
         template = _FIXED_ORDER.get(raw.get("rule"), "{whose} models are tried in a fixed order, and it is the next one")
     else:
         template = _MODEL.get(chooser, "the rule chose it among {whose} untried models")
-    return f"trying {raw.get('model')} next: " + template.format(whose=whose)
+    return f"trying {name or raw.get('model')} next: " + template.format(whose=whose)
 
 
 def waiting_words(raw: dict[str, Any], viewer_id: int | None) -> str | None:
@@ -192,23 +199,35 @@ def waiting_words(raw: dict[str, Any], viewer_id: int | None) -> str | None:
     return "waiting: " + words[0 if among else 1]
 
 
-def decision_view(raw: dict[str, Any] | None, viewer: Viewer, task_names: dict[int, str]) -> dict[str, Any] | None:
+def is_own_model(store: Store, raw: dict[str, Any] | None) -> bool:
+    """Whether the pick ``raw`` trains a user's own model (one she added to
+    her task, ``user_models.py``), not one of the zoo's."""
+    if raw is None or raw.get("model") is None:
+        return False
+    return UserModels(store).get(raw["task_id"], raw["model"]) is not None
+
+
+def decision_view(raw: dict[str, Any] | None, viewer: Viewer, task_names: dict[int, str], *,
+                  own_model: bool = False) -> dict[str, Any] | None:
     """A launched pick as ``viewer`` may see it (``loop.admission.Admission.decided``),
     explained in words: ``reason`` (why that task was served), ``model_reason``
     (why that model) and ``your_wait`` (why the viewer's own tasks wait, or
-    None); the numbers stay in ``candidates``."""
+    None); the numbers stay in ``candidates``. ``own_model``: the pick trains
+    its owner's own model (``is_own_model``), whose name only those who see
+    the owner may read: the zoo's names are public, hers are not."""
     if raw is None:
         return None
     mine = viewer.sees(raw["owner_id"])
     you = raw["owner_id"] == viewer.viewer_id
+    hidden = own_model and not mine
     candidates = raw.get("candidates")
     return {
         "user": viewer.label(raw["owner_id"]),
         "task": task_names.get(raw["task_id"]) if mine else None,
-        "model": raw.get("model"),
+        "model": None if hidden else raw.get("model"),
         "reason": f"serving {'you' if you else viewer.label(raw['owner_id'])} next: {served_words(raw, you)}"
                   + (EXPRESS_WORDS.format(whose="your task's" if you else "their task's") if raw.get("express") else ""),
-        "model_reason": model_words(raw, you),
+        "model_reason": model_words(raw, you, name=OWN_MODEL_WORDS if hidden else None),
         "your_wait": waiting_words(raw, viewer.viewer_id),
         "phase": raw.get("phase"),
         "policy": raw.get("policy"),
@@ -286,7 +305,8 @@ def scheduler_view(store: Store, state: dict[str, Any], caller: User) -> dict[st
         "policy": state["policy"],
         "rule": rule_words(state["policy"]),
         "mode": state["mode"],
-        "last_decision": decision_view(state["last_decision"], viewer, task_names),
+        "last_decision": decision_view(state["last_decision"], viewer, task_names,
+                                       own_model=is_own_model(store, state["last_decision"])),
         "users": rows,
         "running": len(state["running"]),
         "compute_seconds": total,
@@ -296,17 +316,24 @@ def scheduler_view(store: Store, state: dict[str, Any], caller: User) -> dict[st
 
 def decision_event(store: Store, raw: dict[str, Any]):
     """``event_for(user_id)`` for ``EventBus.broadcast``: the ``decision``
-    event shaped for each viewer (None: an admin, who sees everything)."""
+    event shaped for each viewer (None: an admin, who sees everything).
+
+    The subscription alone says who is an admin: a stream subscribes with
+    None only when its token gave admin rights (``websocket.py``). The
+    stored admin flag is not asked: in hub mode it is the one of the user's
+    first login, and a demoted admin or a token without the admin scope
+    subscribed with her own id."""
     users = store.list_users()
-    admins = {u.id for u in users if u.is_admin}
     task_names = {t.id: t.name for t in store.list_tasks()}
+    own_model = is_own_model(store, raw)
 
     def event_for(user_id: int | None) -> dict[str, Any]:
-        viewer = Viewer(users, user_id, user_id is None or user_id in admins)
-        return {"type": "decision", "mode": raw.get("mode"), **decision_view(raw, viewer, task_names)}
+        viewer = Viewer(users, user_id, user_id is None)
+        return {"type": "decision", "mode": raw.get("mode"),
+                **decision_view(raw, viewer, task_names, own_model=own_model)}
 
     return event_for
 
 
-__all__ = ["Viewer", "decision_event", "decision_view", "job_seconds", "model_words", "rule_words", "scheduler_view",
-           "served_words", "waiting_words"]
+__all__ = ["OWN_MODEL_WORDS", "Viewer", "decision_event", "decision_view", "is_own_model", "job_seconds",
+           "model_words", "rule_words", "scheduler_view", "served_words", "waiting_words"]

@@ -98,6 +98,8 @@ class EventsHandler(tornado.websocket.WebSocketHandler):
         self.service.streams[self.user.id] += 1
         self.service.passive_streams += self._passive
         self._counted = True
+        # None (everyone's events) only for the token's admin rights now: the decision
+        # events take who is an admin from this alone (scheduler_view.decision_event)
         self._sid = self.service.events.subscribe(None if self.user.is_admin else self.user.id, self._send,
                                                   IOLoop.current())
         self._recheck = PeriodicCallback(self._check_rights, RECHECK_SECONDS * 1000)

@@ -185,3 +185,33 @@ def test_outside_ipython_notifications_are_log_lines(served, small, caplog):
     finally:
         feed.close()
     assert all(r.name == "ease_jupyter.notifications" for r in caplog.records if "logged" in r.getMessage())
+
+
+def test_an_admins_notebook_and_lab_show_only_her_own_notifications(served):
+    """An admin's event stream carries every user's events; her notebook's
+    cell lines (saved in her .ipynb) and her JupyterLab toasts show only the
+    notifications whose ``owner_id`` is her own. Bob's is published before
+    hers on the one stream, so it has arrived once hers has."""
+    from ease_jupyter.lab.handlers import NotificationRelay, ServiceConnection
+    from ease_jupyter.magics.notifications import NotificationFeed
+
+    served.user("root", admin=True)
+    store = served.service.store
+    root, bob = store.user_by_name("root"), store.user_by_name("bob")
+    feed = NotificationFeed(served.client("root"))  # open: subscribed
+    relay = NotificationRelay(ServiceConnection(served.url, served.tokens["root"]))
+    try:
+        relay.start()
+        assert relay.connected.wait(60)
+        for owner, task in ((bob, "bob-private"), (root, "root-own")):
+            served.service.events.publish(owner.id, {"type": "notification", "task": task, "task_id": 1,
+                                                     "kind": "idle", "message": f"{task}: done"})
+        got: list[dict] = []
+        assert until(lambda: got.extend(feed.take()) or any(n["owner_id"] == root.id for n in got), WAIT)
+        assert [(n["owner_id"], n["task"]) for n in got] == [(root.id, "root-own")]
+        toasts = lambda: relay.since(0)["notifications"]  # noqa: E731
+        assert until(lambda: any(n["owner_id"] == root.id for n in toasts()), WAIT)
+        assert [(n["owner_id"], n["task"]) for n in toasts()] == [(root.id, "root-own")]
+    finally:
+        feed.close()
+        relay.stop()

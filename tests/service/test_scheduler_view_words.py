@@ -4,6 +4,7 @@ a live service can run; the numbers stay in their own fields."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import numpy as np
@@ -13,7 +14,9 @@ from ease_jupyter import datasets
 from ease_jupyter.schema import format_program, program_from_shapes
 from ease_jupyter.service.config import LIVE_POLICIES
 from ease_jupyter.service.loop import ControlLoop
-from ease_jupyter.service.scheduler_view import Viewer, decision_view, rule_words
+from ease_jupyter.service.scheduler_view import (Viewer, decision_event, decision_view, is_own_model, rule_words,
+                                                 scheduler_view)
+from ease_jupyter.service.user_models import UserModel, UserModels
 from ease_jupyter.store import InMemoryStore, MemoryBlobStore
 from ease_jupyter.zoo import Engine
 
@@ -133,3 +136,62 @@ def test_a_waiting_viewer_is_told_why_her_task_waits():
                               "is their task's turn")
     assert view["your_wait"] == "waiting: the tasks take turns, and yours comes later"
     assert view["model_reason"].startswith("trying knn next: it is the most promising of their task's untried models")
+
+
+def _bobs_pick(store, model: str = "knn") -> dict:
+    """A launched pick of bob's task, as ``Admission.decided`` keeps it."""
+    ada, bob = store.list_users()[:2]
+    task = next(t for t in store.list_tasks() if t.owner_id == bob.id)
+    return {"owner_id": bob.id, "task_id": task.id, "model": model, "phase": "gain_rate", "policy": "gain_rate",
+            "rule": "default", "chooser": "capped_ei", "decision": 7, "job_id": 3, "time": 0.0, "mode": "gain_rate",
+            "candidates": [{"tenant": "2/2", "task_id": task.id, "owner_id": bob.id, "gap": 0.03}],
+            "waiting": [{"task_id": 1, "owner_id": ada.id}]}
+
+
+def test_a_decision_event_follows_the_subscription_not_the_stored_admin_flag():
+    """A stream subscribes with None only when its token gave admin rights
+    (``websocket.py``). A user whose stored flag says admin but who subscribed
+    with her own id (a demoted hub admin, a hub token without the admin
+    scope: the flag is the one of her first login) sees what anyone sees."""
+    store = InMemoryStore()
+    ada = store.create_user("ada", "a" * 64, is_admin=True)  # stored at her first login, since demoted
+    bob = store.create_user("bob", "b" * 64)
+    store.create_task(ada.id, "ada-task", FLAT)
+    store.create_task(bob.id, "bob-secret", FLAT)
+    event_for = decision_event(store, _bobs_pick(store))
+    seen = event_for(ada.id)
+    assert (seen["type"], seen["user"], seen["task"], seen["job_id"]) == ("decision", "user 2", None, None)
+    assert [c["user"] for c in seen["candidates"]] == ["user 2"] and seen["candidates"][0]["task"] is None
+    assert "bob" not in json.dumps(seen)
+    admin = event_for(None)  # an admin's subscription
+    assert (admin["user"], admin["task"], admin["job_id"]) == ("bob", "bob-secret", 3)
+
+
+def test_another_users_own_model_is_not_named():
+    """A zoo model's name is public; the name of a model a user added to her
+    task is hers: others read "their own model" (the owner and admins, the name)."""
+    store = InMemoryStore()
+    for name in ("ada", "bob", "cy"):
+        user = store.create_user(name, name[0] * 64, is_admin=name == "cy")
+        store.create_task(user.id, f"{name}-task", FLAT)
+    ada, bob, cy = store.list_users()
+    raw = _bobs_pick(store, "fraud_v2")
+    bob_task = raw["task_id"]
+    UserModels(store).put(bob_task, UserModel("fraud_v2", "estimator", {}, "c" * 64, 60.0, 10, "x", 0.0))
+    assert is_own_model(store, raw) and not is_own_model(store, _bobs_pick(store, "knn"))
+    event_for = decision_event(store, raw)
+    other = event_for(ada.id)
+    assert other["model"] is None and "fraud_v2" not in json.dumps(other)
+    assert other["model_reason"] == ("trying their own model next: it has the best expected gain in accuracy per "
+                                     "second among their task's untried models")
+    for viewer in (bob.id, None):  # the owner, an admin's subscription
+        assert event_for(viewer)["model"] == "fraud_v2"
+        assert event_for(viewer)["model_reason"].startswith("trying fraud_v2 next: ")
+    # GET /scheduler's last_decision says the same
+    state = {"tenants": {}, "running": [], "policy": "default", "mode": "gain_rate", "last_decision": raw}
+    seen = scheduler_view(store, state, ada)["last_decision"]
+    assert seen["model"] is None and seen["model_reason"].startswith("trying their own model next: ")
+    assert scheduler_view(store, state, bob)["last_decision"]["model"] == "fraud_v2"
+    assert scheduler_view(store, state, cy)["last_decision"]["model"] == "fraud_v2"
+    # a zoo model's name stays for everyone
+    assert decision_event(store, _bobs_pick(store, "knn"))(ada.id)["model"] == "knn"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from click.testing import CliRunner
 
 from ease_jupyter.cli import main
@@ -217,3 +218,57 @@ def test_the_linked_token_stops_as_soon_as_the_service_reads_the_hub_user(tmp_pa
         assert tokens.user(token) is None
     finally:
         store.close()
+
+
+def test_a_lookup_racing_a_revoke_does_not_cache_the_revoked_token():
+    """A look-up that read the token's row before a revoke committed, and
+    finishes after ``forget_user``, answers what it read but keeps nothing:
+    the next request asks the store (the token stops at once, not after the
+    cache's lifetime). A look-up racing another user's revoke still caches."""
+    import threading
+
+    from ease_jupyter.service.auth import TokenCache, create_user, revoke_token
+    from ease_jupyter.store import InMemoryStore
+
+    store = InMemoryStore()
+    _, mallory_token = create_user(store, "mallory")
+    _, bob_token = create_user(store, "bob")
+    cache = TokenCache(store)
+    real = store.user_by_token_hash
+    reads: list[str] = []
+
+    def race(token: str, revoke: str):
+        """``cache.user(token)`` reads the store, then ``revoke`` is revoked as
+        ``Service.revoke_tokens`` does (the store, then the cache), then the read returns."""
+        read, resume, answered = threading.Event(), threading.Event(), []
+
+        def paused(digest):
+            user = real(digest)  # the row as it was before the revoke
+            reads.append(user.name)
+            read.set()
+            assert resume.wait(30)
+            return user
+
+        store.user_by_token_hash = paused
+        racing = threading.Thread(target=lambda: answered.append(cache.user(token)))
+        racing.start()
+        try:
+            assert read.wait(30)
+            user, _ = revoke_token(store, revoke)
+            cache.forget_user(user.id)
+        finally:
+            resume.set()
+            racing.join(30)
+            store.user_by_token_hash = real
+        return answered[0]
+
+    assert race(mallory_token, "mallory").name == "mallory"  # begun before the revoke: answered as read
+    assert cache.user(mallory_token) is None  # but not put back into the cache
+    _, carol_token = create_user(store, "carol")
+    assert race(bob_token, "carol").name == "bob"
+    store.user_by_token_hash = lambda digest: pytest.fail("bob's token was not cached")
+    try:
+        assert cache.user(bob_token).name == "bob"  # another user's revoke left bob's look-up cached
+    finally:
+        store.user_by_token_hash = real
+    assert reads == ["mallory", "bob"]

@@ -16,6 +16,7 @@ from ...selection.selector import Selector
 from ...store import BlobStore, Store, Task
 from ...zoo import Engine
 from ..executors import JobExecutor
+from ..profile_view import profiler_families
 from ..profiling import ProfileBook
 from ..runner import one_blas_thread
 from . import views
@@ -387,9 +388,8 @@ class ControlLoop:
             prices = self.provisioner.prices
             return {"task": task.name, "examples": n,
                     "prices": {"cpu": prices.cpu, "gb": prices.gb, "gpu": prices.gpu},
-                    "profiler": {"records": sum(profiler.counts.values()),
-                                 "families": {family: {"jobs": count, "source": profiler.source(family)}
-                                              for family, count in sorted(profiler.counts.items())}},
+                    # the caller is the task's owner (task routes resolve her own tasks only)
+                    "profiler": profiler_families(profiler, task.owner_id),
                     "candidates": plans}
 
     def check_cost_budget(self, cost: float | None) -> None:
