@@ -16,17 +16,22 @@ In order:
    nothing else references them (``gc.delete_unreferenced``): blobs are
    content-addressed, so another task fed the same arrays keeps them.
 
-Other tasks' rows, provenance and blobs are untouched.
+Other tasks' rows, provenance and blobs are untouched. The answer counts
+what left the owner's quota (her blobs that no row of hers references any
+more), never what left the blob store, which depends on other users' data.
 """
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timezone
 from typing import Any
 
 from ..store import BlobStore, Store, Task
 from . import budget, gc
 from .user_models import UserModels
+
+log = logging.getLogger(__name__)
 
 DELETE_WAIT_SECONDS = 60.0  # how long a delete waits for the task's running jobs to end
 
@@ -50,7 +55,15 @@ def delete_task(store: Store, blobs: BlobStore, loop: Any, task: Task, *,
             budget.restore_deleted(store, task.owner_id, before)  # the task stays: its jobs count as they are
             raise
 
+    before = store.owner_blobs(task.owner_id)
     used = loop.forget_task(task.id, task.name, remove, wait_seconds=wait_seconds)
+    after = store.owner_blobs(task.owner_id)
+    # What the deletion took off her quota, from her own rows only: the blobs
+    # deleted from the store would tell her whether anyone else holds the same
+    # bytes (a first feed of n rows always stores the same list of ids).
+    released = {d: blobs.size(d) or 0 for d in (before.data | before.models) & used
+                if d not in after.data | after.models}
     deleted, freed = gc.delete_unreferenced(store, blobs, used, grace_seconds=gc.DELETE_GRACE_SECONDS)
-    return {"id": task.id, "name": task.name, "deleted": True, **counts, "blobs_deleted": deleted,
-            "bytes_freed": freed}
+    log.info("task %d deleted: %d blobs (%d bytes) deleted from the blob store", task.id, deleted, freed)
+    return {"id": task.id, "name": task.name, "deleted": True, **counts, "blobs_deleted": len(released),
+            "bytes_freed": sum(released.values())}

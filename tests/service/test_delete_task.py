@@ -87,6 +87,28 @@ def test_deleting_a_task_leaves_other_tasks_and_users_intact(svc, monkeypatch):
     assert again.versions() == [] and svc.call("GET", "/tasks/gone/tags", "alice").body == {}
 
 
+def test_a_delete_answers_what_left_her_quota_whoever_else_holds_the_same_bytes(svc, monkeypatch):
+    """A delete's counts are what left the owner's quota, never what left the
+    blob store: two tasks of hers alike but for whether bob holds the same
+    bytes answer the same, so she cannot probe for other users' data."""
+    monkeypatch.setattr(gc, "DELETE_GRACE_SECONDS", 0.0)
+    store, blobs = svc.service.store, svc.service.blobs
+    X, y = _data(0)
+    svc.client("bob").task("his", input=[2], output=[2]).feed(X, y)
+    alice = svc.client("alice")
+    answers = {}
+    for name, inputs in (("held", X), ("unique", _data(5)[0])):  # bob's very arrays; arrays nobody else has
+        task = alice.task(name, input=[2], output=[2])
+        task.feed(inputs, y)
+        task.cancel()
+        sizes = {d: blobs.size(d) for d in _blobs_of(store, task.info["id"])}
+        answers[name] = task.delete()
+        assert answers[name]["blobs_deleted"] == len(sizes) and answers[name]["bytes_freed"] == sum(sizes.values())
+    assert (answers["held"]["blobs_deleted"], answers["held"]["bytes_freed"]) == \
+        (answers["unique"]["blobs_deleted"], answers["unique"]["bytes_freed"])
+    assert svc.client("bob").task("his").data()[0].size == 16  # bob's arrays stayed stored
+
+
 def test_a_delete_waits_for_running_jobs_and_the_selector_forgets_the_task(tmp_path):
     service = Service(ServiceConfig(db_url="memory://", data_dir=tmp_path, torch=False))
     store, blobs = service.store, service.blobs
