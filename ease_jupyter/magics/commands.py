@@ -228,7 +228,7 @@ def delete(session: Session, args: Any, user_ns: dict, ask: Callable[[str], str]
             return Result(f"task {name} not deleted (the answer was not {name!r})", {"deleted": False, "name": name})
     out = t.delete()
     return Result(f"task {name} deleted: {out['versions']} dataset version(s), {out['jobs']} job(s), "
-                  f"{out['blobs_deleted']} stored blob(s) ({out['bytes_freed']} bytes) removed", out)
+                  f"{out['blobs_deleted']} stored blob(s) ({out['bytes_freed']} bytes) off your quota", out)
 
 
 def export(session: Session, args: Any, user_ns: dict) -> Result:
