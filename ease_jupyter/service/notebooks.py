@@ -34,6 +34,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from ..errors import DataError, InvalidStateError, NotFoundError
+from ..store.base import HUB
 from .auth import check_name
 
 DEFAULT_TIMEOUT_SECONDS = 90.0
@@ -260,6 +261,9 @@ def api_list(service: Any, caller: Any) -> list[dict[str, Any]]:
 
 
 def api_register(service: Any, caller: Any, body: Any) -> tuple[dict[str, Any], bool]:
+    if caller.origin == HUB and isinstance(body, dict):
+        # a hub login's hub name is known: a registration never says she is someone else
+        body = {**body, "hub_user": caller.name}
     session, created = service.notebooks.register(caller.id, caller.name, body)
     return service.notebooks.to_json(session), created
 

@@ -389,3 +389,20 @@ def test_the_service_view_shows_the_callers_sessions(short):
         assert sorted(n["notebook_path"] for n in admin.notebooks) == ["a.ipynb", "b.ipynb"]
     finally:
         admin.close()
+
+
+def test_a_hub_login_registers_under_her_own_hub_name_whatever_the_body_says():
+    """A hub login's hub name is the service's to know: a registration that
+    names another hub user is listed under hers; a local account's is kept."""
+    from types import SimpleNamespace
+
+    from ease_jupyter.service import notebooks
+    from ease_jupyter.store.base import HUB, LOCAL
+
+    service = SimpleNamespace(notebooks=notebooks.NotebookRegistry(timeout=60.0))
+    alice = SimpleNamespace(id=1, name="alice", origin=HUB)
+    session, created = notebooks.api_register(service, alice, {"kernel_id": "k1", "hub_user": "bob"})
+    assert created and session["hub_user"] == "alice" and session["user"] == "alice"
+    carol = SimpleNamespace(id=2, name="carol", origin=LOCAL)  # an ease.ml account: the body is all there is
+    session, _ = notebooks.api_register(service, carol, {"kernel_id": "k2", "hub_user": "carol-on-hub"})
+    assert session["hub_user"] == "carol-on-hub"
