@@ -30,7 +30,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import weakref
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -39,6 +39,8 @@ from .errors import (AlreadyExistsError, DataError, EaseMLError, InvalidStateErr
                      QuotaExceededError, StorageFullError, StoreCorruptError, StoreUnavailableError,
                      UserModelCallError, UserModelCallTimeout)
 from .schema import to_jsonable
+from .schema._arrays import Where, to_array
+from .schema._paths import Path as FieldPath
 
 URL_ENV, TOKEN_ENV = "EASEML_URL", "EASEML_TOKEN"
 KERNEL_ENV_PREFIX = "KERNEL_"  # what jupyter_server's GatewayClient and the gateways always pass to a kernel
@@ -354,7 +356,10 @@ class Client:
         if self._connections is not None:
             self._connections.close()
 
-    def _array(self, array: Any) -> Any:
+    def _array(self, array: Any, field: str = "X") -> Any:
+        """``array``'s wire form: inline .npy, an upload, or JSON for records and
+        ragged lists. An object array of anything but numbers is a DataError
+        naming ``field`` and the first element that is not one."""
         if isinstance(array, dict) and "table" in array:
             return array  # a table, already in its wire form (tabular.table_wire)
         if not isinstance(array, np.ndarray):
@@ -365,6 +370,11 @@ class Client:
             if as_array.dtype == object:
                 return to_jsonable(array)
             array = as_array
+        if array.dtype == object:  # np.save refuses objects (no pickles)
+            first = array.reshape(-1)[:1]
+            if first.size and isinstance(first[0], (dict, list, tuple, np.ndarray)):
+                return to_jsonable(array.tolist())  # records or ragged rows: as a list of them goes
+            array = to_array(array, Where(FieldPath(field), batched=True))
         data = _npy(array)
         if len(data) <= INLINE_BYTES:
             return {"npy_b64": base64.b64encode(data).decode("ascii")}
@@ -383,6 +393,16 @@ class Client:
             self._discard_uploads({"upload": upload})
             raise
         return {"upload": upload}
+
+    def _encoder(self, made: list[Any], field: str = "X") -> Callable[[Any], Any]:
+        """``_array`` for one request's arrays, adding each upload it creates to ``made``."""
+        def encode(array: Any) -> Any:
+            wire = self._array(array, field)
+            if isinstance(wire, dict) and "upload" in wire:
+                made.append(wire)
+            return wire
+
+        return encode
 
     def _discard_uploads(self, body: Any) -> None:
         """Drop the uploads a request body names anywhere in it (a table's
@@ -641,15 +661,15 @@ class Task:
         ``y`` may be left out when ``X`` has the target column), or an image
         folder with one subfolder per class (no ``y``); labels may be class
         names (strings, ...). See docs/data.md."""
-        X, y = tabular.feed_parts(X, y, self._schema_info(), self.client._array)
-        body = {"X": self.client._array(X)}
+        made: list[Any] = []  # every upload this feed creates, a table's columns too
         try:
-            body["y"] = self.client._array(y)
+            X, y = tabular.feed_parts(X, y, self._schema_info(), self.client._encoder(made))
+            body = {"X": self.client._encoder(made)(X), "y": self.client._encoder(made, "y")(y)}
             if mode is not None:
                 body["mode"] = mode
             return self.client.request("POST", self._path("/feed"), body)
-        except BaseException:  # the service keeps what a failed feed uploaded; nothing will feed it now
-            self.client._discard_uploads(body)
+        except BaseException:  # uploads of a feed that was never sent, or refused: nothing will feed them now
+            self.client._discard_uploads(made)
             raise
 
     def refine(self, *, keep: Iterable[int] | None = None, drop: Iterable[int] | None = None) -> dict[str, Any]:
@@ -771,12 +791,12 @@ class Task:
         """Predictions of the best model so far: class names where the task
         has them, else class indices (classification) or values. ``X`` as
         for ``feed`` (a DataFrame for a table task, an image folder...)."""
-        X = tabular.inputs_for(X, self._schema_info(), self.client._array)
-        body = {"X": self.client._array(X)}
+        made: list[Any] = []
         try:
-            out = self.client.request("POST", self._path("/infer"), body)
-        except BaseException:  # the service drops an infer's upload itself, unless the request never reached it
-            self.client._discard_uploads(body)
+            X = tabular.inputs_for(X, self._schema_info(), self.client._encoder(made))
+            out = self.client.request("POST", self._path("/infer"), {"X": self.client._encoder(made)(X)})
+        except BaseException:  # the service drops an infer's uploads itself, unless the request never reached it
+            self.client._discard_uploads(made)
             raise
         return tabular.named(_decode(out["predictions"]), out.get("class_names"))
 

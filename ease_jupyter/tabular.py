@@ -26,6 +26,7 @@ import numpy as np
 
 from .errors import DataError
 from .schema import parse
+from .schema._arrays import native
 from .schema.table import Column, ColumnKind, TableSchema, class_name, sorted_names
 
 __all__ = ["TEXT_MIN_WORDS", "IMAGE_SUFFIXES", "is_table", "read_table", "infer_schema", "column_wire",
@@ -119,7 +120,7 @@ def infer_schema(like: Any, target: str, kinds: Mapping[str, str] | None = None)
     "text"); the target's distinct values are the class names, except for a
     float target: regression (an integer target with missing values reads
     as float in pandas: fill or cast it to classify)."""
-    frame = _frame(like, "like")
+    frame = _unique_columns(_frame(like, "like"), "like")
     if not isinstance(target, str) or target not in frame.columns:
         raise DataError("target", repr(target)[:80], f"one of the columns {[str(c) for c in frame.columns]!r}")
     kinds = dict(kinds or {})
@@ -159,6 +160,15 @@ def _frame(X: Any, field: str) -> Any:
     raise DataError(field, type(X).__name__, "a pandas DataFrame or Series, or a CSV or Parquet path")
 
 
+def _unique_columns(frame: Any, field: str) -> Any:
+    """``frame``, or a DataError naming a column name it uses twice (``frame[name]`` would be a DataFrame)."""
+    names = [str(c) for c in frame.columns]
+    if len(set(names)) != len(names):
+        twice = next(n for n in names if names.count(n) > 1)
+        raise DataError(f"{field}[{twice!r}]", "a column name used twice", "unique column names")
+    return frame
+
+
 def column_wire(series: Any, encode: Encode, field: str) -> dict[str, Any]:
     """One column's wire form: name, type, values and (for strings) missing."""
     wire = _wire_type(series, field)
@@ -177,11 +187,7 @@ def column_wire(series: Any, encode: Encode, field: str) -> dict[str, Any]:
 
 def table_wire(X: Any, encode: Encode, field: str = "X") -> dict[str, Any]:
     """``{"table": [column, ...]}`` for a DataFrame, Series or CSV/Parquet path."""
-    frame = _frame(X, field)
-    names = [str(c) for c in frame.columns]
-    if len(set(names)) != len(names):
-        twice = next(n for n in names if names.count(n) > 1)
-        raise DataError(f"{field}[{twice!r}]", "a column name used twice", "unique column names")
+    frame = _unique_columns(_frame(X, field), field)
     return {"table": [column_wire(frame[c], encode, f"{field}[{str(c)!r}]") for c in frame.columns]}
 
 
@@ -211,7 +217,10 @@ def labels_wire(y: Any) -> Any:
         series = y.iloc[:, 0] if isinstance(y, pd.DataFrame) else pd.Series(y)
         wire = _wire_type(series, "y")
         if wire == "number" and not series.isna().any():
-            return series.to_numpy()
+            values = series.to_numpy()
+            if values.dtype.kind not in "biuf":  # objects, or a nullable/pyarrow dtype numpy keeps as objects
+                values = series.to_numpy(dtype=np.float64)
+            return values
         if wire == "bool" and not series.isna().any():
             return series.to_numpy(dtype=bool)
         return [_scalar(v) for v in series.tolist()]
@@ -310,7 +319,7 @@ def inputs_for(X: Any, info: Mapping[str, Any], encode: Encode, field: str = "X"
         paths = _files(root) if root.is_dir() else [root]
         return read_images(paths, _image_shape(info["program"]), field)
     if is_table(X):
-        return X.to_numpy()
+        return native(X)  # numbers and booleans (nullable, pyarrow too) as float64 with NaN
     return X
 
 
@@ -333,7 +342,7 @@ def feed_parts(X: Any, y: Any, info: Mapping[str, Any], encode: Encode) -> tuple
         images, labels = read_image_folder(root, info["program"])
         return images, labels
     if is_table(X):
-        X = X.to_numpy()
+        X = native(X)  # numbers and booleans (nullable, pyarrow too) as float64 with NaN
     return X, labels_wire(y) if y is not None else None
 
 

@@ -80,7 +80,7 @@ class EaseMLMagics(Magics):
         still fails. `%easeml --debug ...` shows the full traceback, and
         `_easeml_error.error` holds that of the last failed line.
         """
-        args = parse_argstring(self.easeml, line)
+        args = unquote(parse_argstring(self.easeml, line))
         user_ns = self.shell.user_ns if self.shell is not None else {}
         try:
             if cell is not None and args.command != "task":
@@ -93,6 +93,42 @@ class EaseMLMagics(Magics):
             if not args.debug:
                 shorten(error)
             raise
+
+
+# Commands whose values are Python expressions of the notebook (``commands._value``).
+_EXPRESSIONS = {"feed", "infer", "model"}
+# Options that are plain text: a column, a path, a format, a name...
+_TEXT_OPTIONS = ("name", "target", "program", "token", "format", "model_name", "input", "output", "keep", "drop")
+
+
+def _inner(word: str | None) -> str | None:
+    if word is not None and len(word) >= 2 and word[0] == word[-1] and word[0] in "'\"":
+        return word[1:-1]
+    return None
+
+
+def unquote(args: Any) -> Any:
+    """``args`` without one level of matching quotes around a word: IPython's
+    argument split keeps them (``--target "penguin species"`` would name the
+    column ``"penguin species"``, quotes and all). A quoted expression (``--from``,
+    the values of feed, infer and model) stays the text inside, as a literal."""
+    for option in _TEXT_OPTIONS:
+        inner = _inner(getattr(args, option, None))
+        if inner is not None:
+            setattr(args, option, inner)
+
+    def expression(word: str) -> str:
+        inner = _inner(word)
+        return word if inner is None else repr(inner)  # evaluates to exactly the text, backslashes and all
+
+    def text(word: str) -> str:
+        inner = _inner(word)
+        return word if inner is None else inner
+
+    if getattr(args, "like", None) is not None:
+        args.like = expression(args.like)
+    args.values = [(expression if args.command in _EXPRESSIONS else text)(word) for word in args.values or []]
+    return args
 
 
 def load_ipython_extension(ipython: Any) -> None:

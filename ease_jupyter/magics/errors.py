@@ -33,16 +33,36 @@ def _dims(text: str) -> list[str]:
 
 
 def _reshape_hint(error: DataError) -> str | None:
-    """``X.reshape(-1, 28, 28, 1)`` when the found rows hold exactly the expected numbers."""
+    """How to lay out X as the task expects: ``X.transpose(0, 2, 3, 1)`` when
+    the found dims are the expected ones in another order (channels first,
+    say: a reshape would scramble the pixels), ``X.reshape(-1, 28, 28, 1)``
+    when the found rows are flat and hold exactly the expected numbers."""
     found, expected = _SHAPE.search(error.found or ""), _SHAPE.search(error.expected or "")
     if not found or not expected:
         return None
     have, want = _dims(found.group(1)), _dims(expected.group(1))
-    if len(have) < 1 or len(want) < 2 or not all(d.isdigit() for d in have + want[1:]):
+    if len(have) < 2 or len(want) < 2 or not all(d.isdigit() for d in have[1:] + want[1:]) or have[1:] == want[1:]:
         return None
-    if math.prod(int(d) for d in have[1:]) != math.prod(int(d) for d in want[1:]) or have[1:] == want[1:]:
+    axes = _permutation(have[1:], want[1:])
+    if axes is not None:
+        return f"transpose it: {error.field}.transpose(0, {', '.join(str(a + 1) for a in axes)})"
+    if len(have) == 2 and int(have[1]) == math.prod(int(d) for d in want[1:]):
+        return f"reshape it: {error.field}.reshape(-1, {', '.join(want[1:])})"
+    return None
+
+
+def _permutation(have: list[str], want: list[str]) -> list[int] | None:
+    """The axes of ``have`` in the order of ``want`` (equal sizes keep their
+    order: H before W); None unless ``have`` is ``want`` reordered."""
+    if sorted(have) != sorted(want):
         return None
-    return f"reshape it: {error.field}.reshape(-1, {', '.join(want[1:])})"
+    free = list(range(len(have)))
+    axes = []
+    for size in want:
+        axis = next(a for a in free if have[a] == size)
+        free.remove(axis)
+        axes.append(axis)
+    return axes
 
 
 _NO_TASK = re.compile(r"task '([^']*)': user '[^']*' has no task by that name")

@@ -76,15 +76,23 @@ def native(obj):
         if isinstance(obj, pd.DataFrame):
             if obj.shape[1] == 1 and obj.dtypes.iloc[0] == object:
                 return native(obj.iloc[:, 0])  # one column of array cells
-            if all(pd.api.types.is_numeric_dtype(t) for t in obj.dtypes):
-                # float64 keeps nullable ints' NA visible as NaN instead of objects
+            if all(_number_like(pd, t) for t in obj.dtypes):
+                # float64 keeps nullable ints' NA visible as NaN instead of objects, and a bool
+                # column beside floats numeric (to_numpy alone gives an object array)
                 return obj.to_numpy(dtype=np.float64, na_value=np.nan)
             return obj.to_numpy()
         if isinstance(obj, pd.Series):
-            if pd.api.types.is_numeric_dtype(obj.dtype):
+            if _number_like(pd, obj.dtype):
                 return obj.to_numpy(dtype=np.float64, na_value=np.nan)
             return obj.to_numpy()
     return obj
+
+
+def _number_like(pd, dtype) -> bool:
+    """Real numbers or booleans, numpy's, nullable (``Int64``, ``boolean``) or pyarrow's."""
+    if isinstance(dtype, pd.CategoricalDtype) or pd.api.types.is_complex_dtype(dtype):
+        return False
+    return pd.api.types.is_bool_dtype(dtype) or pd.api.types.is_numeric_dtype(dtype)
 
 
 def _describe(value) -> str:

@@ -74,13 +74,20 @@ def class_name(value: Any, field: str) -> Any:
     numpy scalars become Python ones; a missing label is an error."""
     if isinstance(value, np.generic):
         value = value.item()
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if value is None or (isinstance(value, float) and math.isnan(value)) or _pandas_missing(value):
         raise DataError(field, "a missing label", "a class name or index for every example")
     if isinstance(value, float) and value.is_integer():
         return int(value)  # 3.0 and 3 are one class (integer labels read as floats next to missing ones)
     if isinstance(value, (str, bool, int, float)):
         return value
     raise DataError(field, f"a label of type {type(value).__name__}", "a string, number or boolean class name")
+
+
+def _pandas_missing(value: Any) -> bool:
+    # pd.NA (nullable Int64, boolean, string columns) and pd.NaT, known by their
+    # type so that this pure layer never imports pandas.
+    kind = type(value)
+    return kind.__module__.startswith("pandas") and kind.__name__ in ("NAType", "NaTType")
 
 
 def _name_order(value: Any) -> tuple[int, Any]:

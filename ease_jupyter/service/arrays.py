@@ -61,6 +61,20 @@ def decode(field: str, value: Any, uploads: "Uploads | None" = None, owner_id: i
     raise DataError(field, type(value).__name__ if value is not None else "nothing", ARRAY_EXPECTED)
 
 
+def upload_ids(value: Any) -> list[str]:
+    """The uploads an encoded array names, as ``decode`` reads it: its own,
+    or a table's columns' (values and missing masks); each once."""
+    found: dict[str, None] = {}
+    if isinstance(value, dict) and isinstance(value.get("upload"), str):
+        found[value["upload"]] = None
+    elif isinstance(value, dict) and isinstance(value.get("table"), list):
+        for column in value["table"]:
+            if isinstance(column, dict):
+                for part in (column.get("values"), column.get("missing")):
+                    found.update(dict.fromkeys(upload_ids(part)))
+    return list(found)
+
+
 TABLE_EXPECTED = '[{"name": column, "type": "number"|"bool"|"string", "values": array, "missing": array}, ...]'
 
 
@@ -203,3 +217,13 @@ class Uploads:
             os.unlink(self._path(owner_id, upload_id))
         except FileNotFoundError:
             pass
+
+    def consume(self, owner_id: int, *values: Any) -> None:
+        """Delete every upload the encoded arrays ``values`` name (``upload_ids``):
+        a request's uploads serve that request only, whatever its answer."""
+        for value in values:
+            for upload_id in upload_ids(value):
+                try:
+                    self.delete(owner_id, upload_id)
+                except NotFoundError:  # not an upload id at all: nothing to delete
+                    pass

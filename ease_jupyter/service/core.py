@@ -510,13 +510,11 @@ class Service:
         return reads.leaderboard(self.store, self.blobs, caller.id)  # models.best of each task, read at once
 
     def infer(self, caller: User, name: str, body: dict[str, Any]) -> dict[str, Any]:
-        task = self._task(caller, name)
-        ref = body.get("X")
         try:
-            X = arrays.decode("X", ref, self.uploads, caller.id)
-        finally:  # an upload sent for one infer is consumed by it, whatever the answer
-            if isinstance(ref, dict) and "upload" in ref:
-                self.uploads.delete(caller.id, ref["upload"])
+            task = self._task(caller, name)
+            X = arrays.decode("X", body.get("X"), self.uploads, caller.id)
+        finally:  # the uploads sent for one infer (a table's columns too) serve it alone, whatever the answer
+            self.uploads.consume(caller.id, body.get("X"))
         predictions = models.infer(self.store, self.blobs, task, X, self._torch_outputs, self._own_predictions)
         # class indices, and the names they stand for (the client answers with the names)
         out: dict[str, Any] = {"predictions": arrays.encode(predictions), **task_schema.names_json(self.store, task)}

@@ -67,12 +67,17 @@ class Feeder:
         return cls(store, blobs, uploads, Quota(quota_bytes, uploads.directory))
 
     def feed(self, caller: User, task: Task, body: dict[str, Any]) -> Fed:
+        try:
+            return self._feed(caller, task, body)
+        finally:  # a feed's uploads serve it alone, whatever its answer: a refused one is sent again whole
+            self.uploads.consume(caller.id, body.get("X"), body.get("y"))
+
+    def _feed(self, caller: User, task: Task, body: dict[str, Any]) -> Fed:
         if task.cancelled:
             raise InvalidStateError(f"task {task.name!r} is cancelled; resume it before feeding")
         X = arrays.decode("X", body.get("X"), self.uploads, caller.id)
         y = arrays.decode("y", body.get("y"), self.uploads, caller.id)
-        refs = (body.get("X"), body.get("y"))
-        consumed = {ref["upload"] for ref in refs if isinstance(ref, dict) and "upload" in ref}
+        consumed = dict.fromkeys(arrays.upload_ids(body.get("X")) + arrays.upload_ids(body.get("y")))
         releasing = sum(self.uploads.size(caller.id, u) for u in consumed)
         mode = body.get("mode")  # datasets.FEED_MODES; rows already there are skipped by default
         # One feed of a task at a time maps its labels to class indices and stores
@@ -84,13 +89,17 @@ class Feeder:
                                          releasing=releasing, stamp=stamp)
             # table columns checked, names mapped (named labels on a task fed class indices refused)
             prepared = task_schema.prepare_feed(self.store, task, X, y, tags, has_data=parent is not None)
-            # The names it adds are stored before the version that uses them: a version whose
-            # names were lost would read its labels as other classes. A name no row uses is harmless.
-            prepared.commit()
-            result = datasets.feed_rows(self.store, self.blobs, task, prepared.X, prepared.y, reserve=reserve,
+
+            def accept(n_bytes: int) -> None:
+                # feed_rows calls this once the rows passed every check and the quota, just before it
+                # writes: the names the feed adds are stored then, so a refused feed fixes no class
+                # list, and before the version that uses them (a version whose names were lost would
+                # read its labels as other classes). Stored again on a retry: the same names.
+                reserve(n_bytes)
+                prepared.commit()
+
+            result = datasets.feed_rows(self.store, self.blobs, task, prepared.X, prepared.y, reserve=accept,
                                         mode=datasets.DEDUPE if mode is None else mode, state=(parent, chunks))
             if result.created:
                 added_version(self.store, caller.id, result.version, result.blob_sizes)
-        for upload in consumed:
-            self.uploads.delete(caller.id, upload)
         return Fed(result.version, result.created, result.new, result.duplicates, result.mode)

@@ -98,8 +98,8 @@ def check_same_table(store: Store, task: Task, schema: TableSchema) -> None:
 class PreparedFeed:
     """What a feed stores: X (a table's column arrays as ``CheckedData``,
     or the inputs as given), y as class indices where the task names its
-    classes, and ``commit()`` to run once the version is stored (it records
-    class names the feed added)."""
+    classes, and ``commit()`` to run once the feed is accepted, before its
+    version is written (it records class names the feed added)."""
 
     X: Any
     y: Any
