@@ -242,6 +242,23 @@ def best_point(metrics: Iterable[Mapping[str, Any]]) -> str | None:
     return max(scores)[1] if scores else None
 
 
+def recorded_point(record: Any) -> str | None:
+    """The label of the config whose model a job stored, from the job's own
+    record of it (a scikit-learn grid's best: ``{"params": {...}}``; a torch
+    job's best trial: ``{"params": {...}}``, or ``{"lr": rate}`` before it
+    had options): ties are broken there as the job broke them, which
+    ``best_point`` cannot know. None where the record names no config."""
+    if not isinstance(record, Mapping):
+        return None
+    params = record.get("params")
+    if isinstance(params, Mapping):
+        return point_label(params)
+    lr = record.get("lr")
+    if isinstance(lr, (int, float)) and not isinstance(lr, bool):
+        return point_label({"lr": float(lr)})
+    return None
+
+
 def check_user_grid(grid: Any, kind: str) -> dict[str, list[Any]]:
     """A user model's grid (``kind`` "estimator" or "factory"): a dict of
     non-empty lists of JSON values, at most :data:`MAX_USER_CONFIGS` configs

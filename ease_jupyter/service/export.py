@@ -28,6 +28,7 @@ its scikit-learn parent with the fitted state as it is.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import copy
 import copyreg
@@ -43,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DataError
+from ..errors import DataError, UserModelCallTimeout
 from ..zoo import Engine
 from .export_bundle import MEDIA_TYPE, pack
 
@@ -252,11 +253,32 @@ def _onnx_types(inputs: SklearnInputs) -> list[tuple[str, Any]]:
             for name, kind in inputs.columns]
 
 
-def _input_rows(inputs: SklearnInputs) -> list[dict[str, Any]]:
-    if not inputs.columns:
-        return [{"name": INPUT_NAME, "dtype": "float32", "shape": [None, inputs.n_features]}]
-    return [{"name": name, "kind": kind, "dtype": "string" if kind in ("categorical", "text") else "float32",
-             "shape": [None, 1]} for name, kind in inputs.columns]
+def _classes(plain: Any) -> list[Any] | None:
+    """The classes of a classifier's score columns (``classes_``: those its
+    training rows held, a subset of the task's where one never reached
+    training), as JSON values; None where the model does not say."""
+    classes = getattr(plain, "classes_", None)
+    if classes is None:
+        return None
+    return [c.item() if isinstance(c, np.generic) else c for c in np.asarray(classes, dtype=object).tolist()]
+
+
+def _score_output(plain: Any, name: str, n_columns: int | None = None) -> dict[str, Any]:
+    """The card's row of a classifier's per-class output: probabilities, or
+    the decision scores ONNX gives under that name for a model without
+    ``predict_proba`` (an SVC without probabilities)."""
+    classes = _classes(plain)
+    if hasattr(plain, "predict_proba"):
+        row: dict[str, Any] = {"name": name, "returns": "class probabilities, one column per class in columns "
+                               "(the class indices that training saw, in order)"}
+        if classes is not None:
+            row["columns"] = classes
+        return row
+    row = {"name": name, "holds": "decision scores", "returns": (
+        "decision scores, not probabilities (the model has no predict_proba): use label for the class")}
+    if classes is not None and len(classes) > 2 and n_columns in (None, len(classes)):
+        row["columns"] = classes  # (a binary model's two columns are one score and its negative)
+    return row
 
 
 def sklearn_artifact(estimator: Any, fmt: str, inputs: SklearnInputs, classification: bool) -> Artifact:
@@ -281,14 +303,32 @@ def sklearn_artifact(estimator: Any, fmt: str, inputs: SklearnInputs, classifica
         outputs = [{"name": "predict", "takes": taking, "loads_with": loads_with,
                     "returns": "class indices into class_names" if classification else "predicted values"}]
         if classification and hasattr(plain, "predict_proba"):
-            outputs.append({"name": "predict_proba", "returns": "class probabilities, columns in class index order"})
-        rows = _input_rows(inputs) if not table else [{"name": n, "kind": k} for n, k in inputs.columns]
+            outputs.append(_score_output(plain, "predict_proba"))
+        rows = ([{"name": INPUT_NAME, "dtype": "float32", "shape": [None, inputs.n_features]}] if not table
+                else [{"name": n, "kind": k} for n, k in inputs.columns])
         return Artifact(fmt, buffer.getvalue(), rows, outputs, steps)
-    # (the outputs are read from the graph: with_onnx_outputs)
-    return Artifact(fmt, _sklearn_onnx(plain, inputs, classification), _input_rows(inputs), [], steps)
+    model = _sklearn_onnx(plain, inputs, classification)
+    renamed = _name_inputs(model.graph, [n for n, _ in inputs.columns] if inputs.columns else [INPUT_NAME])
+    kinds = dict(inputs.columns)
+    rows = [{"name": row["name"], **({"kind": kinds[row["name"]]} if kinds else {}),
+             "dtype": row["dtype"], "shape": row["shape"]} for row in _tensor_rows(model.graph.input)]
+    outputs = []
+    for row in _tensor_rows(model.graph.output):  # (with_onnx_outputs keeps what is added here)
+        name = renamed.get(row["name"], row["name"])
+        if name == "label" and classification:
+            row["returns"] = "class indices into class_names"
+        elif name == "variable" and not classification:
+            row["returns"] = "predicted values"
+        elif name == "probabilities" and classification:
+            row.update(_score_output(plain, row["name"], row["shape"][-1] if row["shape"] else None))
+        if row["name"] != name:
+            row["renamed_from"] = name
+            row["why"] = f"a column of the table is named {name!r}, and a graph's names are unique"
+        outputs.append(row)
+    return Artifact(fmt, model.SerializeToString(), rows, outputs, steps)
 
 
-def _sklearn_onnx(plain: Any, inputs: SklearnInputs, classification: bool) -> bytes:
+def _sklearn_onnx(plain: Any, inputs: SklearnInputs, classification: bool) -> Any:
     try:
         from skl2onnx import to_onnx
     except ImportError:
@@ -305,6 +345,7 @@ def _sklearn_onnx(plain: Any, inputs: SklearnInputs, classification: bool) -> by
     if classification:
         options[id(plain)] = {"zipmap": False}  # probabilities as a plain (n, k) array
     if inputs.columns:
+        _refuse_empty_categories(plain)
         plain = _strings_missing_as_empty(plain)
     try:
         with warnings.catch_warnings():
@@ -314,7 +355,99 @@ def _sklearn_onnx(plain: Any, inputs: SklearnInputs, classification: bool) -> by
         reason = _reason(error)
         raise DataError("format", f"'onnx' for {_class_path(plain)}, which skl2onnx cannot convert ({reason})",
                         "joblib for this model") from None
-    return model.SerializeToString()
+    return model
+
+
+def _refuse_empty_categories(estimator: Any, columns: list[str] | None = None) -> None:
+    """DataError naming the column where a fitted encoder's categories hold
+    the empty string: the ONNX model reads "" as missing, so that category
+    would predict as a missing value does."""
+    for _, step in getattr(estimator, "steps", ()):
+        _refuse_empty_categories(step, columns)
+    for _, transformer, cols in getattr(estimator, "transformers_", ()):
+        if not isinstance(transformer, str):
+            _refuse_empty_categories(transformer, [str(c) for c in np.atleast_1d(np.asarray(cols, dtype=object))])
+    for i, categories in enumerate(getattr(estimator, "categories_", None) or ()):
+        if any(isinstance(c, str) and c == "" for c in categories):
+            column = columns[i] if columns is not None and i < len(columns) else f"feature {i}"
+            raise DataError("format", f"'onnx' for a model whose categorical column {column!r} has the empty "
+                                      "string as a category", "joblib for this model (an ONNX string input has no "
+                                      "missing value: the empty string stands for one)")
+
+
+def _tensor_rows(values: Any) -> list[dict[str, Any]]:
+    """The card's rows of a graph's inputs or outputs: name, dtype, shape (None for a free dimension)."""
+    import onnx
+
+    rows = []
+    for value in values:
+        tensor = value.type.tensor_type
+        dtype = ("string" if tensor.elem_type == onnx.TensorProto.STRING else
+                 onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type).name if tensor.elem_type else None)
+        rows.append({"name": value.name, "dtype": dtype,
+                     "shape": [d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim]})
+    return rows
+
+
+def _name_inputs(graph: Any, names: list[str]) -> dict[str, str]:
+    """Give the graph's inputs the names the card promises (a table's column
+    names, which skl2onnx changes where they are no identifiers or clash
+    with an output, e.g. "bill length (mm)", "label"); a tensor already
+    holding such a name is renamed first. Returns {new name: old name} of
+    the graph outputs so renamed."""
+    if len(graph.input) != len(names):
+        raise DataError("format", f"'onnx' whose graph has {len(graph.input)} inputs for {len(names)} columns",
+                        "joblib for this model")
+    renamed: dict[str, str] = {}
+    for position, name in enumerate(names):
+        current = graph.input[position].name
+        if current == name:
+            continue
+        used = _tensor_names(graph)
+        if name in used:  # an output or inner tensor: it moves aside, under a name no column takes
+            fresh, n = f"{name}_output", 1
+            while fresh in used or fresh in names:
+                fresh, n = f"{name}_output{n}", n + 1
+            if any(out.name == name for out in graph.output):
+                renamed[fresh] = renamed.pop(name, name)
+            _rename(graph, name, fresh)
+        _rename(graph, current, name)
+    return renamed
+
+
+def _subgraphs(node: Any) -> list[Any]:
+    import onnx
+
+    out = []
+    for attribute in node.attribute:
+        if attribute.type == onnx.AttributeProto.GRAPH:
+            out.append(attribute.g)
+        elif attribute.type == onnx.AttributeProto.GRAPHS:
+            out.extend(attribute.graphs)
+    return out
+
+
+def _tensor_names(graph: Any) -> set[str]:
+    names = {v.name for v in (*graph.input, *graph.output, *graph.value_info, *graph.initializer)}
+    for node in graph.node:
+        names.update(node.input)
+        names.update(node.output)
+        for inner in _subgraphs(node):
+            names |= _tensor_names(inner)
+    return names
+
+
+def _rename(graph: Any, old: str, new: str) -> None:
+    """Rename tensor ``old`` to ``new`` everywhere in ``graph`` (subgraphs
+    included: they may read the outer graph's tensors)."""
+    for value in (*graph.input, *graph.output, *graph.value_info, *graph.initializer):
+        if value.name == old:
+            value.name = new
+    for node in graph.node:
+        node.input[:] = [new if name == old else name for name in node.input]
+        node.output[:] = [new if name == old else name for name in node.output]
+        for inner in _subgraphs(node):
+            _rename(inner, old, new)
 
 
 def _strings_missing_as_empty(estimator: Any) -> Any:
@@ -419,16 +552,15 @@ def _quiet():
 
 
 def with_onnx_outputs(artifact: Artifact) -> Artifact:
-    """The card's outputs of an ONNX file, read from its graph."""
+    """The card's outputs of an ONNX file, read from its graph, with what
+    the conversion said of each."""
     if artifact.format != "onnx":
         return artifact
     import onnx
 
     graph = onnx.load_from_string(artifact.data).graph
-    outputs = [{"name": out.name, "dtype": onnx.helper.tensor_dtype_to_np_dtype(
-        out.type.tensor_type.elem_type).name if out.type.tensor_type.elem_type else None,
-        "shape": [d.dim_value if d.HasField("dim_value") else None for d in out.type.tensor_type.shape.dim]}
-        for out in graph.output]
+    said = {row["name"]: row for row in artifact.outputs}  # what the conversion added (what a column holds)
+    outputs = [{**said.get(row["name"], {}), **row} for row in _tensor_rows(graph.output)]
     return Artifact(artifact.format, artifact.data, artifact.inputs, outputs, artifact.preprocessing)
 
 
@@ -494,6 +626,21 @@ def sklearn_artifact_of(store: Any, blobs: Any, task_id: int, job_id: int, fmt: 
     return with_onnx_outputs(sklearn_artifact(estimator, fmt, sklearn_inputs(store, task), classification))
 
 
+def _waited(future: Any, task: Any, job: Any, fmt: str, wait_seconds: float | None) -> Any:
+    """The artifact a torch worker makes, waited for at most ``wait_seconds``.
+    A wait that runs out (every torch worker busy, or a slow conversion) is
+    the request's typed timeout naming the task and the wait, not the
+    service's error; the call is cancelled, so that if still queued it never runs."""
+    try:
+        return future.result(wait_seconds)
+    except concurrent.futures.TimeoutError:  # the builtin TimeoutError from Python 3.11 on
+        future.cancel()
+        raise UserModelCallTimeout(f"{job.model}.export", (
+            f"task {task.name!r}: exporting its best model (job {job.id}, {job.model}) as {fmt} got no answer from "
+            f"where the torch jobs run within the {wait_seconds:g} s the service waits; the conversion was "
+            "cancelled if it had not started (the torch workers may be busy); try again")) from None
+
+
 def export_best(store: Any, blobs: Any, task: Any, fmt: str | None, torch_executor: Any = None,
                 timeout: float | None = None, sklearn_executor: Any = None) -> tuple[str, bytes]:
     """(file name, zip bundle) of the task's best model in ``fmt`` (default:
@@ -502,7 +649,8 @@ def export_best(store: Any, blobs: Any, task: Any, fmt: str | None, torch_execut
     user's own scikit-learn model on ``sklearn_executor``: her code is
     unpickled where the jobs run, not here.
 
-    Raises DataError (``format``), NoModelError (no finished model)."""
+    Raises DataError (``format``), NoModelError (no finished model),
+    UserModelCallTimeout (no artifact from where the jobs run within ``timeout``)."""
     from ..jobspec import parse_job
     from . import models
     from .model_card import model_card
@@ -527,7 +675,7 @@ def export_best(store: Any, blobs: Any, task: Any, fmt: str | None, torch_execut
         elif spec.is_user_model:
             artifact = waited(torch_executor.call(torch_artifact_of, task.id, job.id, fmt, deadline), job, timeout)
         else:
-            artifact = torch_executor.call(torch_artifact_of, task.id, job.id, fmt).result(timeout)
+            artifact = _waited(torch_executor.call(torch_artifact_of, task.id, job.id, fmt), task, job, fmt, timeout)
     elif spec.is_user_model:  # her code: in a child killed at her model's time limit (``own_model_calls``)
         if sklearn_executor is None:
             artifact = own_artifact_of(store, blobs, task.id, job.id, fmt, deadline)

@@ -11,9 +11,11 @@ nothing else to read it.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
+import secrets
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ from ..errors import DataError
 CARD_NAME = "model_card.json"
 MEDIA_TYPE = "application/zip"
 CARD_SUFFIX = ".card.json"
+TEMP_SUFFIX = ".easeml-export.tmp"  # a file being written beside the model, renamed once whole
 
 
 def pack(model_name: str, model: bytes, card: dict[str, Any]) -> bytes:
@@ -44,13 +47,34 @@ def unpack(data: bytes) -> tuple[str, bytes, dict[str, Any]]:
 
 def check_target(path: str | os.PathLike[str]) -> Path:
     """The path a model is exported to: its parent directory must exist, and
-    it must not be a directory itself (DataError naming ``path``)."""
+    neither it nor its card's path (``card_path``) may be a directory or a
+    name longer than the directory's file system takes (DataError naming
+    ``path``), so that neither file is written when one cannot be."""
     target = Path(path).expanduser()
     if not target.parent.is_dir():
         raise DataError("path", str(path), f"a file in an existing directory ({target.parent} does not exist)")
+    card = card_path(target)
+    limit = _name_max(target.parent)
+    for name in (target.name, card.name):  # (first: a stat of a longer name fails)
+        size = len(os.fsencode(name))
+        if size > limit:
+            shown = name if len(name) <= 40 else name[:40] + "..."
+            raise DataError("path", f"{path}, whose file name {shown} is {size} bytes",
+                            f"file names of at most {limit} bytes in {target.parent}, the model card's "
+                            f"(the name and {CARD_SUFFIX}) included")
     if target.is_dir():
         raise DataError("path", f"{path} (a directory)", "a file name, e.g. model.onnx")
+    if card.is_dir():
+        raise DataError("path", f"{path}, whose model card path {card} is a directory",
+                        f"a path where <path>{CARD_SUFFIX} can be written beside the model")
     return target
+
+
+def _name_max(directory: Path) -> int:
+    try:
+        return int(os.pathconf(directory, "PC_NAME_MAX"))
+    except (AttributeError, OSError, ValueError):  # no pathconf (Windows), or the file system does not say
+        return 255
 
 
 def card_path(path: str | os.PathLike[str]) -> Path:
@@ -61,11 +85,23 @@ def card_path(path: str | os.PathLike[str]) -> Path:
 
 def write(data: bytes, path: str | os.PathLike[str]) -> dict[str, Any]:
     """Unpack a bundle: the model to ``path``, the card to ``<path>.card.json``;
-    returns the card."""
+    returns the card. Each is written to a file of its own in the same
+    directory first and then renamed over its path, the card before the
+    model: a failure leaves no half-written file, and never a new model
+    beside an old card."""
     target = check_target(path)
     _, model, card = unpack(data)
-    target.write_bytes(model)
-    card_path(target).write_text(json.dumps(card, indent=2, sort_keys=True))
+    temps = [target.with_name(f".{secrets.token_hex(8)}{TEMP_SUFFIX}") for _ in range(2)]
+    try:
+        for temp, content in zip(temps, (json.dumps(card, indent=2, sort_keys=True).encode(), model)):
+            with open(temp, "xb") as out:
+                out.write(content)
+        os.replace(temps[0], card_path(target))
+        os.replace(temps[1], target)
+    finally:
+        for temp in temps:  # (gone once renamed)
+            with contextlib.suppress(OSError):
+                temp.unlink()
     return card
 
 

@@ -14,11 +14,12 @@ traced back to its rows in the service's store.
 from __future__ import annotations
 
 import datetime
-from typing import Any
+import json
+from typing import Any, Iterable, Mapping
 
 from ..datasets import program_of
-from ..jobspec import best_point, parse_job
-from ..store import BlobStore, Job, Node, NodeKind, Store, Task
+from ..jobspec import best_point, parse_job, recorded_point
+from ..store import BlobStore, Job, Metric, Node, NodeKind, Store, Task
 from .validation import validation_size
 
 CARD_VERSION = 1
@@ -32,8 +33,8 @@ def model_card(store: Store, blobs: BlobStore, task: Task, job: Job, artifact: A
     version = store.get_dataset_version(job.dataset_version_id)
     schema = table_schema(store, task)
     classification = program.num_classes is not None
+    names = class_names(store, task) if classification else None
     metrics = store.list_metrics(job.id)
-    per_config = [{m.name: m.value} for m in metrics]
     return {
         "card_version": CARD_VERSION,
         "created_at": _now(),
@@ -43,10 +44,10 @@ def model_card(store: Store, blobs: BlobStore, task: Task, job: Job, artifact: A
         "task": {"name": task.name, "id": task.id, "program": task.program,
                  "table_schema": None if schema is None else schema.to_dict()},
         "kind": "classification" if classification else "regression",
-        "class_names": class_names(store, task) if classification else None,
+        "class_names": names,
         "num_classes": program.num_classes,
         "inputs": artifact.inputs,
-        "outputs": artifact.outputs,
+        "outputs": _named_columns(artifact.outputs, names),
         "preprocessing": artifact.preprocessing,
         "metrics": {
             "name": "accuracy" if classification else "r2 (clipped to [0, 1])",
@@ -57,12 +58,44 @@ def model_card(store: Store, blobs: BlobStore, task: Task, job: Job, artifact: A
         },
         "dataset": {"version": version.number, "version_id": version.id, "kind": version.kind.value,
                     "n_examples": version.n_examples, "created_at": _iso(version.created_at)},
-        "training": {"model": job.model, "config": dict(job.config), "best_config": best_point(per_config),
+        "training": {"model": job.model, "config": dict(job.config),
+                     "best_config": best_config(store.tags("job", job.id), metrics),
                      "cost_seconds": job.cost_seconds, "attempts": job.attempts,
                      "started_at": _iso(job.started_at), "finished_at": _iso(job.finished_at)},
         "provenance": {"job_id": job.id, "dataset_version_id": version.id,
                        "edge_ids": [e.id for e in store.lineage(Node(NodeKind.MODEL, job.id), direction="backward")]},
     }
+
+
+def best_config(tags: Mapping[str, str], metrics: Iterable[Metric]) -> str | None:
+    """The label of the config whose model the job stored (``C=1``,
+    ``lr=0.01``), from its record (the grid's best tag, a torch job's best
+    trial); from its per-config scores only where it has no record."""
+    from .models import BEST_TRIAL_TAG
+    from .runner import GRID_BEST_TAG
+
+    for tag in (GRID_BEST_TAG, BEST_TRIAL_TAG):
+        try:
+            point = recorded_point(json.loads(tags[tag])) if tag in tags else None
+        except ValueError:
+            point = None
+        if point is not None:
+            return point
+    return best_point([{m.name: m.value} for m in metrics])
+
+
+def _named_columns(outputs: list[dict[str, Any]], names: list[Any] | None) -> list[dict[str, Any]]:
+    """The outputs, each with per-class columns (class indices) also given
+    by class name where the task names its classes."""
+    if not names:
+        return outputs
+    out = []
+    for row in outputs:
+        columns = row.get("columns")
+        if isinstance(columns, list) and all(isinstance(c, int) and 0 <= c < len(names) for c in columns):
+            row = {**row, "column_names": [names[c] for c in columns]}
+        out.append(row)
+    return out
 
 
 def _last_epoch(metrics: Any) -> dict[str, float]:

@@ -14,14 +14,14 @@ from __future__ import annotations
 import functools
 import json
 import pickle
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
 from ..datasets import program_of
 from ..errors import NotFoundError
 from ..execution.units import Hooks, UnitSpec, load_model
-from ..jobspec import TorchWorkload, best_point, parse_job
+from ..jobspec import TorchWorkload, parse_job
 from ..store import BlobStore, DatasetVersion, Job, JobStatus, Metric, Store, Task
 from ..zoo import Engine
 from . import task_schema
@@ -77,18 +77,22 @@ def best(store: Store, task: Task, blobs: BlobStore | None = None) -> dict[str, 
     version = store.get_dataset_version(job.dataset_version_id)
     return best_json(job, version, store.list_metrics(job.id), task_schema.class_names(store, task),
                      ProfileBook(store).prediction_of(job.id),
-                     None if blobs is None else validation_size(store, blobs, version))
+                     None if blobs is None else validation_size(store, blobs, version), store.tags("job", job.id))
 
 
 def best_json(job: Job, version: DatasetVersion, metrics: Iterable[Metric], class_names: list[Any] | None,
-              prediction: dict[str, Any], validation: int | None) -> dict[str, Any]:
-    """``best``'s summary from what was read (the leaderboard reads it for all tasks at once)."""
-    per_config = [{m.name: m.value} for m in metrics]
+              prediction: dict[str, Any], validation: int | None,
+              tags: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """``best``'s summary from what was read (the leaderboard reads it for
+    all tasks at once); ``tags``: the job's, whose record names the config
+    it stored (without them, the best per-config score names it)."""
+    from .model_card import best_config
+
     return {
         "model": job.model,
         "config": dict(job.config),
-        # the config of the pick's grid that scored best (``C=1``, ``lr=0.01``)
-        "best_config": best_point(per_config),
+        # the config of the pick's grid whose model the job stored (``C=1``, ``lr=0.01``)
+        "best_config": best_config(tags or {}, metrics),
         "accuracy": job.accuracy,
         "dataset_version": version.number,
         # how many held-out examples ``accuracy`` was measured on

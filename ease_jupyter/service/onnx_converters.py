@@ -12,6 +12,10 @@ missing-value directions as booleans where ONNX wants an integer list
 1.9's trees; :func:`_ints_for_bools` turns such lists into the 0/1 integers
 they stand for.
 
+A table's categorical and text columns first go through the zoo's
+``missing_as_nan`` (``FunctionTransformer``: None as NaN in a DataFrame);
+an ONNX string tensor holds neither, so its graph is the identity.
+
 A table's text column is imputed, flattened (``FunctionTransformer(np.ravel)``,
 which skl2onnx converts only without a function: here the identity on the
 one-column string input its TF-IDF converter takes) and vectorised with the
@@ -78,13 +82,36 @@ def _ints_for_bools(add_node: Any) -> Any:
 _identity: dict[str, Any] = {}
 
 
+def _is_missing_as_nan(func: Any) -> bool:
+    from ease_jupyter.zoo.preprocess import missing_as_nan
+
+    return repr(func) == repr(missing_as_nan())
+
+
 def _flatten_shape(operator: Any) -> None:
     if operator.raw_operator.func is None:
         return _identity["shape"](operator)
     source = operator.inputs[0].type
+    if _is_missing_as_nan(operator.raw_operator.func):
+        operator.outputs[0].type = type(source)(list(source.shape))
+        return None
     if len(source.shape) != 2 or source.shape[1] != 1:
         raise NotImplementedError(f"FunctionTransformer(np.ravel) of a {source.shape} input, not one column")
     operator.outputs[0].type = type(source)(list(source.shape))
+
+
+def _flatten_parser(scope: Any, model: Any, inputs: Any, custom_parsers: Any = None) -> Any:
+    """skl2onnx's parse of a FunctionTransformer, but with the output of
+    ``missing_as_nan`` declared of its input's type (strings): the steps
+    after it declare theirs from it before any shape is computed."""
+    from skl2onnx._parse import _get_sklearn_operator_name, _parse_sklearn_simple_model
+
+    if not _is_missing_as_nan(model.func):
+        return _parse_sklearn_simple_model(scope, model, inputs, custom_parsers=custom_parsers)
+    operator = scope.declare_local_operator(_get_sklearn_operator_name(type(model)), model)
+    operator.inputs = inputs
+    operator.outputs.append(scope.declare_local_variable("variable", type(inputs[0].type)()))
+    return operator.outputs
 
 
 def _flatten_convert(scope: Any, operator: Any, container: Any) -> None:
@@ -93,7 +120,7 @@ def _flatten_convert(scope: Any, operator: Any, container: Any) -> None:
     func = operator.raw_operator.func
     if func is None:
         return _identity["convert"](scope, operator, container)
-    if func is not np.ravel:
+    if func is not np.ravel and not _is_missing_as_nan(func):
         raise NotImplementedError(f"FunctionTransformer({getattr(func, '__name__', func)!r}), which has no ONNX form")
     apply_identity(scope, operator.inputs[0].full_name, operator.outputs[0].full_name, container)
 
@@ -155,6 +182,7 @@ def register() -> None:
     update_registered_converter(TransformedTargetRegressor, "EasemlTransformedTargetRegressor", _shape, _convert)
     _identity.update(shape=get_shape_calculator("SklearnFunctionTransformer"),
                      convert=get_converter("SklearnFunctionTransformer"))
-    update_registered_converter(FunctionTransformer, "EasemlFunctionTransformer", _flatten_shape, _flatten_convert)
+    update_registered_converter(FunctionTransformer, "EasemlFunctionTransformer", _flatten_shape, _flatten_convert,
+                                parser=_flatten_parser)
     ModelComponentContainer.add_node = _ints_for_bools(ModelComponentContainer.add_node)
     _registered = True

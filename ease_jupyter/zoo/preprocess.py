@@ -20,6 +20,11 @@ A table task's candidates are scikit-learn estimators behind one
   follows the machine's locale, so "CAFÉ" or "İ" would split or fold
   differently.
 
+A categorical or text column's first step makes every missing value NaN
+(``missing_as_nan``): the stored rows carry NaN, but a DataFrame given to
+an exported pipeline may carry None (or ``pd.NA``), which the imputers,
+looking for NaN, would take for a category or a document.
+
 The whole ``Pipeline([("preprocess", ...), ("model", estimator)])`` is
 fitted on the training rows only (the grid fits it on the training side of
 the split), so no statistic of a validation row leaks into a model, and the
@@ -37,8 +42,8 @@ from typing import Any, Callable, Sequence
 
 from ease_jupyter.schema.table import ColumnKind, TableSchema
 
-__all__ = ["TEXT_FEATURES", "TEXT_TOKEN_PATTERN", "ascii_lowercase", "preprocessor", "table_pipeline", "to_frame",
-           "TableBuilder"]
+__all__ = ["TEXT_FEATURES", "TEXT_TOKEN_PATTERN", "ascii_lowercase", "missing_as_nan", "preprocessor",
+           "table_pipeline", "to_frame", "TableBuilder"]
 
 TEXT_FEATURES = 1000  # words of a text column's TF-IDF vocabulary
 # Two or more characters, none of them an ASCII control, space, punctuation or
@@ -54,6 +59,16 @@ def ascii_lowercase() -> Any:
     import string
 
     return operator.methodcaller("translate", str.maketrans(string.ascii_uppercase, string.ascii_lowercase))
+
+
+def missing_as_nan() -> Any:
+    """A string column group's first step's function: ``DataFrame.fillna(nan)``,
+    so None and ``pd.NA`` are missing as NaN is (a picklable standard-library
+    callable: the exported pipeline loads without ease_jupyter). Stored rows
+    already carry NaN, so training sees the same values with or without it."""
+    import operator
+
+    return operator.methodcaller("fillna", float("nan"))
 
 
 def preprocessor(schema: TableSchema) -> Any:
@@ -76,6 +91,7 @@ def preprocessor(schema: TableSchema) -> Any:
                                            ("scale", StandardScaler())]), numeric))
     if categorical:
         steps.append(("categorical", Pipeline([
+            ("missing", FunctionTransformer(missing_as_nan(), feature_names_out="one-to-one")),
             ("impute", SimpleImputer(strategy="most_frequent", keep_empty_features=True)),
             ("one_hot", OneHotEncoder(handle_unknown="ignore")),
         ]), categorical))
@@ -83,6 +99,7 @@ def preprocessor(schema: TableSchema) -> Any:
         if kind is ColumnKind.TEXT:
             # TF-IDF takes one string per row: fill missing text, then flatten the (n, 1) column.
             steps.append((f"text_{len(steps)}", Pipeline([
+                ("missing", FunctionTransformer(missing_as_nan(), feature_names_out="one-to-one")),
                 ("impute", SimpleImputer(strategy="constant", fill_value="", keep_empty_features=True)),
                 ("flatten", FunctionTransformer(np.ravel)),
                 ("tfidf", TfidfVectorizer(max_features=TEXT_FEATURES, lowercase=False,
