@@ -190,7 +190,8 @@ class Service:
         """``fn(store, blobs, task.id, job.id, *args)`` where ``engine``'s jobs
         run (a worker process by default), so a request holds the service's GIL
         only to decode and encode, and a user's code is never unpickled here."""
-        return self.loop.executors[engine].call(fn, task.id, job.id, *args).result(MODEL_CALL_SECONDS)
+        future = self.loop.executors[engine].call(fn, task.id, job.id, *args)
+        return model_export.waited_where_jobs_run(future, task, job, "predicting", MODEL_CALL_SECONDS)
 
     def _torch_outputs(self, task: Task, job: Job, X: np.ndarray) -> np.ndarray:
         """A torch model's outputs where the torch jobs run; here when this service trains no torch."""

@@ -626,19 +626,20 @@ def sklearn_artifact_of(store: Any, blobs: Any, task_id: int, job_id: int, fmt: 
     return with_onnx_outputs(sklearn_artifact(estimator, fmt, sklearn_inputs(store, task), classification))
 
 
-def _waited(future: Any, task: Any, job: Any, fmt: str, wait_seconds: float | None) -> Any:
-    """The artifact a torch worker makes, waited for at most ``wait_seconds``.
-    A wait that runs out (every torch worker busy, or a slow conversion) is
-    the request's typed timeout naming the task and the wait, not the
-    service's error; the call is cancelled, so that if still queued it never runs."""
+def waited_where_jobs_run(future: Any, task: Any, job: Any, doing: str, wait_seconds: float | None) -> Any:
+    """What a call where the jobs run gives, waited for at most
+    ``wait_seconds`` (``doing``: what it does with the job's model, in words).
+    A wait that runs out (every worker busy, or slow work) is the request's
+    typed timeout naming the task and the wait, not the service's error; the
+    call is cancelled, so that if still queued it never runs."""
     try:
         return future.result(wait_seconds)
     except concurrent.futures.TimeoutError:  # the builtin TimeoutError from Python 3.11 on
         future.cancel()
-        raise UserModelCallTimeout(f"{job.model}.export", (
-            f"task {task.name!r}: exporting its best model (job {job.id}, {job.model}) as {fmt} got no answer from "
-            f"where the torch jobs run within the {wait_seconds:g} s the service waits; the conversion was "
-            "cancelled if it had not started (the torch workers may be busy); try again")) from None
+        raise UserModelCallTimeout(f"{job.model}.{doing.split()[0]}", (
+            f"task {task.name!r}: {doing} with its best model (job {job.id}, {job.model}) got no answer from "
+            f"where the jobs run within the {wait_seconds:g} s the service waits; the call was cancelled if it "
+            "had not started (the workers may be busy); try again")) from None
 
 
 def export_best(store: Any, blobs: Any, task: Any, fmt: str | None, torch_executor: Any = None,
@@ -675,7 +676,8 @@ def export_best(store: Any, blobs: Any, task: Any, fmt: str | None, torch_execut
         elif spec.is_user_model:
             artifact = waited(torch_executor.call(torch_artifact_of, task.id, job.id, fmt, deadline), job, timeout)
         else:
-            artifact = _waited(torch_executor.call(torch_artifact_of, task.id, job.id, fmt), task, job, fmt, timeout)
+            artifact = waited_where_jobs_run(torch_executor.call(torch_artifact_of, task.id, job.id, fmt), task, job,
+                                             f"exporting as {fmt}", timeout)
     elif spec.is_user_model:  # her code: in a child killed at her model's time limit (``own_model_calls``)
         if sklearn_executor is None:
             artifact = own_artifact_of(store, blobs, task.id, job.id, fmt, deadline)

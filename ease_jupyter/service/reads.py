@@ -74,7 +74,8 @@ def leaderboard(store: Store, blobs: BlobStore, owner_id: int) -> list[dict[str,
                 models.read_model(blobs, task, job)  # raises StoreCorruptError naming the task and job
             version = versions[job.dataset_version_id]
             row["best"] = models.best_json(job, version, metrics[job.id], names_in(task_tags[task.id]),
-                                           prediction_in(job_tags[job.id]), validation_size(store, blobs, version))
+                                           prediction_in(job_tags[job.id]), validation_size(store, blobs, version),
+                                           tags=job_tags[job.id])
         except NotFoundError:
             pass
         except StoreCorruptError as error:

@@ -290,6 +290,7 @@ def test_the_card_and_best_name_the_stored_config(tmp_path):
         stored_point = point_label(json.loads(store.tags("job", job.id)[GRID_BEST_TAG])["params"])
         card = task.export(tmp_path / "iris.joblib")
         assert card["training"]["best_config"] == task.best()["best_config"] == stored_point == "C=10"
+        assert client.leaderboard()[0]["best"]["best_config"] == "C=10"  # the leaderboard reads it the same way
         import joblib
 
         assert joblib.load(tmp_path / "iris.joblib").get_params()["model__C"] == 10.0
@@ -338,6 +339,23 @@ def test_a_torch_export_past_its_wait_is_a_typed_timeout_and_is_cancelled(tmp_pa
         assert stuck.futures[0].cancelled()  # still queued: it never runs
         answer = error_of(error.value)
         assert answer.status == 422 and answer.code == "user_model_timeout"
+        # an infer of the same model waits the same way where the torch jobs run
+        from ease_jupyter.service import core
+        from ease_jupyter.zoo import Engine
+
+        executors = running.service.loop.executors
+        real, executors[Engine.TORCH] = executors.get(Engine.TORCH), stuck
+        try:
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(core, "MODEL_CALL_SECONDS", 0.05)
+                with pytest.raises(UserModelCallTimeout, match="'digits': predicting"):
+                    running.service._torch_outputs(stored, store.get_job(job.id), np.zeros((1, 8, 8, 1), "float32"))
+            assert stuck.futures[-1].cancelled()
+        finally:
+            if real is None:
+                del executors[Engine.TORCH]
+            else:
+                executors[Engine.TORCH] = real
     finally:
         running.thread.stop()
 
