@@ -16,7 +16,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "models": ("ease_jupyter.cli.models", "List the candidate models and configs for a task's shapes."),
     "serve": ("ease_jupyter.cli.serve", "Run the scheduler service (HTTP API, events, control loop)."),
     "simulate": ("ease_jupyter.cli.simulate", "Replay selection policies on a quality/cost matrix."),
-    "stop": ("ease_jupyter.cli.stop", "Stop the embedded service of a data dir."),
+    "stop": ("ease_jupyter.cli.stop", "Stop the service of a data dir (embedded, or easeml serve's)."),
     "users": ("ease_jupyter.cli.users", "Add, list, revoke and link users of the service (tokens)."),
 }
 

@@ -1,19 +1,106 @@
-"""The database option of every command that opens a service's store, and
-the store of an existing data dir for the commands that act on one offline
-(``easeml gc``, ``easeml fsck``)."""
+"""The database option of every command that opens a service's store, the
+store of an existing data dir for the commands that act on one offline
+(``easeml gc``, ``easeml fsck``, ``easeml users``), and the finite number
+type of the commands' numeric options."""
 
 from __future__ import annotations
 
 import contextlib
+import math
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import click
 
+MEMORY_URL = "memory://"  # the store module's, repeated so that --help imports no store
+
+
+class FiniteFloat(click.FloatRange):
+    """A float option that refuses nan (every comparison with it is False,
+    so it would pass any later check) and, unless ``allow_inf``, +-inf (a
+    size or a period of inf overflows or never comes)."""
+
+    def __init__(self, min: float | None = None, max: float | None = None, *, min_open: bool = False,
+                 max_open: bool = False, allow_inf: bool = False):
+        super().__init__(min, max, min_open=min_open, max_open=max_open)
+        self.allow_inf = allow_inf
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = click.FLOAT.convert(value, param, ctx)
+        if math.isnan(number) or (math.isinf(number) and not self.allow_inf):
+            expected = "a number or inf" if self.allow_inf else "a finite number"
+            self.fail(f"found {value!r}, expected {expected}{self._range_words()}", param, ctx)
+        return super().convert(number, param, ctx)
+
+    def _range_words(self) -> str:
+        words = []
+        if self.min is not None:
+            words.append(f"{'>' if self.min_open else '>='} {self.min:g}")
+        if self.max is not None:
+            words.append(f"{'<' if self.max_open else '<='} {self.max:g}")
+        return f" {' and '.join(words)}" if words else ""
+
+
+def _db_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """The URL, once it parses and its dialect's driver imports: else a
+    usage error now, not a traceback from the first connection."""
+    if value is None or value == MEMORY_URL:
+        return value
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    example = "expected an SQLAlchemy URL such as postgresql+psycopg2://USER@HOST/DB or sqlite:////path/easeml.sqlite"
+    try:
+        url = make_url(value)
+    except (ArgumentError, ValueError):
+        raise click.BadParameter(f"found {value!r}, {example}", ctx, param) from None
+    shown = url.render_as_string(hide_password=True)
+    try:
+        dialect = url.get_dialect()
+    except NoSuchModuleError:
+        raise click.BadParameter(f"found {shown!r}, whose database kind {url.drivername!r} SQLAlchemy does not "
+                                 f"know; {example}", ctx, param) from None
+    try:
+        dialect.import_dbapi()
+    except ImportError as error:
+        hint = ""
+        if url.get_backend_name() == "postgresql" and url.get_driver_name() != "psycopg2":
+            # SQLAlchemy 2.1 reads a bare postgresql:// as psycopg 3; the package's extras ship psycopg2
+            hint = "; use postgresql+psycopg2://..., whose driver the postgres extra installs"
+        raise click.BadParameter(f"found {shown!r}, whose driver {url.get_driver_name()!r} is not installed "
+                                 f"({error}){hint}", ctx, param) from None
+    return value
+
+
 def db_option(help: str = "SQLAlchemy URL (default: SQLite in the data dir).") -> Callable[[Any], Any]:
     """``--db``, also read from $EASEML_DB: the variable that ``easeml serve``
     reads, so a command run in the service's environment opens its database."""
-    return click.option("--db", "db_url", default=None, envvar="EASEML_DB", show_envvar=True, help=help)
+    return click.option("--db", "db_url", default=None, envvar="EASEML_DB", show_envvar=True, help=help,
+                        callback=_db_url)
+
+
+def database_name(db_url: str | None, directory: Path) -> str:
+    """The database a command opens, for a message: the SQLite file, or the URL without its password."""
+    if db_url is None:
+        from ease_jupyter.store import SQLITE_FILE
+
+        return str(directory / SQLITE_FILE)
+    from sqlalchemy.engine import make_url
+
+    return make_url(db_url).render_as_string(hide_password=True)
+
+
+@contextlib.contextmanager
+def store_errors(db_url: str | None, directory: Path) -> Iterator[None]:
+    """A store that cannot be reached or written (StorageError) as a clean
+    error naming the database, not a traceback."""
+    from ease_jupyter.errors import StorageError
+
+    try:
+        yield
+    except StorageError as error:
+        raise click.ClickException(f"the database {database_name(db_url, directory)}: {error} (--db or "
+                                   "$EASEML_DB names the service's database)") from None
 
 
 @contextlib.contextmanager
@@ -28,7 +115,7 @@ def existing_store(db_url: str | None, data_dir: Path | None, doing: str, *,
     service's database, or a new one: its rows reference none of them)."""
     from ease_jupyter.store import SQLITE_FILE, default_data_dir, open_store
 
-    if db_url == "memory://":
+    if db_url == MEMORY_URL:
         raise click.BadParameter(f"a memory:// store lives in its service's process; nothing to {doing} here",
                                  param_hint="--db")
     directory = (data_dir or default_data_dir()).expanduser()
@@ -38,13 +125,31 @@ def existing_store(db_url: str | None, data_dir: Path | None, doing: str, *,
         raise click.BadParameter(f"no SQLite database at {directory / SQLITE_FILE}, expected the service's "
                                  "database: pass the URL that easeml serve uses (--db or $EASEML_DB)",
                                  param_hint="--db")
-    store, blobs = open_store(db_url, directory)
+    with store_errors(db_url, directory):
+        store, blobs = open_store(db_url, directory)
     try:
-        if not force and not store.list_users() and next(iter(blobs.iter_blobs()), None) is not None:
-            raise click.BadParameter(
-                f"the database holds no users, but {directory / 'blobs'} holds blobs, expected the database of "
-                f"the service that wrote them: pass its URL (--db or $EASEML_DB), or --force to {doing} anyway",
-                param_hint="--db")
-        yield store, blobs, directory
+        with store_errors(db_url, directory):
+            if not force and not store.list_users() and next(iter(blobs.iter_blobs()), None) is not None:
+                raise click.BadParameter(
+                    f"the database holds no users, but {directory / 'blobs'} holds blobs, expected the database "
+                    f"of the service that wrote them: pass its URL (--db or $EASEML_DB), or --force to {doing} "
+                    "anyway", param_hint="--db")
+            yield store, blobs, directory
     finally:
         store.close()
+
+
+def writable_dir(directory: Path, param_hint: str) -> Path:
+    """``directory``, created if need be, once a file can be written in it:
+    an output path that cannot take the result fails before the run, not
+    after it."""
+    import tempfile
+
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):  # a real write: os.access says yes to root on a read-only mount
+            pass
+    except OSError as error:
+        raise click.BadParameter(f"cannot write in {directory} ({error.strerror or error}), expected a directory "
+                                 "this user can write", param_hint=param_hint) from None
+    return directory

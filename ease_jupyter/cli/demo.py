@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from ._data_dir import writable_dir
+
 
 @click.command(name="demo")
 @click.option("--quick", is_flag=True,
@@ -39,14 +41,25 @@ def command(quick: bool, data_dir: Path | None, out: Path, seed: int, engine: st
     from rich.text import Text
     from tqdm import tqdm
 
+    from ease_jupyter.execution.engine import EngineError
+    from ease_jupyter.execution.engine.clusters import check_engine_spec
+
     from ..demo import run_demo, write_report
 
+    try:
+        check_engine_spec(engine)
+    except EngineError as error:
+        raise _bad_engine(error) from None
+    writable_dir(out, "--out")  # before the run: a report that cannot be written would lose it
     console = Console(stderr=True)
-    run = run_demo(
-        quick=quick, seed=seed, data_dir=data_dir, engine=engine, torch_epochs=torch_epochs,
-        progress=lambda total: tqdm(total=total, desc="jobs (all users)", unit="job"),
-        log=console.log,
-    )
+    try:
+        run = run_demo(
+            quick=quick, seed=seed, data_dir=data_dir, engine=engine, torch_epochs=torch_epochs,
+            progress=lambda total: tqdm(total=total, desc="jobs (all users)", unit="job"),
+            log=console.log,
+        )
+    except EngineError as error:  # the engine did not start: no gateway address, no scheduler there
+        raise _bad_engine(error) from None
     table = Table(title="Leaderboard (best model per user)")
     for column in ("user", "task", "kind", "best model", "validation", "held-back test", "data version", "jobs"):
         table.add_column(column)
@@ -62,3 +75,8 @@ def command(quick: bool, data_dir: Path | None, out: Path, seed: int, engine: st
         click.echo(f"average accuracy loss <= {level}: " + ("never" if hit is None else f"after {hit:.1f} s"))
     json_path, html_path = write_report(run, out)
     click.echo(f"report: {html_path} and {json_path} ({run.elapsed_seconds:.1f} s)")
+
+
+def _bad_engine(error: Exception) -> click.BadParameter:
+    text = str(error)
+    return click.BadParameter(text.removeprefix("engine: "), param_hint="--engine")

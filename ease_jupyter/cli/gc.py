@@ -13,14 +13,14 @@ from pathlib import Path
 
 import click
 
-from ._data_dir import db_option
+from ._data_dir import FiniteFloat, db_option
 
 
 @click.command("gc")
 @db_option()
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="The data dir whose blobs to collect (default: $EASEML_DATA_DIR or ~/.easeml).")
-@click.option("--grace", "grace_seconds", default=3600.0, show_default=True, type=click.FloatRange(min=0),
+@click.option("--grace", "grace_seconds", default=3600.0, show_default=True, type=FiniteFloat(min=0),
               metavar="SECONDS", help="Keep unreferenced blobs written less than this long ago: a running "
                                       "service writes a blob before it references it.")
 @click.option("--dry-run", is_flag=True, help="Delete nothing; report what would be deleted.")

@@ -8,11 +8,12 @@
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 
 import click
 
-from ._data_dir import db_option
+from ._data_dir import FiniteFloat, db_option
 
 
 @click.command("serve")
@@ -38,7 +39,7 @@ from ._data_dir import db_option
 @click.option("--cross-user-prior/--no-cross-user-prior", default=True, show_default=True,
               help="The selector's GP prior from other tasks' results (the tasks finished in this store, else the "
                    "prior shipped with the package); --no-cross-user-prior: model descriptors only.")
-@click.option("--long-job-seconds", default=30.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+@click.option("--long-job-seconds", default=30.0, show_default=True, type=FiniteFloat(min=0, min_open=True, allow_inf=True),
               help="A pick predicted to take longer is a long job: it may not take the slots kept for short jobs "
                    "(--short-slots), so a newcomer's quick models need not wait for it. inf: no such limit.")
 @click.option("--short-slots", default=0, show_default=True, type=click.IntRange(0, 64),
@@ -48,7 +49,8 @@ from ._data_dir import db_option
               help="Job slots per engine (scikit-learn, torch) beyond its own that take only a task's first "
                    "pick, predicted to take at most --long-job-seconds, while the engine's own slots are busy: a "
                    "newcomer's first model need not wait for someone else's long job. 0: none.")
-@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True, metavar="ADDRESS",
+              help="Address to listen on: 127.0.0.1 (this machine only), or 0.0.0.0 (every network interface).")
 @click.option("--port", default=8585, show_default=True, type=click.IntRange(0, 65535), help="0 picks a free port.")
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64), help="Local training workers (W).")
 @click.option("--executor", type=click.Choice(["process", "thread"]), default="process", show_default=True,
@@ -67,34 +69,34 @@ from ._data_dir import db_option
 @click.option("--max-torch-workloads", default=4, show_default=True, type=click.IntRange(1, 64), metavar="N",
               help="Torch picks (MOP workloads) that train at once on the shared workers, their units "
                    "interleaved and the workers shared equally among their owners.")
-@click.option("--max-json-mb", default=1.0, show_default=True, type=click.FloatRange(0.01), help="Largest JSON body.")
-@click.option("--max-chunk-mb", default=64.0, show_default=True, type=click.FloatRange(0.01), help="Largest upload chunk.")
-@click.option("--idle-shutdown", default=None, type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+@click.option("--max-json-mb", default=1.0, show_default=True, type=FiniteFloat(0.01), help="Largest JSON body.")
+@click.option("--max-chunk-mb", default=64.0, show_default=True, type=FiniteFloat(0.01), help="Largest upload chunk.")
+@click.option("--idle-shutdown", default=None, type=FiniteFloat(min=0, min_open=True), metavar="SECONDS",
               help="Stop after this long with no request and no running job (default: never).")
 @click.option("--worker-nice", default=5, show_default=True, type=click.IntRange(0, 19),
               help="Niceness added to training worker processes, so the API stays responsive.")
-@click.option("--upload-ttl", default=24 * 3600.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+@click.option("--upload-ttl", default=24 * 3600.0, show_default=True, type=FiniteFloat(min=0, min_open=True),
               metavar="SECONDS", help="Discard a chunked upload not fed or appended to for this long.")
-@click.option("--quota-gb", default=4.0, show_default=True, type=click.FloatRange(min=0), metavar="GIB",
+@click.option("--quota-gb", default=4.0, show_default=True, type=FiniteFloat(min=0), metavar="GIB",
               help="Each user's storage quota in GiB: fed data, trained models and uploads not fed yet; a write "
                    "over it is refused (413 quota_exceeded). 0: no quota.")
-@click.option("--blob-gc", default=6 * 3600.0, show_default=True, type=click.FloatRange(min=0), metavar="SECONDS",
+@click.option("--blob-gc", default=6 * 3600.0, show_default=True, type=FiniteFloat(min=0), metavar="SECONDS",
               help="Delete unreferenced blobs (superseded checkpoints, old selector states) older than an hour, "
                    "a minute after start-up and then this often; 0 turns it off (see `easeml gc`).")
 @click.option("--allow-user-models/--no-allow-user-models", default=False, show_default=True,
               help="Take users' own models (task.add_model), whose code runs on the shared workers; an admin "
                    "allows or forbids one user with `easeml users allow-models NAME [--off]` either way.")
-@click.option("--user-model-timeout", default=600.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+@click.option("--user-model-timeout", default=600.0, show_default=True, type=FiniteFloat(min=0, min_open=True),
               metavar="SECONDS", help="The most seconds a job of a user's own model may run; past it the job fails.")
-@click.option("--notebook-timeout", default=90.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+@click.option("--notebook-timeout", default=90.0, show_default=True, type=FiniteFloat(min=0, min_open=True),
               metavar="SECONDS", help="A registered notebook session unheard of (no heartbeat) for this long is "
                                       "listed as gone (GET /api/v1/notebooks).")
-@click.option("--price-cpu", default=0.0316, show_default=True, type=float, metavar="PRICE",
+@click.option("--price-cpu", default=0.0316, show_default=True, type=FiniteFloat(), metavar="PRICE",
               help="The auto-provisioner's price of a CPU core per hour (ACAI's cost = runtime x hourly price of "
                    "the resources). Defaults: Google Cloud N1 on-demand list prices, us-east1 (placeholders).")
-@click.option("--price-gb", default=0.0042, show_default=True, type=float, metavar="PRICE",
+@click.option("--price-gb", default=0.0042, show_default=True, type=FiniteFloat(), metavar="PRICE",
               help="The auto-provisioner's price of a GB of memory per hour.")
-@click.option("--price-gpu", default=0.35, show_default=True, type=float, metavar="PRICE",
+@click.option("--price-gpu", default=0.35, show_default=True, type=FiniteFloat(), metavar="PRICE",
               help="The auto-provisioner's price of a GPU per hour (default: an NVIDIA T4 on Google Cloud).")
 @click.option("--jupyterhub", is_flag=True, default=False,
               help="Run as a JupyterHub service: users authenticate with hub API tokens (or the hub's OAuth "
@@ -144,11 +146,7 @@ def command(db_url, data_dir, engine, precision, blob_url, policy, cross_user_pr
                                price_cpu=price_cpu, price_gb=price_gb, price_gpu=price_gpu,
                                jupyterhub=jupyterhub, base_url=base_url)
     except ValueError as error:
-        hint = "'--policy'" if str(error).startswith("policy:") else None
-        hint = "'--feed-processes'" if str(error).startswith("feed_processes:") else hint
-        for field in ("price_cpu", "price_gb", "price_gpu"):  # the provisioner's prices name their option
-            hint = f"'--{field.replace('_', '-')}'" if str(error).startswith(f"{field}:") else hint
-        raise click.BadParameter(str(error), param_hint=hint) from None
+        raise _bad_setting(error) from None
     from ease_jupyter.execution.engine import EngineError
     from ease_jupyter.execution.engine.clusters import check_engine_spec
 
@@ -156,12 +154,68 @@ def command(db_url, data_dir, engine, precision, blob_url, policy, cross_user_pr
         check_engine_spec(engine)  # a factory that does not import stops us here
     except EngineError as error:
         raise click.BadParameter(str(error), param_hint="'--engine'") from None
+    if blob_url is not None:
+        _check_blob_url(blob_url)
     require_writable_store(config)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    from ease_jupyter.service.app import AddressInUse
+    from ease_jupyter.service.embedded import DataDirInUse
+
     try:
         serve(config, announce=lambda line: click.echo(line))
     except EngineError as error:  # the gateway started no cluster, the factory failed
         raise click.ClickException(str(error)) from None
+    except DataDirInUse as error:
+        raise click.BadParameter(str(error), param_hint="'--data-dir'") from None
+    except AddressInUse as error:
+        raise click.BadParameter(f"{error.port}: address already in use on {error.host} (use --port 0 for a "
+                                 "free one)", param_hint="'--port'") from None
+
+
+# The option of each ServiceConfig field that `easeml serve` sets, for the
+# config's own errors ("field: found ..., expected ...").
+_OPTIONS = {
+    "db_url": "--db", "data_dir": "--data-dir", "host": "--host", "port": "--port", "engine": "--engine",
+    "precision": "--precision", "blob_url": "--blob-url", "policy": "--policy",
+    "cross_user_prior": "--cross-user-prior", "long_job_seconds": "--long-job-seconds",
+    "short_slots": "--short-slots", "express_slots": "--express-slots", "workers": "--workers",
+    "executor": "--executor", "feed_processes": "--feed-processes", "max_running_per_user": "--max-running",
+    "torch_epochs": "--torch-epochs", "mop_partitions": "--mop-partitions",
+    "max_torch_workloads": "--max-torch-workloads", "max_json_bytes": "--max-json-mb",
+    "max_chunk_bytes": "--max-chunk-mb", "idle_shutdown_seconds": "--idle-shutdown",
+    "worker_nice": "--worker-nice", "upload_ttl_seconds": "--upload-ttl", "quota_bytes": "--quota-gb",
+    "blob_gc_seconds": "--blob-gc", "allow_user_models": "--allow-user-models",
+    "user_model_timeout": "--user-model-timeout", "notebook_timeout_seconds": "--notebook-timeout",
+    "price_cpu": "--price-cpu", "price_gb": "--price-gb", "price_gpu": "--price-gpu",
+    "jupyterhub": "--jupyterhub", "base_url": "--jupyterhub",  # the base URL comes from the hub's environment
+}
+
+
+def _bad_setting(error: ValueError) -> click.BadParameter:
+    """A ServiceConfig error as a usage error naming the option of its field."""
+    text = str(error)
+    field = re.match(r"\w+", text)
+    option = _OPTIONS.get(field.group(0)) if field else None
+    if option is None:
+        return click.BadParameter(text)
+    if text.startswith(f"{field.group(0)}: "):  # the option names the field now
+        text = text[len(field.group(0)) + 2:]
+    return click.BadParameter(text, param_hint=f"'{option}'")
+
+
+def _check_blob_url(blob_url: str) -> None:
+    """A --blob-url whose protocol fsspec has no file system for (or whose
+    package is not installed) stops the start, not the first torch job."""
+    import fsspec
+    from fsspec.core import split_protocol
+
+    protocol = split_protocol(blob_url)[0] or "file"
+    try:
+        fsspec.get_filesystem_class(protocol)
+    except (ValueError, ImportError) as error:
+        raise click.BadParameter(f"found {blob_url!r}, whose protocol {protocol!r} fsspec cannot open ({error}); "
+                                 "expected an fsspec URL such as s3://bucket/path or file:///shared/path",
+                                 param_hint="'--blob-url'") from None
 
 
 def require_writable_store(config) -> None:  # noqa: ANN001 - a ServiceConfig
@@ -188,10 +242,6 @@ def require_writable_store(config) -> None:  # noqa: ANN001 - a ServiceConfig
 
 
 def _database_name(config) -> str:  # noqa: ANN001 - a ServiceConfig
-    if config.db_url is None:
-        from ease_jupyter.store import SQLITE_FILE
+    from ._data_dir import database_name
 
-        return str(Path(config.data_dir) / SQLITE_FILE)
-    from sqlalchemy.engine import make_url
-
-    return make_url(config.db_url).render_as_string(hide_password=True)
+    return database_name(config.db_url, Path(config.data_dir))

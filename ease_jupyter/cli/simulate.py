@@ -15,6 +15,8 @@ from pathlib import Path
 
 import click
 
+from ._data_dir import FiniteFloat, writable_dir
+
 DEFAULT_POLICIES = "hybrid,greedy,round_robin,random,spearmint,oracle"
 
 
@@ -22,7 +24,8 @@ def _read_matrix(path: Path, what: str):
     """Read a users x models CSV: header ``user,<model>...``, one row per user.
 
     Empty cells, ``NaN``, ``NA`` and ``--`` are missing values. Returns
-    (users, models, float matrix). Raises click.BadParameter naming the cell.
+    (users, models, float matrix, each user row's line number in the file).
+    Raises click.BadParameter naming the cell.
     """
     import csv
 
@@ -31,11 +34,13 @@ def _read_matrix(path: Path, what: str):
     param = f"--{what}"
     try:
         with open(path, newline="", encoding="utf-8") as fh:
-            rows = [r for r in csv.reader(fh) if r and any(c.strip() for c in r)]
+            reader = csv.reader(fh)  # its line_num: blank lines are skipped, yet messages name the file's line
+            numbered = [(reader.line_num, r) for r in reader if r and any(c.strip() for c in r)]
     except OSError as exc:
         raise click.BadParameter(f"cannot read {path}: {exc.strerror}", param_hint=param) from None
     except UnicodeDecodeError:
         raise click.BadParameter(f"{path} is not a UTF-8 text CSV file", param_hint=param) from None
+    lines, rows = [n for n, _ in numbered], [r for _, r in numbered]
     if len(rows) < 2:
         raise click.BadParameter(f"{path}: expected a header row and at least one user row", param_hint=param)
     header = [c.strip() for c in rows[0]]
@@ -46,7 +51,7 @@ def _read_matrix(path: Path, what: str):
     if len(set(models)) != len(models):
         raise click.BadParameter(f"{path}: duplicate model names in the header", param_hint=param)
     users, values = [], []
-    for ln, row in enumerate(rows[1:], start=2):
+    for ln, row in zip(lines[1:], rows[1:]):
         if len(row) != len(header):
             raise click.BadParameter(f"{path}, line {ln}: found {len(row)} fields, expected {len(header)} "
                                      f"(user name + {len(models)} models)", param_hint=param)
@@ -69,40 +74,42 @@ def _read_matrix(path: Path, what: str):
         values.append(vals)
     if len(set(users)) != len(users):
         raise click.BadParameter(f"{path}: duplicate user names", param_hint=param)
-    return users, models, np.asarray(values, dtype=float)
+    return users, models, np.asarray(values, dtype=float), lines[1:]
 
 
-def _check_quality(path, q):
+def _check_quality(path, q, models, lines):
     import numpy as np
 
     bad = ~np.isnan(q) & ((q < 0) | (q > 1))
     if bad.any():
         i, j = map(int, np.argwhere(bad)[0])
-        raise click.BadParameter(f"{path}: user row {i + 1}, model column {j + 1} is {q[i, j]!r}; "
-                                 "qualities must be accuracies in [0, 1]", param_hint="--quality")
+        raise click.BadParameter(f"{path}, line {lines[i]}, column {models[j]!r}: found {q[i, j]:g}, expected an "
+                                 "accuracy in [0, 1]", param_hint="--quality")
     empty = np.all(np.isnan(q), axis=1)
     if empty.any():
-        raise click.BadParameter(f"{path}: user row {int(np.flatnonzero(empty)[0]) + 1} has no value",
-                                 param_hint="--quality")
+        raise click.BadParameter(f"{path}, line {lines[int(np.flatnonzero(empty)[0])]}: found no value, expected "
+                                 "at least one quality", param_hint="--quality")
 
 
-def _align_cost(qpath, cpath, qu, qm, cu, cm, c, q):
+def _align_cost(qpath, cpath, qu, qm, cu, cm, c, q, clines):
     import numpy as np
 
     if c.shape != q.shape or set(cu) != set(qu) or set(cm) != set(qm):
         raise click.BadParameter(
             f"{cpath} has {c.shape[0]} users x {c.shape[1]} models, {qpath} has {q.shape[0]} x {q.shape[1]}; "
             "expected the same user and model names", param_hint="--cost")
-    c = c[[cu.index(u) for u in qu]][:, [cm.index(m) for m in qm]]
+    order = [cu.index(u) for u in qu]
+    c = c[order][:, [cm.index(m) for m in qm]]
+    line = [clines[k] for k in order]  # the cost file's line of each user, in the quality file's order
     need = ~np.isnan(q)
     if np.isnan(c[need]).any():
         i, j = map(int, np.argwhere(need & np.isnan(c))[0])
-        raise click.BadParameter(f"{cpath}: no cost for user {qu[i]!r}, model {qm[j]!r} although it has a quality",
-                                 param_hint="--cost")
+        raise click.BadParameter(f"{cpath}, line {line[i]}, column {qm[j]!r}: found no cost for user {qu[i]!r}, "
+                                 "expected one: the model has a quality", param_hint="--cost")
     if np.any(c[need] <= 0):
         i, j = map(int, np.argwhere(need & (c <= 0))[0])
-        raise click.BadParameter(f"{cpath}: cost of user {qu[i]!r}, model {qm[j]!r} is {c[i, j]!r}; "
-                                 "expected seconds > 0", param_hint="--cost")
+        raise click.BadParameter(f"{cpath}, line {line[i]}, column {qm[j]!r}: found {c[i, j]:g}, expected "
+                                 "seconds > 0", param_hint="--cost")
     return c
 
 
@@ -112,6 +119,8 @@ def _parse_synthetic(value: str) -> tuple[float, float]:
     except ValueError:
         raise click.BadParameter(f"found {value!r}, expected SIGMA_M,ALPHA such as 0.5,1.0",
                                  param_hint="--synthetic") from None
+    if not (math.isfinite(a) and math.isfinite(b)):
+        raise click.BadParameter(f"found {value!r}, expected finite numbers SIGMA_M,ALPHA", param_hint="--synthetic")
     if a <= 0:
         raise click.BadParameter("SIGMA_M must be > 0", param_hint="--synthetic")
     return a, b
@@ -139,11 +148,11 @@ def _write_csv(path: Path, users, models, m) -> None:
 @click.option("--syn-models", default=100, show_default=True, type=click.IntRange(1), help="Synthetic: models.")
 @click.option("--syn-users-per-group", default=100, show_default=True, type=click.IntRange(1),
               help="Synthetic: users in each of the two baseline groups (mu_b = 0.75 and 0.25).")
-@click.option("--syn-sigma-b", default=0.1, show_default=True, type=click.FloatRange(0),
+@click.option("--syn-sigma-b", default=0.1, show_default=True, type=FiniteFloat(0),
               help="Synthetic: spread of the baseline quality within a group.")
-@click.option("--syn-sigma-u", default=None, type=click.FloatRange(0, min_open=True),
+@click.option("--syn-sigma-u", default=None, type=FiniteFloat(0, min_open=True),
               help="Synthetic: sigma_U of the user-correlation term (off by default).")
-@click.option("--syn-sigma-w", default=0.0, show_default=True, type=click.FloatRange(0),
+@click.option("--syn-sigma-w", default=0.0, show_default=True, type=FiniteFloat(0),
               help="Synthetic: white-noise standard deviation.")
 @click.option("--syn-seed", default=0, show_default=True, type=int, help="Synthetic: generator seed.")
 @click.option("--save-matrices", type=click.Path(file_okay=False, path_type=Path),
@@ -154,7 +163,7 @@ def _write_csv(path: Path, users, models, m) -> None:
                    "time to each loss level), oracle_best (each user's best model), oracle_greedy "
                    "(see docs/selection.md).")
 @click.option("--reps", default=50, show_default=True, type=click.IntRange(1), help="Repetitions (random splits).")
-@click.option("--budget", default=0.1, show_default=True, type=click.FloatRange(0, 1, min_open=True),
+@click.option("--budget", default=0.1, show_default=True, type=FiniteFloat(0, 1, min_open=True),
               help="Fraction of the test users' total cost (or runs, cost-oblivious) to spend.")
 @click.option("--test-users", default=10, show_default=True, type=click.IntRange(1),
               help="Test users per split; the others form the training set of the GP kernel.")
@@ -188,6 +197,9 @@ def command(quality_path, cost_path, synthetic, syn_models, syn_users_per_group,
       easeml simulate --synthetic 0.5,1.0 --cost-oblivious --reps 10 --json syn.json
     """
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # small matrices: one BLAS thread is fastest
+    writable_dir(json_path.parent, "--json")
+    if json_path.is_dir():
+        raise click.BadParameter(f"{json_path} is a directory, expected a file path", param_hint="--json")
     from ease_jupyter.selection import make_synthetic, simulate
     from ease_jupyter.selection.simulator import check_policy
 
@@ -220,12 +232,12 @@ def command(quality_path, cost_path, synthetic, syn_models, syn_users_per_group,
     else:
         if quality_path is None:
             raise click.UsageError("missing --quality (or --synthetic)")
-        users, models, q = _read_matrix(quality_path, "quality")
-        _check_quality(quality_path, q)
+        users, models, q, lines = _read_matrix(quality_path, "quality")
+        _check_quality(quality_path, q, models, lines)
         c = None
         if cost_path is not None:
-            cu, cm, c = _read_matrix(cost_path, "cost")
-            c = _align_cost(quality_path, cost_path, users, models, cu, cm, c, q)
+            cu, cm, c, clines = _read_matrix(cost_path, "cost")
+            c = _align_cost(quality_path, cost_path, users, models, cu, cm, c, q, clines)
         source = {"quality": str(quality_path), "cost": str(cost_path) if cost_path else None}
     if q.shape[0] < test_users + 1:
         raise click.BadParameter(f"the matrix has {q.shape[0]} users; expected at least --test-users + 1 = "

@@ -1,12 +1,13 @@
-"""``easeml stop``: stop the embedded service of a data dir.
+"""``easeml stop``: stop the service of a data dir.
 
     easeml stop                       # the one of $EASEML_DATA_DIR or ~/.easeml
     easeml stop --data-dir ./data
 
 The embedded service is the one ``Client()`` with no URL, the ``%easeml``
 magics and ``easeml lab`` start on demand (``service/embedded.py``); it
-records its URL and pid in ``<data dir>/service.json``. A service started
-with ``easeml serve`` is stopped where it runs (Ctrl-C, SIGTERM).
+records its URL and pid in ``<data dir>/service.json``. Where none runs,
+the service that holds the data dir (``easeml serve``; its pid is in
+``<data dir>/service.lock``) is stopped the same way: SIGTERM, as Ctrl-C.
 """
 
 from __future__ import annotations
@@ -15,14 +16,17 @@ from pathlib import Path
 
 import click
 
+from ._data_dir import FiniteFloat
+
 
 @click.command("stop")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Data dir of the embedded service (default: $EASEML_DATA_DIR or ~/.easeml).")
-@click.option("--timeout", default=30.0, show_default=True, type=click.FloatRange(min=0),
+              help="Data dir of the service (default: $EASEML_DATA_DIR or ~/.easeml).")
+@click.option("--timeout", default=30.0, show_default=True, type=FiniteFloat(min=0),
               help="Seconds to wait for it to finish (then it is killed).")
 def command(data_dir: Path | None, timeout: float) -> None:
-    """Stop the embedded ease.ml service of a data dir (started by Client(), %easeml or easeml lab).
+    """Stop the ease.ml service of a data dir: the embedded one (started by Client(), %easeml or
+    easeml lab), else the one `easeml serve` runs there.
 
     Jobs still running go back to the queue and run when the service next starts (torch
     jobs resume from their last finished unit).
@@ -31,8 +35,13 @@ def command(data_dir: Path | None, timeout: float) -> None:
 
     directory = embedded.data_dir_of(data_dir)
     info = embedded.running(directory)
-    if info is None:
-        click.echo(f"no ease.ml service runs for {directory}", err=True)
+    if info is None:  # none of Client()'s; perhaps an `easeml serve` (it holds the data dir's lock)
+        served = embedded.stop_holder(directory, timeout)
+        if served is None:
+            click.echo(f"no ease.ml service runs for {directory}", err=True)
+        else:
+            click.echo(f"stopped the ease.ml service of {directory} ({served.get('url') or 'starting'}, "
+                       f"pid {served.get('pid')})")
         return
     if embedded.stop(directory, timeout, pid=info.get("pid")):
         click.echo(f"stopped the ease.ml service of {directory} ({info['url']}, pid {info.get('pid')})")

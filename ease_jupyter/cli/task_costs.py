@@ -17,7 +17,7 @@ import click
 
 
 def _client(url: str | None, token: str | None, data_dir: Path | None) -> Any:
-    from ease_jupyter.client import TOKEN_ENV, URL_ENV, Client, _setting
+    from ease_jupyter.client import TOKEN_ENV, URL_ENV, Client, _hub_token_for, _setting
     from ease_jupyter.service import embedded
 
     url = url or _setting(URL_ENV)
@@ -28,6 +28,10 @@ def _client(url: str | None, token: str | None, data_dir: Path | None) -> Any:
                 f"no ease.ml service runs for {embedded.data_dir_of(data_dir)}: give --url (and --token) of one, "
                 f"or set {URL_ENV} and {TOKEN_ENV}")
         url, token = info["url"], token or _setting(TOKEN_ENV) or info["token"]
+    token = token or _setting(TOKEN_ENV) or _hub_token_for(url)
+    if token is None:  # the Client's own message speaks of its token= argument
+        raise click.BadParameter(f"found no token for {url}, expected your ease.ml token: --token TOKEN, or "
+                                 f"${TOKEN_ENV}", param_hint="--token")
     return Client(url, token, register=False)
 
 

@@ -18,34 +18,52 @@ from pathlib import Path
 
 import click
 
-from ._data_dir import db_option
+from ._data_dir import MEMORY_URL, db_option, existing_store, store_errors
 
 _db = db_option()
 _dir = click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
                     help="Default: $EASEML_DATA_DIR or ~/.easeml.")
 
 
-def _open(db_url, data_dir):
-    from ease_jupyter.store import open_store
+@contextlib.contextmanager
+def _store(db_url, data_dir, doing: str, *, create: bool = False):
+    """The store for a users command, closed on exit. Never ``memory://``:
+    its users would vanish with this command. ``create`` (``add``): a data
+    dir or SQLite database that does not exist yet is made, so that the
+    first admin can be added on a fresh machine; otherwise both must exist,
+    so that a typo in --data-dir makes no empty store."""
+    if db_url == MEMORY_URL:
+        raise click.BadParameter(f"a memory:// store lives in its service's process and vanishes with this "
+                                 f"command; nothing to {doing} here: expected the service's database",
+                                 param_hint="--db")
+    if not create:
+        with existing_store(db_url, data_dir, doing, force=True) as (store, _, _):
+            yield store
+        return
+    from ease_jupyter.store import default_data_dir, open_store
 
-    return open_store(db_url, data_dir)[0]
+    directory = (data_dir or default_data_dir()).expanduser()
+    with store_errors(db_url, directory):
+        store = open_store(db_url, directory)[0]
+        try:
+            yield store
+        finally:
+            store.close()
 
 
 @contextlib.contextmanager
-def _naming(db_url, data_dir):
+def _naming(db_url, data_dir, doing: str, *, create: bool = False):
     """The store for a command on user NAME, closed on exit: a NAME that is
     no user name is a usage error, an unknown one a plain error."""
     from ease_jupyter.errors import DataError, NotFoundError
 
-    store = _open(db_url, data_dir)
     try:
-        yield store
+        with _store(db_url, data_dir, doing, create=create) as store:
+            yield store
     except DataError as error:
         raise click.BadParameter(f"found {error.found}, expected {error.expected}", param_hint="NAME") from None
     except NotFoundError as error:
         raise click.ClickException(str(error)) from None
-    finally:
-        store.close()
 
 
 @click.group("users")
@@ -63,7 +81,7 @@ def add(name, admin, db_url, data_dir) -> None:
     from ease_jupyter.errors import AlreadyExistsError
     from ease_jupyter.service.auth import create_user
 
-    with _naming(db_url, data_dir) as store:
+    with _naming(db_url, data_dir, "add users to", create=True) as store:
         try:
             _, token = create_user(store, name, admin=admin)
         except AlreadyExistsError:
@@ -76,13 +94,10 @@ def add(name, admin, db_url, data_dir) -> None:
 @_dir
 def list_(db_url, data_dir) -> None:
     """List users: name, admin flag, origin (local or hub), creation time."""
-    store = _open(db_url, data_dir)
-    try:
+    with _store(db_url, data_dir, "list") as store:
         for user in store.list_users():
             click.echo(f"{user.name}\t{'admin' if user.is_admin else 'user'}\t{user.origin}\t"
                        f"{user.created_at.isoformat()}")
-    finally:
-        store.close()
 
 
 @command.command("revoke")
@@ -98,7 +113,7 @@ def revoke(name, new_token, db_url, data_dir) -> None:
     DELETE /users/NAME/tokens acts at once."""
     from ease_jupyter.service.auth import revoke_token
 
-    with _naming(db_url, data_dir) as store:
+    with _naming(db_url, data_dir, "revoke") as store:
         _, token = revoke_token(store, name, replace=new_token)
     click.echo(token if token else f"the token of {name!r} is revoked", err=not token)
 
@@ -126,7 +141,7 @@ def link(name, db_url, data_dir) -> None:
     from ease_jupyter.service.auth import local_user
     from ease_jupyter.store.base import HUB
 
-    with _naming(db_url, data_dir) as store:
+    with _naming(db_url, data_dir, "link") as store:
         account = local_user(store, name)
         try:
             replaced = store.user_by_name(name, HUB)
@@ -166,7 +181,7 @@ def allow_models(name, off, hub, db_url, data_dir) -> None:
     from ease_jupyter.service.user_models import set_user_setting
     from ease_jupyter.store.base import HUB, LOCAL
 
-    with _naming(db_url, data_dir) as store:
+    with _naming(db_url, data_dir, "change") as store:
         user = store.user_by_name(check_name("name", name), HUB if hub else LOCAL)
         set_user_setting(store, user, not off)
     click.echo(f"user {name!r} may {'not ' if off else ''}add models of her own", err=True)

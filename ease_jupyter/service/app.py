@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import functools
 import json
 import logging
@@ -23,6 +24,7 @@ from tornado.ioloop import IOLoop
 
 from .config import ServiceConfig
 from .core import Service
+from .embedded import DataDirLock
 from .gc import collect_garbage, describe
 from .handlers import NotFoundHandler, handlers
 
@@ -79,7 +81,27 @@ def make_app(service: Service) -> tornado.web.Application:
     )
 
 
-def _server(app: tornado.web.Application, config: ServiceConfig) -> tuple[tornado.httpserver.HTTPServer, int]:
+class AddressInUse(OSError):
+    """The service's ``host``:``port`` is taken (by another service, most likely)."""
+
+    def __init__(self, host: str, port: int):
+        super().__init__(f"{host}:{port} is already in use")
+        self.host, self.port = host, port
+
+
+def _bind(config: ServiceConfig) -> list[socket.socket]:
+    """The listening sockets, bound before anything else starts: a port that
+    is taken is found out in a moment, not after the workers started."""
+    try:
+        return tornado.netutil.bind_sockets(config.port, address=config.host, family=socket.AF_INET)
+    except OSError as error:
+        if error.errno == errno.EADDRINUSE:
+            raise AddressInUse(config.host, config.port) from None
+        raise
+
+
+def _server(app: tornado.web.Application, config: ServiceConfig,
+            sockets: list[socket.socket] | None = None) -> tuple[tornado.httpserver.HTTPServer, int]:
     # The API handlers stream their bodies and set each request's limit from
     # the route, after authentication (handlers.BaseHandler.prepare); this
     # default holds only for handlers that do not stream (the WebSocket and
@@ -90,7 +112,7 @@ def _server(app: tornado.web.Application, config: ServiceConfig) -> tuple[tornad
     # GETs have their own threads there).
     asyncio.get_running_loop().set_default_executor(
         ThreadPoolExecutor(REQUEST_THREADS, thread_name_prefix="easeml-request"))
-    sockets = tornado.netutil.bind_sockets(config.port, address=config.host, family=socket.AF_INET)
+    sockets = sockets if sockets is not None else _bind(config)
     server.add_sockets(sockets)
     return server, sockets[0].getsockname()[1]
 
@@ -212,40 +234,62 @@ def write_service_file(data_dir: Path, url: str, token: str) -> Path:
 
 def serve(config: ServiceConfig, *, admin_token: str | None = None, announce=print) -> None:
     """Run until SIGINT/SIGTERM. With ``admin_token`` (the embedded service),
-    make sure a matching admin exists and write ``service.json``."""
+    make sure a matching admin exists and write ``service.json``.
 
-    async def run() -> None:
-        service = Service(config)
-        if admin_token is not None:
-            from .auth import hash_token
+    Holds the data dir's lock (``embedded.DataDirLock``) throughout: raises
+    ``embedded.DataDirInUse`` where another service holds it, and
+    ``AddressInUse`` where ``config.port`` is taken, both before the service starts."""
+    lock = None
+    if config.data_dir is not None:  # (None: a temporary directory of its own)
+        from ..store import _ensure_private_dir
 
-            from ..errors import NotFoundError
+        lock = DataDirLock(_ensure_private_dir(Path(config.data_dir).expanduser()))
+    try:
+        sockets = _bind(config)
+        try:
+            asyncio.run(_serve(config, sockets, lock, admin_token, announce))
+        finally:
+            for sock in sockets:
+                sock.close()
+    finally:
+        if lock is not None:
+            lock.release()
 
-            try:
-                service.store.user_by_token_hash(hash_token(admin_token))
-            except NotFoundError:
-                import secrets
 
-                service.store.create_user(f"embedded-{secrets.token_hex(4)}", hash_token(admin_token), is_admin=True)
-        service.start()
-        server, port = _server(make_app(service), config)
-        url = f"http://{config.host}:{port}"
-        if admin_token is not None:
-            write_service_file(service.data_dir, url, admin_token)
-        announce(f"easeml service listening on {url}{config.base_url}api/v1 (data dir {service.data_dir})"
-                 + (" as a JupyterHub service" if config.jupyterhub else ""))
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                loop.add_signal_handler(sig, stop.set)
-            except (NotImplementedError, RuntimeError):
-                pass
-        chores = asyncio.ensure_future(housekeeping(service, stop))
-        await stop.wait()
-        await chores
-        server.stop()
-        await server.close_all_connections()
-        service.stop()
+async def _serve(config: ServiceConfig, sockets: list[socket.socket], lock: DataDirLock | None,
+                 admin_token: str | None, announce: Any) -> None:
+    port = sockets[0].getsockname()[1]
+    url = f"http://{config.host}:{port}"
+    if lock is not None:
+        lock.announce(url)
+    service = Service(config)
+    if admin_token is not None:
+        from .auth import hash_token
 
-    asyncio.run(run())
+        from ..errors import NotFoundError
+
+        try:
+            service.store.user_by_token_hash(hash_token(admin_token))
+        except NotFoundError:
+            import secrets
+
+            service.store.create_user(f"embedded-{secrets.token_hex(4)}", hash_token(admin_token), is_admin=True)
+    service.start()
+    server, _ = _server(make_app(service), config, sockets)
+    if admin_token is not None:
+        write_service_file(service.data_dir, url, admin_token)
+    announce(f"easeml service listening on {url}{config.base_url}api/v1 (data dir {service.data_dir})"
+             + (" as a JupyterHub service" if config.jupyterhub else ""))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):
+            pass
+    chores = asyncio.ensure_future(housekeeping(service, stop))
+    await stop.wait()
+    await chores
+    server.stop()
+    await server.close_all_connections()
+    service.stop()

@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 TOKEN_ENV = "EASEML_EMBEDDED_TOKEN"
+LOCK_FILE = "service.lock"  # held by the one service of a data dir for its whole life (DataDirLock)
+START_LOCK_FILE = "service.start.lock"  # held by a Client() while it starts the embedded service
 IDLE_ENV = "EASEML_IDLE_SHUTDOWN"  # seconds; 0 keeps the embedded service up for good
 IDLE_SECONDS = 30 * 60.0
 
@@ -88,7 +90,7 @@ def start_embedded(data_dir: str | os.PathLike[str] | None = None, *, timeout: f
     attached = _attached(read_service_file(directory))
     if attached is not None:
         return attached
-    with open(directory / "service.lock", "w") as lock:
+    with open(directory / START_LOCK_FILE, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one starter at a time; the others attach
         info = read_service_file(directory)
         attached = _attached(info)
@@ -98,6 +100,9 @@ def start_embedded(data_dir: str | os.PathLike[str] | None = None, *, timeout: f
             attached = _answering(info, directory, timeout)
             if attached is not None:
                 return attached  # else it ended (stopping): start a new one
+        other = holder(directory)
+        if other is not None:  # an `easeml serve` (no service.json of ours): it would refuse a second
+            raise DataDirInUse(directory, other)
         token = info["token"] if info else new_token()
         old_pid = info.get("pid") if info else None
         log = open(directory / "service.log", "ab")
@@ -117,6 +122,70 @@ def start_embedded(data_dir: str | os.PathLike[str] | None = None, *, timeout: f
             time.sleep(0.1)
         process.terminate()
         raise TimeoutError(f"the embedded service did not start within {timeout} s; see {directory / 'service.log'}")
+
+
+class DataDirInUse(RuntimeError):
+    """Another service holds the data dir (its ``service.lock``)."""
+
+    def __init__(self, directory: Path, other: dict):
+        self.directory, self.pid, self.url = Path(directory), other.get("pid"), other.get("url")
+        super().__init__(f"a service (pid {self.pid or '?'}, {self.url or 'still starting'}) already uses "
+                         f"{directory}; stop it first (easeml stop --data-dir {directory}, or its own process)")
+
+
+class DataDirLock:
+    """``<data_dir>/service.lock``, held (flock) by the one service of the
+    data dir until ``release()`` or its process ends, a kill included. It
+    holds the holder's pid and, once known, its URL, for the message of a
+    second service (``DataDirInUse``)."""
+
+    def __init__(self, data_dir: str | os.PathLike[str]):
+        self.directory = Path(data_dir)
+        fd = os.open(self.directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise DataDirInUse(self.directory, _lock_info(self.directory)) from None
+        self._fd: int | None = fd
+        self.announce(None)
+
+    def announce(self, url: str | None) -> None:
+        """Record this process and the URL it listens on."""
+        assert self._fd is not None
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, json.dumps({"pid": os.getpid(), "url": url}).encode(), 0)
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.ftruncate(self._fd, 0)
+            os.close(self._fd)  # the only descriptor of the lock: closing it unlocks
+            self._fd = None
+
+
+def _lock_info(directory: Path) -> dict:
+    try:
+        info = json.loads((directory / LOCK_FILE).read_text() or "{}")
+    except (OSError, ValueError):
+        return {}
+    return info if isinstance(info, dict) else {}
+
+
+def holder(data_dir: str | os.PathLike[str] | None = None) -> dict | None:
+    """{"pid", "url"} of the service that holds the data dir (``url`` None
+    while it starts), or None where none runs."""
+    directory = data_dir_of(data_dir)
+    try:
+        fd = os.open(directory / LOCK_FILE, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return None  # (released at close, below)
+    except BlockingIOError:
+        return _lock_info(directory)
+    finally:
+        os.close(fd)
 
 
 def _answering(info: dict, directory: Path, timeout: float) -> Embedded | None:
@@ -158,11 +227,34 @@ def stop(data_dir: str | os.PathLike[str] | None = None, timeout: float = 30.0, 
     """Stop the embedded service recorded in ``data_dir/service.json`` (SIGTERM, then
     SIGKILL after ``timeout``), if it is still running; with ``pid``, only if
     it is that process. True when one was running and is stopped now."""
-    import psutil
-
     process = _process(read_service_file(data_dir_of(data_dir)))
     if process is None or (pid is not None and process.pid != pid):
         return False
+    _terminate(process, timeout)
+    return True
+
+
+def stop_holder(data_dir: str | os.PathLike[str] | None = None, timeout: float = 30.0) -> dict | None:
+    """Stop the service that holds the data dir (``holder``), an ``easeml
+    serve`` included, as ``stop`` does. Its {"pid", "url"}, or None where none runs."""
+    import psutil
+
+    info = holder(data_dir)
+    try:
+        process = psutil.Process(int(info["pid"])) if info and info.get("pid") else None
+        command = " ".join(process.cmdline()) if process is not None else ""
+    except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
+        return None
+    if "ease_jupyter" not in command and "easeml" not in command:  # never some other process of a reused pid
+        return None
+    _terminate(process, timeout)
+    return info
+
+
+def _terminate(process: Any, timeout: float) -> None:
+    """SIGTERM (a clean stop), then SIGKILL after ``timeout`` s."""
+    import psutil
+
     try:
         process.terminate()
         deadline = time.monotonic() + timeout
@@ -173,7 +265,6 @@ def stop(data_dir: str | os.PathLike[str] | None = None, timeout: float = 30.0, 
             time.sleep(0.1)
     except psutil.NoSuchProcess:
         pass
-    return True
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -194,10 +285,13 @@ def main(argv: list[str] | None = None) -> None:
     if not token:
         parser.error(f"{TOKEN_ENV} must hold the admin token")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    serve(ServiceConfig(db_url=args.db, data_dir=Path(args.data_dir), host="127.0.0.1", port=0,
-                        idle_shutdown_seconds=args.idle_shutdown or None,
-                        allow_user_models=True),  # one user's own service: her own code is hers to run
-          admin_token=token)
+    config = ServiceConfig(db_url=args.db, data_dir=Path(args.data_dir), host="127.0.0.1", port=0,
+                           idle_shutdown_seconds=args.idle_shutdown or None,
+                           allow_user_models=True)  # one user's own service: her own code is hers to run
+    try:
+        serve(config, admin_token=token)
+    except DataDirInUse as error:  # an `easeml serve` came first
+        sys.exit(f"error: {error}")
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ import multiprocessing
 import os
 import pickle
 import queue
+import signal
 import threading
 import time
 import traceback
@@ -203,11 +204,19 @@ def exit_with_parent(service_pid: int, every: float = 0.5) -> None:
     threading.Thread(target=watch, name="easeml-parent-watch", daemon=True).start()
 
 
+def ignore_interrupts() -> None:
+    """In a child process of the service: ignore SIGINT. A terminal's Ctrl-C
+    reaches the whole process group, and the service stops its children
+    itself; each child would otherwise print a KeyboardInterrupt traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _serve_jobs(runner: JobRunner, db_url: str | None, data_dir: str, conn: Connection, parent_pid: int,
                 nice: int, jobs_at_once: int = 1) -> None:
     """A worker process: run the jobs that arrive on ``conn`` (up to
     ``jobs_at_once`` at a time, on one engine), until ``None``, and answer
     calls on a thread of their own meanwhile."""
+    ignore_interrupts()
     if nice:
         try:
             os.nice(nice)  # see ServiceConfig.worker_nice

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ..errors import StoreUnavailableError
 from ..store import Task, User, open_store
-from .executors import exit_with_parent, worker_context
+from .executors import exit_with_parent, ignore_interrupts, worker_context
 from .feeding import Fed, Feeder, json_object
 from .quota import forget_usage
 
@@ -31,6 +31,7 @@ _feeder: Feeder | None = None  # in a feed process: set by _open
 
 def _open(db_url: str | None, data_dir: str, quota_bytes: int | None, parent_pid: int) -> None:
     global _feeder
+    ignore_interrupts()
     exit_with_parent(parent_pid)
     store, blobs = open_store(db_url, Path(data_dir))
     _feeder = Feeder.at(store, blobs, Path(data_dir), quota_bytes)
