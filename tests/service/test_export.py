@@ -90,6 +90,21 @@ def bare_python() -> list[str]:
     return [sys.executable, "-I", "-S", "-c", prelude]
 
 
+def with_idle_sklearn(data_dir):
+    """A running service with user alice whose loop's scikit-learn picks start
+    and never finish: the one model of a test is the one it trains itself."""
+    from ease_jupyter.zoo import Engine
+
+    from .conftest import ManualExecutor
+
+    running = start(data_dir)
+    executors = running.service.loop.executors
+    executors[Engine.SKLEARN], before = ManualExecutor(running.service.store, workers=1), executors[Engine.SKLEARN]
+    before.shutdown()
+    running.user("alice")
+    return running
+
+
 def load_elsewhere(items: list[tuple[str, str, np.ndarray]], directory) -> tuple[dict, list[np.ndarray]]:
     """Run LOADER on (format, model path, X) items; its report and outputs."""
     jobs = []
@@ -387,18 +402,9 @@ def test_a_table_task_exports_a_dataframe_pipeline_and_per_column_onnx(tmp_path)
     text (mixed case, non-ASCII, missing) included."""
     import pandas as pd
 
-    from ease_jupyter.zoo import Engine
-
-    from .conftest import ManualExecutor
-
-    running = start(tmp_path / "service")
+    running = with_idle_sklearn(tmp_path / "service")
     try:
         store, blobs = running.service.store, running.service.blobs
-        # The loop's picks start and never finish: the one model is the one trained below.
-        executors = running.service.loop.executors
-        executors[Engine.SKLEARN], before = ManualExecutor(store, workers=1), executors[Engine.SKLEARN]
-        before.shutdown()
-        running.user("alice")
         frame = penguins()
         task = running.client("alice").task("penguins", like=frame, target="species")
         task.feed(frame)

@@ -164,20 +164,11 @@ def test_none_is_missing_in_the_exported_pipeline_as_in_infer(tmp_path):
     (one string input per column, "" for missing) still converts."""
     import pandas as pd
 
-    from .test_export import load_elsewhere
+    from .test_export import load_elsewhere, with_idle_sklearn
 
-    from ease_jupyter.zoo import Engine
-
-    from .conftest import ManualExecutor
-
-    running = start(tmp_path / "service")
+    running = with_idle_sklearn(tmp_path / "service")
     try:
         store, blobs = running.service.store, running.service.blobs
-        # The loop's picks start and never finish: the one model is the one trained below.
-        executors = running.service.loop.executors
-        executors[Engine.SKLEARN], before = ManualExecutor(store, workers=1), executors[Engine.SKLEARN]
-        before.shutdown()
-        running.user("alice")
         rng = np.random.default_rng(0)
         n = 300
         frame = pd.DataFrame({"num": rng.normal(size=n), "cat": rng.choice(["a", "b", "c"], n, p=[0.4, 0.35, 0.25]),
