@@ -133,3 +133,33 @@ def test_help():
     result = CliRunner().invoke(main, ["fsck", "--help"])
     assert result.exit_code == 0 and "--repair" in result.output
     assert "fsck" in CliRunner().invoke(main, ["--help"]).output
+
+
+def test_a_replace_feeds_members_are_rebuilt_from_its_chunk_alone(tmp_path):
+    """A "replace" feed holds exactly the rows it fed, not its parent's as
+    well: its lost list of examples is rebuilt as such (the same digest), and
+    a lost chunk that only the replaced version used needs no attention."""
+    store, blobs = open_store(None, tmp_path)
+    try:
+        user = store.create_user("alice", "h" * 64)
+        task = store.create_task(user.id, "t", "input: [4] output: [3]")
+        rng = np.random.default_rng(0)
+        datasets.feed(store, blobs, task, rng.normal(size=(30, 4)).astype("float32"), np.arange(30) % 3)
+        datasets.feed(store, blobs, task, rng.normal(size=(10, 4)).astype("float32"), np.arange(10) % 3,
+                      mode=datasets.REPLACE)
+        first, replaced = store.list_dataset_versions(task.id)
+        assert replaced.n_examples == 10
+        old_chunk = store.list_chunks(task.id)[0]
+    finally:
+        store.close()
+    _lose(tmp_path, replaced.members_blob, old_chunk.x_blob)
+    result = _fsck(tmp_path, "--repair", "--json")
+    assert result.exit_code == 0, result.output
+    repairs = {p["kind"]: p["repair"] for p in json.loads(result.output)["problems"]}
+    assert repairs["members"] == "rebuilt from the version's rows"
+    store, blobs, task, versions, _ = _rows(tmp_path)
+    try:
+        assert len(versions) == 2  # no refine: the latest version does not use the lost chunk
+        assert datasets.load(store, blobs, versions[-1]).example_ids.size == 10
+    finally:
+        store.close()

@@ -146,8 +146,11 @@ def _readable(blobs: BlobStore, digest: str) -> bool:
 
 def members_from_rows(store: Store, task_id: int) -> dict[int, np.ndarray]:
     """Every version's active example ids (version id -> sorted int64 ids),
-    from the rows alone: a feed adds its chunk's ids to its parent's, a
-    refine applies its toggles to its parent's."""
+    from the rows alone: a feed adds its chunk's ids to its parent's (a
+    "replace" feed holds its chunk's alone, which its count of examples
+    tells: a feed's new ids are fresh, so only then is it its chunk's size,
+    or where its parent holds none and both readings agree), a refine
+    applies its toggles to its parent's."""
     chunks: dict[int, list[np.ndarray]] = {}
     for c in store.list_chunks(task_id):
         chunks.setdefault(c.version_id, []).append(np.arange(c.first_example_id, c.first_example_id + c.count))
@@ -155,7 +158,8 @@ def members_from_rows(store: Store, task_id: int) -> dict[int, np.ndarray]:
     for v in store.list_dataset_versions(task_id):  # by number: parents first
         ids = members[v.parent_id] if v.parent_id is not None else np.empty(0, dtype=np.int64)
         if v.kind is VersionKind.FEED:
-            ids = np.union1d(ids, np.concatenate(chunks.get(v.id, [np.empty(0, dtype=np.int64)])))
+            fed = np.concatenate(chunks.get(v.id, [np.empty(0, dtype=np.int64)]))
+            ids = fed if v.n_examples == fed.size else np.union1d(ids, fed)
         else:
             toggles = store.list_toggles(v.id)
             ids = np.setdiff1d(ids, [t.example_id for t in toggles if not t.active])
