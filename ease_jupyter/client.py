@@ -30,6 +30,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import weakref
+import dataclasses
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -254,6 +255,14 @@ def _send_urllib(opener: urllib.request.OpenerDirector, url: str, method: str, d
         return error.code, error.read()
 
 
+@dataclasses.dataclass
+class _Sent:
+    """One request's arrays as they go: its uploads, and the bytes sent inline."""
+
+    uploads: list[Any] = dataclasses.field(default_factory=list)
+    inline_bytes: int = 0
+
+
 class Client:
     """A connection to the scheduler service as one user.
 
@@ -356,10 +365,10 @@ class Client:
         if self._connections is not None:
             self._connections.close()
 
-    def _array(self, array: Any, field: str = "X") -> Any:
-        """``array``'s wire form: inline .npy, an upload, or JSON for records and
-        ragged lists. An object array of anything but numbers is a DataError
-        naming ``field`` and the first element that is not one."""
+    def _array(self, array: Any, field: str = "X", inline_room: int = INLINE_BYTES) -> Any:
+        """``array``'s wire form: inline .npy (at most ``inline_room`` bytes), an
+        upload, or JSON for records and ragged lists. An object array of anything
+        but numbers is a DataError naming ``field`` and the first element that is not one."""
         if isinstance(array, dict) and "table" in array:
             return array  # a table, already in its wire form (tabular.table_wire)
         if not isinstance(array, np.ndarray):
@@ -376,7 +385,7 @@ class Client:
                 return to_jsonable(array.tolist())  # records or ragged rows: as a list of them goes
             array = to_array(array, Where(FieldPath(field), batched=True))
         data = _npy(array)
-        if len(data) <= INLINE_BYTES:
+        if len(data) <= min(INLINE_BYTES, inline_room):
             return {"npy_b64": base64.b64encode(data).decode("ascii")}
         upload = self.request("POST", "/uploads")["id"]
         try:
@@ -394,12 +403,16 @@ class Client:
             raise
         return {"upload": upload}
 
-    def _encoder(self, made: list[Any], field: str = "X") -> Callable[[Any], Any]:
-        """``_array`` for one request's arrays, adding each upload it creates to ``made``."""
+    def _encoder(self, made: "_Sent", field: str = "X") -> Callable[[Any], Any]:
+        """``_array`` for one request's arrays: together they send at most
+        INLINE_BYTES inline (a table's many small columns would otherwise
+        pass the service's JSON limit), the rest as uploads, each added to ``made``."""
         def encode(array: Any) -> Any:
-            wire = self._array(array, field)
+            wire = self._array(array, field, INLINE_BYTES - made.inline_bytes)
             if isinstance(wire, dict) and "upload" in wire:
-                made.append(wire)
+                made.uploads.append(wire)
+            elif isinstance(wire, dict) and "npy_b64" in wire:
+                made.inline_bytes += len(wire["npy_b64"]) * 3 // 4
             return wire
 
         return encode
@@ -661,7 +674,7 @@ class Task:
         ``y`` may be left out when ``X`` has the target column), or an image
         folder with one subfolder per class (no ``y``); labels may be class
         names (strings, ...). See docs/data.md."""
-        made: list[Any] = []  # every upload this feed creates, a table's columns too
+        made = _Sent()  # every upload this feed creates, a table's columns too
         try:
             X, y = tabular.feed_parts(X, y, self._schema_info(), self.client._encoder(made))
             body = {"X": self.client._encoder(made)(X), "y": self.client._encoder(made, "y")(y)}
@@ -669,7 +682,7 @@ class Task:
                 body["mode"] = mode
             return self.client.request("POST", self._path("/feed"), body)
         except BaseException:  # uploads of a feed that was never sent, or refused: nothing will feed them now
-            self.client._discard_uploads(made)
+            self.client._discard_uploads(made.uploads)
             raise
 
     def refine(self, *, keep: Iterable[int] | None = None, drop: Iterable[int] | None = None) -> dict[str, Any]:
@@ -791,12 +804,12 @@ class Task:
         """Predictions of the best model so far: class names where the task
         has them, else class indices (classification) or values. ``X`` as
         for ``feed`` (a DataFrame for a table task, an image folder...)."""
-        made: list[Any] = []
+        made = _Sent()
         try:
             X = tabular.inputs_for(X, self._schema_info(), self.client._encoder(made))
             out = self.client.request("POST", self._path("/infer"), {"X": self.client._encoder(made)(X)})
         except BaseException:  # the service drops an infer's uploads itself, unless the request never reached it
-            self.client._discard_uploads(made)
+            self.client._discard_uploads(made.uploads)
             raise
         return tabular.named(_decode(out["predictions"]), out.get("class_names"))
 

@@ -158,3 +158,22 @@ def test_the_magic_takes_a_quoted_target_column(svc):
         assert fed.data["n_examples"] == 10
     finally:
         InteractiveShell.clear_instance()
+
+
+def test_a_table_of_many_small_columns_is_fed_past_the_json_limit(tmp_path):
+    """Each column of a 10,000 x 14 table is small (80 KB), together over the
+    service's JSON limit (1 MiB): the client sends half a MiB inline and the
+    rest as uploads, so the feed is accepted and leaves no upload open."""
+    running = start(tmp_path, max_json_bytes=1024 * 1024)
+    running.user("alice")
+    try:
+        rng = np.random.default_rng(0)
+        frame = pd.DataFrame({f"c{i}": rng.normal(size=10_000) for i in range(14)})
+        frame["y"] = np.where(frame["c0"] > 0, "up", "down")
+        task = running.client("alice").task("wide", like=frame, target="y")
+        assert task.feed(frame)["n_examples"] == 10_000
+        assert parts(running) == []
+        _, X, _ = task.data()
+        assert len(X) == 10_000
+    finally:
+        running.thread.stop()
