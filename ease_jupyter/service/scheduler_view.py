@@ -31,6 +31,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Iterable
 
+from ..errors import NotFoundError
 from ..selection.baselines import policy_spec
 from ..store import Job, JobStatus, Store, Task, User
 from .user_models import UserModels
@@ -204,7 +205,10 @@ def is_own_model(store: Store, raw: dict[str, Any] | None) -> bool:
     her task, ``user_models.py``), not one of the zoo's."""
     if raw is None or raw.get("model") is None:
         return False
-    return UserModels(store).get(raw["task_id"], raw["model"]) is not None
+    try:
+        return UserModels(store).get(raw["task_id"], raw["model"]) is not None
+    except NotFoundError:  # the task was deleted since: whatever it was, its name stays hidden
+        return True
 
 
 def decision_view(raw: dict[str, Any] | None, viewer: Viewer, task_names: dict[int, str], *,

@@ -195,3 +195,7 @@ def test_another_users_own_model_is_not_named():
     assert scheduler_view(store, state, cy)["last_decision"]["model"] == "fraud_v2"
     # a zoo model's name stays for everyone
     assert decision_event(store, _bobs_pick(store, "knn"))(ada.id)["model"] == "knn"
+    # the last pick's task deleted since: the view still answers, the model's name hidden
+    store.delete_task(bob_task)
+    assert is_own_model(store, raw)
+    assert scheduler_view(store, state, ada)["last_decision"]["model"] is None
