@@ -110,6 +110,13 @@ def test_users_need_an_existing_store_and_never_a_memory_one(tmp_path):
     assert added.exit_code == 0 and len(added.output.strip()) >= 32, added.output
     listed = runner.invoke(main, ["users", "list", "--data-dir", str(fresh)])
     assert listed.exit_code == 0 and listed.output.startswith("ada\tadmin"), listed.output
+    # with --db its database is all a users command opens: no data dir asked for nor made
+    url = f"sqlite:///{fresh / 'easeml.sqlite'}"
+    nowhere = tmp_path / "nowhere"
+    for command in (["list"], ["revoke", "ada", "--new-token"]):
+        result = runner.invoke(main, ["users", *command, "--db", url, "--data-dir", str(nowhere)])
+        assert result.exit_code == 0, result.output
+    assert not nowhere.exists()
 
 
 @pytest.fixture

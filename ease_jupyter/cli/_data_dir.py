@@ -129,12 +129,13 @@ def existing_store(db_url: str | None, data_dir: Path | None, doing: str, *,
         store, blobs = open_store(db_url, directory)
     try:
         with store_errors(db_url, directory):
-            if not force and not store.list_users() and next(iter(blobs.iter_blobs()), None) is not None:
-                raise click.BadParameter(
-                    f"the database holds no users, but {directory / 'blobs'} holds blobs, expected the database "
-                    f"of the service that wrote them: pass its URL (--db or $EASEML_DB), or --force to {doing} "
-                    "anyway", param_hint="--db")
-            yield store, blobs, directory
+            no_users = not store.list_users()
+        if not force and no_users and next(iter(blobs.iter_blobs()), None) is not None:
+            raise click.BadParameter(
+                f"the database holds no users, but {directory / 'blobs'} holds blobs, expected the database "
+                f"of the service that wrote them: pass its URL (--db or $EASEML_DB), or --force to {doing} "
+                "anyway", param_hint="--db")
+        yield store, blobs, directory  # (the blob store's own errors are not the database's)
     finally:
         store.close()
 

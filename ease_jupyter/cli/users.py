@@ -31,18 +31,29 @@ def _store(db_url, data_dir, doing: str, *, create: bool = False):
     its users would vanish with this command. ``create`` (``add``): a data
     dir or SQLite database that does not exist yet is made, so that the
     first admin can be added on a fresh machine; otherwise both must exist,
-    so that a typo in --data-dir makes no empty store."""
+    so that a typo in --data-dir makes no empty store. With --db, the
+    database is all it opens: no data dir is needed."""
     if db_url == MEMORY_URL:
         raise click.BadParameter(f"a memory:// store lives in its service's process and vanishes with this "
                                  f"command; nothing to {doing} here: expected the service's database",
                                  param_hint="--db")
-    if not create:
+    from ease_jupyter.store import default_data_dir, open_store
+
+    if not create and db_url is None:
         with existing_store(db_url, data_dir, doing, force=True) as (store, _, _):
             yield store
         return
-    from ease_jupyter.store import default_data_dir, open_store
-
     directory = (data_dir or default_data_dir()).expanduser()
+    if db_url is not None:  # its database is all a users command needs: no data dir is made or asked for
+        from ease_jupyter.store.sql import SQLStore
+
+        with store_errors(db_url, directory):
+            store = SQLStore(db_url)
+        try:
+            yield store
+        finally:
+            store.close()
+        return
     with store_errors(db_url, directory):
         store = open_store(db_url, directory)[0]
         try:
