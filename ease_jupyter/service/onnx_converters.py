@@ -83,9 +83,11 @@ _identity: dict[str, Any] = {}
 
 
 def _is_missing_as_nan(func: Any) -> bool:
-    from ease_jupyter.zoo.preprocess import missing_as_nan
+    """One of the string groups' missing-value steps (``as_objects``,
+    ``missing_as_nan``): no-ops on the ONNX graph's string inputs."""
+    from ease_jupyter.zoo.preprocess import as_objects, missing_as_nan
 
-    return repr(func) == repr(missing_as_nan())
+    return repr(func) in (repr(missing_as_nan()), repr(as_objects()))
 
 
 def _flatten_shape(operator: Any) -> None:

@@ -61,6 +61,16 @@ def ascii_lowercase() -> Any:
     return operator.methodcaller("translate", str.maketrans(string.ascii_uppercase, string.ascii_lowercase))
 
 
+def as_objects() -> Any:
+    """A string column group's first step's function: ``DataFrame.astype(object)``,
+    so that a pandas "string" column's ``pd.NA`` becomes a value ``missing_as_nan``
+    can replace (``fillna`` leaves it in a "string" column). Picklable, from the
+    standard library, as ``missing_as_nan``."""
+    import operator
+
+    return operator.methodcaller("astype", object)
+
+
 def missing_as_nan() -> Any:
     """A string column group's first step's function: ``DataFrame.fillna(nan)``,
     so None and ``pd.NA`` are missing as NaN is (a picklable standard-library
@@ -91,6 +101,7 @@ def preprocessor(schema: TableSchema) -> Any:
                                            ("scale", StandardScaler())]), numeric))
     if categorical:
         steps.append(("categorical", Pipeline([
+            ("objects", FunctionTransformer(as_objects(), feature_names_out="one-to-one")),
             ("missing", FunctionTransformer(missing_as_nan(), feature_names_out="one-to-one")),
             ("impute", SimpleImputer(strategy="most_frequent", keep_empty_features=True)),
             ("one_hot", OneHotEncoder(handle_unknown="ignore")),
@@ -99,6 +110,7 @@ def preprocessor(schema: TableSchema) -> Any:
         if kind is ColumnKind.TEXT:
             # TF-IDF takes one string per row: fill missing text, then flatten the (n, 1) column.
             steps.append((f"text_{len(steps)}", Pipeline([
+                ("objects", FunctionTransformer(as_objects(), feature_names_out="one-to-one")),
                 ("missing", FunctionTransformer(missing_as_nan(), feature_names_out="one-to-one")),
                 ("impute", SimpleImputer(strategy="constant", fill_value="", keep_empty_features=True)),
                 ("flatten", FunctionTransformer(np.ravel)),
