@@ -33,6 +33,9 @@ DEFAULT_EPOCHS = 3
 DEFAULT_LRS = (0.1, 0.01, 0.001)  # a torch candidate whose configs name no rate
 PER_CONFIG_SCORES = ("val_score", "val_accuracy")  # the held-out score of each config
 MAX_USER_CONFIGS = 64  # configs of one user model's grid
+# A config's label names its per-config metrics (``val_accuracy[lr=0.1,...]``),
+# which the store bounds (``store._validate.MAX_KEY_BYTES``, 1,000 bytes in UTF-8).
+MAX_LABEL_BYTES = 900
 
 
 def _value(v: Any) -> str:
@@ -288,4 +291,11 @@ def check_user_grid(grid: Any, kind: str) -> dict[str, list[Any]]:
     n = math.prod(len(v) for v in out.values()) * (1 if kind == "estimator" or "lr" in out else len(DEFAULT_LRS))
     if n > MAX_USER_CONFIGS:
         raise DataError("grid", f"{n} configs", f"at most {MAX_USER_CONFIGS}")
+    # its longest label: each option at its longest value (checked now, not when the job's metrics are stored)
+    longest = point_label({k: max(v, key=lambda x: len(_value(x).encode("utf-8", "surrogatepass")))
+                           for k, v in out.items()})
+    size = len(longest.encode("utf-8", "surrogatepass"))
+    if size > MAX_LABEL_BYTES:
+        raise DataError("grid", f"a config whose label takes {size} bytes in UTF-8",
+                        f"options and values that name a config in at most {MAX_LABEL_BYTES} bytes")
     return out

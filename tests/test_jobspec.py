@@ -69,3 +69,21 @@ def test_best_point_is_the_highest_held_out_score_of_any_config():
     assert best_point(rows) == "C=1"
     assert best_point([{"val_accuracy[lr=0.1]": 0.2, "val_accuracy[lr=0.01]": 0.6}]) == "lr=0.01"
     assert best_point([{"val_score": 0.9}]) is None
+
+
+def test_a_user_grid_whose_config_labels_the_store_could_not_keep_is_refused():
+    """Every config's label names its metrics, which the store keeps up to
+    1,000 bytes: a grid with a longer one is refused when the model is added,
+    not after its job trained (non-ASCII counted in bytes)."""
+    from ease_jupyter.jobspec import MAX_LABEL_BYTES, check_user_grid, metric_name, point_label
+    from ease_jupyter.store._validate import MAX_KEY_BYTES, check_key
+
+    fits = {"clf__memory": ["/tmp/" + "x" * 800, "short"], "C": [1.0]}
+    assert check_user_grid(fits, "estimator") == fits
+    longest = metric_name("val_accuracy", point_label({"clf__memory": fits["clf__memory"][0], "C": 1.0, "lr": 0.001}))
+    check_key("name", longest)  # stored as it is
+    assert MAX_LABEL_BYTES < MAX_KEY_BYTES
+    for grid in ({"clf__memory": ["/tmp/" + "x" * 1000]}, {"name": ["é" * 460]}):
+        with pytest.raises(DataError) as refused:
+            check_user_grid(grid, "estimator")
+        assert refused.value.field == "grid" and "bytes" in refused.value.found

@@ -23,7 +23,7 @@ TAG_ENTITIES = ("task", "dataset", "job", "user")
 # Job model names, metric names and tag keys: per-config metric names carry a
 # user's grid (``val_score[clf__C=0.1,...]``). One bound on every backend, within
 # what a PostgreSQL index row holds (the keys are in primary keys).
-MAX_KEY_CHARS = 1000
+MAX_KEY_BYTES = 1000
 
 
 def utcnow() -> datetime:
@@ -52,10 +52,12 @@ def check_text(field: str, value: Any) -> str:
 
 
 def check_key(field: str, value: Any) -> str:
-    """A non-empty string of at most ``MAX_KEY_CHARS`` characters."""
+    """A non-empty string of at most ``MAX_KEY_BYTES`` bytes in UTF-8 (what a
+    PostgreSQL index row counts)."""
     check_text(field, value)
-    if len(value) > MAX_KEY_CHARS:
-        raise DataError(field, f"{len(value)} characters", f"a string of at most {MAX_KEY_CHARS} characters")
+    size = len(value.encode("utf-8", "surrogatepass"))
+    if size > MAX_KEY_BYTES:
+        raise DataError(field, f"{size} bytes in UTF-8", f"a string of at most {MAX_KEY_BYTES} bytes in UTF-8")
     return value
 
 

@@ -1027,22 +1027,27 @@ def test_entities_are_found_by_tag(store: Store, fed) -> None:
 
 def test_long_tag_values_and_keys_up_to_the_bound_are_stored(store: Store, fed) -> None:
     """A tag value of many KB (a torch job's progress record) and model
-    names, metric names and tag keys up to ``MAX_KEY_CHARS`` are stored on
+    names, metric names and tag keys up to ``MAX_KEY_BYTES`` are stored on
     every backend (PostgreSQL once refused both); a longer key is refused
     by every backend alike, naming the field."""
-    from ease_jupyter.store._validate import MAX_KEY_CHARS
+    from ease_jupyter.store._validate import MAX_KEY_BYTES
 
     _, t, v1 = fed
-    long_key = "k" * MAX_KEY_CHARS
-    job = store.create_job(t.id, v1.id, "m" * MAX_KEY_CHARS, {})
+    long_key = "k" * MAX_KEY_BYTES
+    job = store.create_job(t.id, v1.id, "m" * MAX_KEY_BYTES, {})
     value = "".join(f"{i:08x}" for i in range(4096))  # 32 KiB, unlike any other
     store.set_tag("job", job.id, long_key, value)
-    store.add_metric(job.id, 0, f"val_score[{long_key[:MAX_KEY_CHARS - 11]}]", 0.5)
+    store.add_metric(job.id, 0, f"val_score[{long_key[:MAX_KEY_BYTES - 11]}]", 0.5)
     assert store.tags("job", job.id) == {long_key: value}
     assert store.find_by_tag("job", long_key, value) == (job.id,)
-    assert store.get_job(job.id).model == "m" * MAX_KEY_CHARS
-    assert [m.name for m in store.list_metrics(job.id)] == [f"val_score[{long_key[:MAX_KEY_CHARS - 11]}]"]
-    too_long = "x" * (MAX_KEY_CHARS + 1)
+    assert store.get_job(job.id).model == "m" * MAX_KEY_BYTES
+    assert [m.name for m in store.list_metrics(job.id)] == [f"val_score[{long_key[:MAX_KEY_BYTES - 11]}]"]
+    accented = "é" * (MAX_KEY_BYTES // 2)  # two bytes each in UTF-8: at the bound
+    store.set_tag("job", job.id, accented, "v")
+    assert store.tags("job", job.id)[accented] == "v"
+    with pytest.raises(DataError):
+        store.set_tag("job", job.id, accented + "é", "v")
+    too_long = "x" * (MAX_KEY_BYTES + 1)
     for field, call in (("key", lambda: store.set_tag("job", job.id, too_long, "v")),
                         ("name", lambda: store.add_metric(job.id, 0, too_long, 0.5)),
                         ("model", lambda: store.create_job(t.id, v1.id, too_long, {}))):

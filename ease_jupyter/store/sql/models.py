@@ -62,7 +62,7 @@ NAMING_CONVENTION = {
 
 DIGEST = String(64)  # sha256 hex of a blob
 NAME = String(200)
-# Job model names, metric names, tag keys: up to _validate.MAX_KEY_CHARS on every
+# Job model names, metric names, tag keys: up to _validate.MAX_KEY_BYTES on every
 # backend; PostgreSQL would enforce a length, SQLite never does.
 KEY = String(200).with_variant(Text(), "postgresql")
 STATUSES = tuple(s.value for s in JobStatus)

@@ -12,7 +12,7 @@ Create Date: 2026-11-28
 * ``jobs.model``, ``metrics.name`` and ``tags.key`` were VARCHAR(200), which
   PostgreSQL enforces (a per-config metric name carries a user's grid and
   may be longer); SQLite ignores the length, so its columns stay as they are.
-  The store bounds the three at ``_validate.MAX_KEY_CHARS`` on every backend.
+  The store bounds the three at ``_validate.MAX_KEY_BYTES`` on every backend.
 
 Self-contained on purpose, like 0001 and 0002: never edit it; add a revision instead.
 """
