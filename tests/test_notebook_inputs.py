@@ -125,10 +125,12 @@ def test_a_quoted_expression_is_the_text_inside_it():
     ("(4, 32, 32, 3)", "(n, 3, 32, 32)", "transpose it: X.transpose(0, 3, 1, 2)"),
     ("(4, 1, 28, 28)", "(n, 28, 28, 1)", "transpose it: X.transpose(0, 2, 3, 1)"),
     ("(100, 784)", "(n, 28, 28, 1)", "reshape it: X.reshape(-1, 28, 28, 1)"),    # flat rows
+    ("(100, 28, 28)", "(n, 28, 28, 1)", "reshape it: X.reshape(-1, 28, 28, 1)"),  # an axis of size 1 to add
+    ("(100, 28, 28, 1)", "(n, 28, 28)", "reshape it: X.reshape(-1, 28, 28)"),     # or to drop
     ("(4, 16, 49)", "(n, 28, 28)", None),  # the same numbers, neither flat nor reordered
     ("(6, 5)", "(n, 4)", None),
 ])
-def test_a_shape_hint_transposes_reordered_dims_and_reshapes_only_flat_rows(found, expected, tip):
+def test_a_shape_hint_transposes_reordered_dims_and_reshapes_flat_rows_or_size_one_axes(found, expected, tip):
     error = DataError("X", f"shape {found}", f"shape {expected} with n the number of examples")
     assert hint(error) == tip
     pixels = np.arange(4 * 3 * 32 * 32).reshape(4, 3, 32, 32)

@@ -36,7 +36,8 @@ def _reshape_hint(error: DataError) -> str | None:
     """How to lay out X as the task expects: ``X.transpose(0, 2, 3, 1)`` when
     the found dims are the expected ones in another order (channels first,
     say: a reshape would scramble the pixels), ``X.reshape(-1, 28, 28, 1)``
-    when the found rows are flat and hold exactly the expected numbers."""
+    when the found rows are flat and hold exactly the expected numbers, or
+    differ from the expected ones by axes of size 1 only."""
     found, expected = _SHAPE.search(error.found or ""), _SHAPE.search(error.expected or "")
     if not found or not expected:
         return None
@@ -46,7 +47,9 @@ def _reshape_hint(error: DataError) -> str | None:
     axes = _permutation(have[1:], want[1:])
     if axes is not None:
         return f"transpose it: {error.field}.transpose(0, {', '.join(str(a + 1) for a in axes)})"
-    if len(have) == 2 and int(have[1]) == math.prod(int(d) for d in want[1:]):
+    flat = len(have) == 2 and int(have[1]) == math.prod(int(d) for d in want[1:])
+    # axes of size 1 added or dropped ((n, 28, 28) for (n, 28, 28, 1)) keep the layout too
+    if flat or [d for d in have[1:] if d != "1"] == [d for d in want[1:] if d != "1"]:
         return f"reshape it: {error.field}.reshape(-1, {', '.join(want[1:])})"
     return None
 
