@@ -7,6 +7,7 @@ Results are plain JSON-ready dicts.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -399,7 +400,13 @@ class Service:
         """Store a feed of the task: ``body`` is the request's JSON object, or
         its raw bytes (``POST /tasks/{name}/feed``), parsed where the feed
         runs: in its owner's feed process when the service has them."""
-        task = self._task(caller, name)
+        try:
+            task = self._task(caller, name)
+        except NotFoundError:  # the feed never reaches a feeder, which consumes its uploads whatever the answer
+            with contextlib.suppress(DataError):
+                parsed = body if isinstance(body, dict) else json_object(body)
+                self.uploads.consume(caller.id, parsed.get("X"), parsed.get("y"))
+            raise
         try:
             if self.feed_processes is not None:
                 raw = bytes(body) if isinstance(body, (bytes, bytearray)) else json.dumps(body).encode()

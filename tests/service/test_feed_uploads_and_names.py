@@ -105,6 +105,10 @@ def test_a_feed_consumes_its_tables_column_uploads_whatever_its_answer(svc):
     assert svc.call("POST", "/tasks/tab/feed", "alice", body=missing_column).status == 400
     assert parts(svc) == []
 
+    nowhere = {"X": _table_body(svc, features), "y": labels}  # no such task: refused before any feeder
+    assert svc.call("POST", "/tasks/nosuch/feed", "alice", body=nowhere).status == 404
+    assert parts(svc) == []
+
 
 def test_an_infer_consumes_its_tables_column_uploads_whatever_its_answer(svc):
     frame = penguins()
