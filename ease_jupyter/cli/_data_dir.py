@@ -21,14 +21,14 @@ class FiniteFloat(click.FloatRange):
     size or a period of inf overflows or never comes)."""
 
     def __init__(self, min: float | None = None, max: float | None = None, *, min_open: bool = False,
-                 max_open: bool = False, allow_inf: bool = False):
+                 max_open: bool = False, allow_inf: bool = False, what: str = "number"):
         super().__init__(min, max, min_open=min_open, max_open=max_open)
-        self.allow_inf = allow_inf
+        self.allow_inf, self.what = allow_inf, what  # what: the option's number in words ("price per hour")
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         number = click.FLOAT.convert(value, param, ctx)
         if math.isnan(number) or (math.isinf(number) and not self.allow_inf):
-            expected = "a number or inf" if self.allow_inf else "a finite number"
+            expected = f"a {self.what} or inf" if self.allow_inf else f"a finite {self.what}"
             self.fail(f"found {value!r}, expected {expected}{self._range_words()}", param, ctx)
         return super().convert(number, param, ctx)
 

@@ -36,7 +36,7 @@ def test_other_engine_values_are_refused_naming_the_field_and_the_forms(spec):
 def test_serve_refuses_a_bad_engine_before_starting(tmp_path):
     result = CliRunner().invoke(main, ["serve", "--data-dir", str(tmp_path), "--engine", "nonsense"])
     assert result.exit_code == 2
-    assert "engine: found 'nonsense'" in result.output and "module:callable" in result.output
+    assert "'--engine': found 'nonsense'" in result.output and "module:callable" in result.output
     assert not (tmp_path / "service.json").exists()
 
 

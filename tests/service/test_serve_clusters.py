@@ -133,7 +133,7 @@ def test_serve_on_a_gateway_cluster_shuts_it_down_on_stop(tmp_path, gateway):
 
 
 @pytest.mark.parametrize("spec,message", [
-    ("spark", "engine: found 'spark'"),
+    ("spark", "'--engine': found 'spark'"),
     ("no_such_module_xyz:make", "no_such_module_xyz"),
 ])
 def test_a_bad_engine_stops_serve_before_it_starts(tmp_path, spec, message):

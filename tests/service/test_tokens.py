@@ -156,6 +156,9 @@ def test_cli_link_refuses_to_replace_a_hub_account_that_owns_tasks(tmp_path):
 
 
 def test_cli_link_names_what_is_wrong(tmp_path):
+    from ease_jupyter.store import open_store
+
+    open_store(None, tmp_path)[0].close()  # a data dir with its database (a missing one is refused before)
     dirs = ["--data-dir", str(tmp_path)]
     unknown = _cli("link", "nobody", *dirs)
     assert unknown.exit_code != 0 and "nobody" in unknown.output and "no such local account" in unknown.output
