@@ -24,6 +24,7 @@ with the plots plus ``report.json``.
 
 from __future__ import annotations
 
+import contextlib
 import html
 import json
 import tempfile
@@ -140,19 +141,28 @@ def loss_curve(histories: dict[str, list[dict[str, Any]]], started: float, ended
     return {"seconds": [float(t) for t in times], "average_loss": losses}
 
 
+DEMO_TAG = "easeml.demo"  # a user tag: the account was made by the demo
+
+
 def _token_for(store: Any, name: str) -> str:
     """A token of the demo's user ``name``: a new account, or on a data dir
-    of an earlier run, the account it made with a new token (its tasks go on
-    with new versions)."""
+    of an earlier run, the account it made, with a new token (its tasks go
+    on with new versions). An account of that name that the demo did not
+    make is someone's: AlreadyExistsError, and her token stays as it is."""
     from .errors import AlreadyExistsError
-    from .service.auth import create_user, revoke_token
+    from .service.auth import create_user, local_user, revoke_token
 
     try:
-        return create_user(store, name)[1]
+        user, token = create_user(store, name)
     except AlreadyExistsError:
+        if store.tags("user", local_user(store, name).id).get(DEMO_TAG) != "true":
+            raise AlreadyExistsError(f"user name {name!r}: an account of this data dir that the demo did not "
+                                     "make; run the demo on another --data-dir") from None
         token = revoke_token(store, name, replace=True)[1]
         assert token is not None
         return token
+    store.set_tag("user", user.id, DEMO_TAG, "true")
+    return token
 
 
 def run_demo(
@@ -174,7 +184,12 @@ def run_demo(
     users = QUICK_USERS if quick else DEMO_USERS
     epochs = torch_epochs or 3
     rng = np.random.default_rng(seed)
-    with tempfile.TemporaryDirectory(prefix="easeml-demo-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="easeml-demo-") as scratch, contextlib.ExitStack() as held:
+        if data_dir is not None:  # one service per data dir: the demo's too (DataDirInUse beside another)
+            from .service.embedded import DataDirLock
+            from .store import _ensure_private_dir
+
+            held.callback(DataDirLock(_ensure_private_dir(Path(data_dir).expanduser())).release)
         config = ServiceConfig(data_dir=Path(data_dir or scratch), executor="thread", workers=1, engine=engine,
                                max_running_per_user=2, tick_seconds=0.1, seed=seed, torch_epochs=epochs)
         thread = ServiceThread(config).start()

@@ -182,3 +182,35 @@ def test_models_task_without_a_token_names_the_option(monkeypatch):
     result = CliRunner().invoke(main, ["models", "--task", "x", "--url", "http://127.0.0.1:9"])
     _usage_error(result, "--token")
     assert "token=" not in result.output
+
+
+def test_the_demo_keeps_off_a_data_dir_in_use_and_off_accounts_it_did_not_make(tmp_path):
+    """On a data dir that a service holds, or whose account of a demo user's
+    name someone else made, the demo stops naming --data-dir, and that
+    account's token still works."""
+    from ease_jupyter.service.auth import user_for_token
+    from ease_jupyter.service.embedded import DataDirLock
+    from ease_jupyter.store import open_store
+
+    runner = CliRunner()
+    held = tmp_path / "held"
+    held.mkdir()
+    lock = DataDirLock(held)
+    try:
+        result = runner.invoke(main, ["demo", "--quick", "--data-dir", str(held), "--out", str(tmp_path / "r1")])
+        _usage_error(result, "--data-dir")
+        assert "already uses" in result.output
+    finally:
+        lock.release()
+    theirs = tmp_path / "theirs"
+    added = runner.invoke(main, ["users", "add", "alice", "--data-dir", str(theirs)])
+    assert added.exit_code == 0, added.output
+    token = added.output.strip().splitlines()[-1]
+    result = runner.invoke(main, ["demo", "--quick", "--data-dir", str(theirs), "--out", str(tmp_path / "r2")])
+    _usage_error(result, "--data-dir")
+    assert "did not make" in result.output
+    store = open_store(None, theirs)[0]
+    try:
+        assert user_for_token(store, token).name == "alice"
+    finally:
+        store.close()

@@ -45,6 +45,8 @@ def command(quick: bool, data_dir: Path | None, out: Path, seed: int, engine: st
     from ease_jupyter.execution.engine.clusters import check_engine_spec
 
     from ..demo import run_demo, write_report
+    from ..errors import AlreadyExistsError
+    from ..service.embedded import DataDirInUse
 
     try:
         check_engine_spec(engine)
@@ -60,6 +62,8 @@ def command(quick: bool, data_dir: Path | None, out: Path, seed: int, engine: st
         )
     except EngineError as error:  # the engine did not start: no gateway address, no scheduler there
         raise _bad_engine(error) from None
+    except (DataDirInUse, AlreadyExistsError) as error:  # a service on it, or accounts the demo did not make
+        raise click.BadParameter(str(error), param_hint="--data-dir") from None
     table = Table(title="Leaderboard (best model per user)")
     for column in ("user", "task", "kind", "best model", "validation", "held-back test", "data version", "jobs"):
         table.add_column(column)
