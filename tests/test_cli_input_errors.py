@@ -214,3 +214,23 @@ def test_the_demo_keeps_off_a_data_dir_in_use_and_off_accounts_it_did_not_make(t
         assert user_for_token(store, token).name == "alice"
     finally:
         store.close()
+
+
+def test_serve_is_refused_on_a_held_data_dir_before_it_opens_the_database(tmp_path, monkeypatch):
+    """The database of a data dir that a service holds is not opened (nor
+    migrated) by a second `easeml serve`: it stops at the lock's holder."""
+    from ease_jupyter.cli import serve as serve_cli
+    from ease_jupyter.service.embedded import DataDirLock
+
+    def opened(config):
+        raise AssertionError("the database was opened")
+
+    monkeypatch.setattr(serve_cli, "require_writable_store", opened)
+    lock = DataDirLock(tmp_path)
+    try:
+        lock.announce("http://127.0.0.1:1")
+        result = CliRunner().invoke(main, ["serve", "--data-dir", str(tmp_path), "--port", "0"])
+    finally:
+        lock.release()
+    _usage_error(result, "--data-dir")
+    assert "http://127.0.0.1:1" in result.output

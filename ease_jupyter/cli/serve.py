@@ -156,10 +156,16 @@ def command(db_url, data_dir, engine, precision, blob_url, policy, cross_user_pr
         raise click.BadParameter(str(error), param_hint="'--engine'") from None
     if blob_url is not None:
         _check_blob_url(blob_url)
+    from ease_jupyter.service.app import AddressInUse
+    from ease_jupyter.service.embedded import DataDirInUse, holder
+
+    # Before the store's check, which opens (and may migrate) the database of the service that holds it;
+    # serve() takes the lock itself, which settles a race between two that start at once.
+    other = holder(config.data_dir) if config.data_dir is not None else None
+    if other is not None:
+        raise click.BadParameter(str(DataDirInUse(Path(config.data_dir), other)), param_hint="'--data-dir'")
     require_writable_store(config)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    from ease_jupyter.service.app import AddressInUse
-    from ease_jupyter.service.embedded import DataDirInUse
 
     try:
         serve(config, announce=lambda line: click.echo(line))
