@@ -259,22 +259,45 @@ def _image_shape(program: str) -> tuple[int, ...]:
                     "(images need a task with input [H, W], [H, W, 1] or [H, W, 3])")
 
 
+# Pillow modes of one channel deeper than 8 bits (16-bit PNG and TIFF, 32-bit
+# integer and float TIFF: microscopes and telescopes write them) and the value
+# that is white in each; None: the image's own largest value (float images in
+# [0, 1] stay as they are).
+_DEEP_WHITE = {"I;16": 65535.0, "I;16L": 65535.0, "I;16B": 65535.0, "I;16N": 65535.0, "I": None, "F": None}
+
+
 def read_images(paths: Sequence[Path], shape: tuple[int, ...], field: str = "X") -> np.ndarray:
-    """Images loaded with Pillow, resized to ``shape`` (H, W[, C]), float32 in [0, 1]."""
-    from PIL import Image, UnidentifiedImageError
+    """Images loaded with Pillow, turned upright (EXIF orientation), resized to
+    ``shape`` (H, W[, C]), float32 in [0, 1]. An image of more than 8 bits a
+    channel keeps its depth: it is scaled by its format's white (or its own
+    largest value), never clipped at 255."""
+    from PIL import Image, ImageOps, UnidentifiedImageError
 
     height, width = shape[0], shape[1]
-    mode = "RGB" if len(shape) == 3 and shape[2] == 3 else "L"
+    channels = 3 if len(shape) == 3 and shape[2] == 3 else 1
     out = np.empty((len(paths), *shape), dtype=np.float32)
     for i, path in enumerate(paths):
         try:
             with Image.open(path) as image:
-                pixels = np.asarray(image.convert(mode).resize((width, height)), dtype=np.float32) / 255.0
+                pixels = _unit_pixels(ImageOps.exif_transpose(image), channels, (width, height))
         except (UnidentifiedImageError, OSError) as error:
             raise DataError(field, f"the file {str(path)!r}, which is not an image ({type(error).__name__})",
                             "image files only (PNG, JPEG, ...)") from None
         out[i] = pixels.reshape(shape)
     return out
+
+
+def _unit_pixels(image: Any, channels: int, size: tuple[int, int]) -> np.ndarray:
+    """One image's pixels at ``size`` (W, H) in [0, 1], with 1 or 3 channels."""
+    if image.mode not in _DEEP_WHITE:
+        return np.asarray(image.convert("RGB" if channels == 3 else "L").resize(size), dtype=np.float32) / 255.0
+    values = np.asarray(image.convert("F").resize(size), dtype=np.float32)
+    white = _DEEP_WHITE[image.mode]
+    if white is None:  # 32-bit integers, or floats: 16 bits of range when they fit, else their own largest
+        top = float(np.nanmax(values)) if values.size else 0.0
+        white = 1.0 if image.mode == "F" and top <= 1.0 else 65535.0 if 1.0 < top <= 65535.0 else max(top, 1.0)
+    gray = np.clip(np.nan_to_num(values / white), 0.0, 1.0)
+    return np.repeat(gray[..., None], 3, axis=2) if channels == 3 else gray
 
 
 def _files(folder: Path) -> list[Path]:

@@ -126,3 +126,28 @@ def test_the_pipeline_is_plain_scikit_learn_and_takes_the_original_columns():
     assert set(pipeline.predict(unseen)) <= {"Adelie", "Gentoo"}
     numeric = pipeline.named_steps["preprocess"].named_transformers_["numeric"].named_steps["impute"]
     np.testing.assert_allclose(numeric.statistics_[0], np.nanmean(data["mass"]))
+
+
+def test_deep_images_keep_their_depth_and_photos_come_upright(tmp_path):
+    """A 16-bit PNG and a float TIFF (as microscopes write them) are scaled,
+    not clipped at 255, and a photo's EXIF orientation is applied."""
+    from PIL import Image
+
+    from ease_jupyter.tabular import read_images
+
+    ramp = np.linspace(0.0, 1.0, 32 * 32).reshape(32, 32)
+    Image.fromarray((ramp * 65535).astype(np.uint16)).save(tmp_path / "deep.png")
+    Image.fromarray(ramp.astype(np.float32), mode="F").save(tmp_path / "float.tif")
+    images = read_images([tmp_path / "deep.png", tmp_path / "float.tif"], (32, 32, 1))
+    for image in images:
+        np.testing.assert_allclose(image[..., 0], ramp, atol=1e-4)
+    assert np.allclose(read_images([tmp_path / "deep.png"], (32, 32, 3))[0, ..., 2], ramp, atol=1e-4)
+    # a portrait photo stored sideways: 8 wide, 4 high, with "rotate 90" in its EXIF
+    sideways = np.zeros((4, 8), dtype=np.uint8)
+    sideways[:, :2] = 255  # its left edge white
+    photo = Image.fromarray(sideways)
+    exif = photo.getexif()
+    exif[0x0112] = 6  # Orientation: the viewer turns it 90 degrees clockwise
+    photo.save(tmp_path / "photo.jpg", exif=exif, quality=100)
+    upright = read_images([tmp_path / "photo.jpg"], (8, 4))[0]
+    assert upright[:2].mean() > 0.9 and upright[2:].mean() < 0.1  # the white edge on top once turned
