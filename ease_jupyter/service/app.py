@@ -25,6 +25,7 @@ from tornado.ioloop import IOLoop
 from .config import ServiceConfig
 from .core import Service
 from .embedded import DataDirLock
+from ..execution.mop.checkpoints import sweep_runs
 from .gc import collect_garbage, describe
 from .handlers import NotFoundHandler, handlers
 
@@ -34,6 +35,9 @@ log = logging.getLogger(__name__)
 # on 2 cores: a few feeds waiting their turn for the database's write lock
 # would hold all of them, and every read would queue behind those feeds.
 REQUEST_THREADS = 32
+# A run folder under --blob-url with nothing written for this long belongs to a
+# killed run: a live one writes a checkpoint after every unit.
+RUN_FOLDER_TTL_SECONDS = 24 * 3600.0
 NO_BODY_BYTES = 4 * 1024  # the body a route that takes none may bring (see _server)
 WEBSOCKET_MESSAGE_BYTES = 64 * 1024  # the largest message a client may send on the event stream
 
@@ -121,7 +125,9 @@ async def housekeeping(service: Service, stop: asyncio.Event) -> None:
     """Every ``housekeeping_seconds``: delete stale uploads, and set ``stop``
     once the service has been idle (no request, no WebSocket client, no
     running job) for ``idle_shutdown_seconds``. At the first run and then
-    every ``blob_gc_seconds``: collect blob garbage (``gc.py``). The sweeps
+    every ``blob_gc_seconds``: collect blob garbage (``gc.py``), and under
+    ``blob_url`` remove the run folders of runs killed before they removed
+    their own (``checkpoints.sweep_runs``). The sweeps
     run on the default executor, so the IOLoop keeps serving; the blob
     collection takes no lock of the control loop, and a stop ends it early."""
     config = service.config
@@ -150,6 +156,11 @@ async def housekeeping(service: Service, stop: asyncio.Event) -> None:
                 report = await loop.run_in_executor(
                     None, functools.partial(collect_garbage, service.store, service.blobs, should_stop=stop.is_set))
                 log.info("%s", describe(report))
+                if config.blob_url is not None:  # run folders left by killed runs (staged data, checkpoints)
+                    swept = await loop.run_in_executor(None, sweep_runs, config.blob_url, RUN_FOLDER_TTL_SECONDS)
+                    if swept:
+                        log.info("removed %d run folder(s) under --blob-url with nothing written for %.0f s",
+                                 len(swept), RUN_FOLDER_TTL_SECONDS)
             except Exception:  # noqa: BLE001 - housekeeping must not stop the service
                 log.exception("collecting blob garbage failed")
             next_gc = loop.time() + float(config.blob_gc_seconds or 0)

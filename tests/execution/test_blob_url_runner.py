@@ -166,3 +166,29 @@ def test_blob_url_arguments_name_the_field(digits, tmp_path):
             MOPRunner(e, procedure(), MODELS, X, y, blob_url=f"file://{tmp_path}", checkpoint_dir=str(tmp_path))
         with pytest.raises(EaseMLError, match="hop"):
             MOPRunner(e, procedure(), MODELS, X, y, blob_url=f"file://{tmp_path}", hop="bytes")
+
+
+def test_sweep_runs_removes_only_run_folders_idle_past_the_bound_on_an_object_store():
+    """On an object store (fsspec's memory one: its files carry a creation
+    time, not an mtime), run folders idle past the bound go, a busy one and
+    other folders stay."""
+    import datetime
+    import time
+
+    import fsspec
+
+    from ease_jupyter.execution.mop.checkpoints import RUN_PREFIX, sweep_runs
+
+    fs = fsspec.filesystem("memory")
+    for folder in (f"{RUN_PREFIX}idle", f"{RUN_PREFIX}busy", "theirs"):
+        fs.pipe(f"/sweep-bucket/{folder}/part-0.npz", b"rows")
+    later = time.time() + 7200
+    fs.pipe(f"/sweep-bucket/{RUN_PREFIX}busy/ckpt-9.pt", b"weights")
+    written = datetime.datetime.fromtimestamp(later, tz=datetime.timezone.utc)  # just now, as of `later`
+    fs.store[f"/sweep-bucket/{RUN_PREFIX}busy/ckpt-9.pt"].created = written
+    try:
+        assert sweep_runs("memory://sweep-bucket", 3600, now=later) == [f"memory:///sweep-bucket/{RUN_PREFIX}idle"]
+        assert sorted(p.rsplit("/", 1)[-1] for p in fs.ls("/sweep-bucket", detail=False)) == \
+            [f"{RUN_PREFIX}busy", "theirs"]
+    finally:
+        fs.rm("/sweep-bucket", recursive=True)

@@ -395,3 +395,29 @@ def test_blob_gc_seconds_must_not_be_negative():
     assert ServiceConfig(blob_gc_seconds=0).blob_gc_seconds == 0
     with pytest.raises(ValueError, match="blob_gc_seconds"):
         ServiceConfig(blob_gc_seconds=-1)
+
+
+def test_housekeeping_removes_run_folders_that_killed_runs_left_under_the_blob_url(tmp_path):
+    """A run removes its folder under --blob-url when it ends; one killed
+    before leaves its staged data and checkpoints there. Housekeeping removes
+    a run folder with nothing written for a day, and nothing else."""
+    import os
+    import time
+
+    from ease_jupyter.service.app import RUN_FOLDER_TTL_SECONDS
+
+    shared = tmp_path / "shared"
+    folders = {name: shared / name for name in ("easeml-run-killed", "easeml-run-live", "someone-elses")}
+    for folder in folders.values():
+        folder.mkdir(parents=True)
+        (folder / "part-0.npz").write_bytes(b"staged rows")
+    old = time.time() - RUN_FOLDER_TTL_SECONDS - 60
+    for name in ("easeml-run-killed", "someone-elses"):
+        os.utime(folders[name] / "part-0.npz", (old, old))
+    running = start(tmp_path / "data", housekeeping_seconds=0.1, blob_gc_seconds=3600, torch=False,
+                    blob_url=shared.as_uri())
+    try:
+        assert until(lambda: not folders["easeml-run-killed"].exists(), 30), "the killed run's folder stayed"
+        assert folders["easeml-run-live"].exists() and folders["someone-elses"].exists()
+    finally:
+        running.thread.stop()

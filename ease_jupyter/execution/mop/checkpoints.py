@@ -15,16 +15,21 @@ they share none; references into a URL are URLs themselves.
 
 from __future__ import annotations
 
+import datetime
 import os
 import shutil
 import tempfile
+import time
 import uuid
 
 from ease_jupyter.errors import EaseMLError, InvalidStateError, NotFoundError
 from ease_jupyter.execution.blob_io import is_url, read_bytes, remove, write_atomic
 from ease_jupyter.execution.units import HOP_MODES
 
-__all__ = ["Ref", "HopStore"]
+__all__ = ["Ref", "HopStore", "RUN_PREFIX", "sweep_runs"]
+
+#: The folder a run makes under its ``under`` URL: ``easeml-run-<uuid>``.
+RUN_PREFIX = "easeml-run-"
 
 #: A checkpoint reference: the bytes ("bytes" hop) or a file path or URL ("directory" hop).
 Ref = bytes | str
@@ -49,6 +54,53 @@ def remove_tree(location: str) -> None:
         fs.rm(path, recursive=True)
     except FileNotFoundError:
         pass
+
+
+def sweep_runs(under: str, older_than: float, *, now: float | None = None) -> list[str]:
+    """Remove the run folders under ``under`` (a path or fsspec URL) in which
+    nothing was written for ``older_than`` seconds; their URLs. A run removes
+    its own folder when it ends (:meth:`HopStore.close`); one whose process
+    was killed leaves it, with its staged copies of a user's data, behind.
+    A running workload writes a checkpoint after every unit, so its folder
+    stays while no unit takes ``older_than``."""
+    import fsspec
+
+    fs, base = fsspec.core.url_to_fs(under)
+    now = time.time() if now is None else now
+    try:
+        entries = fs.ls(base, detail=True)
+    except FileNotFoundError:
+        return []
+    removed = []
+    for entry in entries:
+        path = entry["name"].rstrip("/")
+        if entry.get("type") != "directory" or not path.rsplit("/", 1)[-1].startswith(RUN_PREFIX):
+            continue
+        written = [_written_at(info) for info in fs.find(path, detail=True).values()]
+        if max((t for t in written if t is not None), default=0.0) < now - older_than:
+            try:
+                fs.rm(path, recursive=True)
+            except FileNotFoundError:  # another service's sweep took it
+                continue
+            removed.append(fs.unstrip_protocol(path))
+    return removed
+
+
+def _written_at(info: dict) -> float | None:
+    """When an fsspec file entry was last written (epoch seconds): ``mtime``
+    on a file system, ``LastModified`` and the like on an object store."""
+    for key in ("mtime", "LastModified", "last_modified", "updated", "created"):
+        value = info.get(key)
+        if isinstance(value, datetime.datetime):
+            return value.timestamp()
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                continue
+    return None
 
 
 class HopStore:
@@ -85,7 +137,7 @@ class HopStore:
             elif self._under is None:
                 location, self._own = tempfile.mkdtemp(prefix="easeml-ckpt-"), True
             else:  # a URL's folders exist once an object is written in them
-                location, self._own = f"{self._under.rstrip('/')}/easeml-run-{uuid.uuid4().hex}", True
+                location, self._own = f"{self._under.rstrip('/')}/{RUN_PREFIX}{uuid.uuid4().hex}", True
             if not is_url(location):
                 os.makedirs(location, exist_ok=True)
             self._dir = location.rstrip("/")
