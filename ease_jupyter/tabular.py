@@ -169,9 +169,23 @@ def _unique_columns(frame: Any, field: str) -> Any:
     return frame
 
 
-def column_wire(series: Any, encode: Encode, field: str) -> dict[str, Any]:
-    """One column's wire form: name, type, values and (for strings) missing."""
+def column_wire(series: Any, encode: Encode, field: str, kind: ColumnKind | None = None) -> dict[str, Any]:
+    """One column's wire form: name, type, values and (for strings) missing.
+    ``kind``: the task's kind of the column, when it is declared. A column of
+    numbers declared categorical or text (zip codes, integer-coded classes)
+    goes as their text (8000, not 8000.0); one of text declared numeric
+    (numbers read as strings, ``Decimal``) goes as numbers where every value is one."""
     wire = _wire_type(series, field)
+    pd = _pandas()
+    if kind in (ColumnKind.CATEGORICAL, ColumnKind.TEXT) and wire in ("number", "bool"):
+        series = series.map(_category_text, na_action="ignore").astype(object)
+        wire = "string"
+    elif kind is ColumnKind.NUMERIC and wire == "string":
+        try:
+            series = pd.to_numeric(series, errors="raise")
+            wire = "number"
+        except (ValueError, TypeError):  # text that is not numbers: the service names the column and the value
+            pass
     missing = series.isna().to_numpy(dtype=bool)
     out: dict[str, Any] = {"name": str(series.name), "type": wire}
     if wire == "string":
@@ -185,10 +199,21 @@ def column_wire(series: Any, encode: Encode, field: str) -> dict[str, Any]:
     return out
 
 
-def table_wire(X: Any, encode: Encode, field: str = "X") -> dict[str, Any]:
-    """``{"table": [column, ...]}`` for a DataFrame, Series or CSV/Parquet path."""
+def _category_text(value: Any) -> str:
+    """A number's text as a category: ``8000`` for 8000.0, as it was written."""
+    if isinstance(value, (float, np.floating)) and float(value).is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def table_wire(X: Any, encode: Encode, field: str = "X", table: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``{"table": [column, ...]}`` for a DataFrame, Series or CSV/Parquet path;
+    ``table``: the task's schema (``TableSchema.to_dict``), whose kinds say
+    how a column goes where its values could go either way."""
     frame = _unique_columns(_frame(X, field), field)
-    return {"table": [column_wire(frame[c], encode, f"{field}[{str(c)!r}]") for c in frame.columns]}
+    kinds = {c["name"]: ColumnKind(c["kind"]) for c in (table or {}).get("columns", ())}
+    return {"table": [column_wire(frame[c], encode, f"{field}[{str(c)!r}]", kinds.get(str(c)))
+                      for c in frame.columns]}
 
 
 def split_target(X: Any, y: Any, target: str | None) -> tuple[Any, Any]:
@@ -334,7 +359,7 @@ def inputs_for(X: Any, info: Mapping[str, Any], encode: Encode, field: str = "X"
         frame = _frame(X, field)
         if table.get("target") in frame.columns:  # rows as fed, labels and all: the labels are not inputs
             frame = frame.drop(columns=[table["target"]])
-        return table_wire(frame, encode, field)
+        return table_wire(frame, encode, field, table)
     if _is_path(X):
         root = Path(X)
         if not root.exists():
@@ -351,7 +376,7 @@ def feed_parts(X: Any, y: Any, info: Mapping[str, Any], encode: Encode) -> tuple
     table = info.get("table")
     if table is not None:
         features, labels = split_target(X, y, table.get("target"))
-        return table_wire(features, encode), labels_wire(labels)
+        return table_wire(features, encode, table=table), labels_wire(labels)
     if _is_path(X):
         root = Path(X)
         if not root.exists():

@@ -224,3 +224,21 @@ def test_a_tables_examples_come_back_whole_across_pages(svc, monkeypatch):
     ids, X, y = task.data()
     assert list(ids) == list(whole_ids) == list(range(40)) and list(y) == list(whole_y)
     pd.testing.assert_frame_equal(X, whole)
+
+
+def test_columns_declared_another_kind_feed_as_declared(svc):
+    """Integer-coded categories declared categorical (zip codes, a class
+    number) and Decimal prices declared numeric feed from the very frame the
+    task was declared from, and read back as their kinds say."""
+    import decimal
+
+    frame = pd.DataFrame({"zip": [8000, 8001, None, 8000] * 5, "pclass": [1, 2, 3, 1] * 5,
+                          "price": [decimal.Decimal("1.5"), decimal.Decimal("2"), None, decimal.Decimal("7.25")] * 5,
+                          "survived": ["yes", "no", "no", "yes"] * 5})
+    task = svc.client("alice").task("titanic", like=frame, target="survived",
+                                     kinds={"zip": "categorical", "pclass": "categorical", "price": "numeric"})
+    assert task.feed(frame)["n_examples"] == 20
+    _, X, _ = task.data()
+    assert list(X["zip"][:2]) == ["8000", "8001"] and pd.isna(X["zip"][2]) and X["zip"][3] == "8000"
+    assert list(X["pclass"][:3]) == ["1", "2", "3"]
+    np.testing.assert_allclose(X["price"][:4].astype(float), [1.5, 2.0, np.nan, 7.25])
