@@ -18,6 +18,7 @@ service of the data dir. Service errors come back as the exceptions of
 from __future__ import annotations
 
 import base64
+import dataclasses
 import http.client
 import io
 import ipaddress
@@ -30,7 +31,6 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import weakref
-import dataclasses
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
