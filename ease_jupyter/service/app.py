@@ -269,6 +269,15 @@ def serve(config: ServiceConfig, *, admin_token: str | None = None, announce=pri
 
 async def _serve(config: ServiceConfig, sockets: list[socket.socket], lock: DataDirLock | None,
                  admin_token: str | None, announce: Any) -> None:
+    # First: the lock names this process from the start, so `easeml stop` may send SIGTERM while it still
+    # starts; with the handlers in place that is a clean stop as soon as it has started, not a kill.
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):
+            pass
     port = sockets[0].getsockname()[1]
     url = f"http://{config.host}:{port}"
     if lock is not None:
@@ -291,13 +300,6 @@ async def _serve(config: ServiceConfig, sockets: list[socket.socket], lock: Data
         write_service_file(service.data_dir, url, admin_token)
     announce(f"easeml service listening on {url}{config.base_url}api/v1 (data dir {service.data_dir})"
              + (" as a JupyterHub service" if config.jupyterhub else ""))
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            loop.add_signal_handler(sig, stop.set)
-        except (NotImplementedError, RuntimeError):
-            pass
     chores = asyncio.ensure_future(housekeeping(service, stop))
     await stop.wait()
     await chores

@@ -78,3 +78,23 @@ def test_easeml_stop_stops_a_served_service(tmp_path):
         assert server.proc.wait(30) == 0
     finally:
         server.stop()
+
+
+def test_easeml_stop_while_a_served_service_still_starts_stops_it_cleanly(tmp_path):
+    """`easeml stop` finds a starting `easeml serve` in the lock (its URL is
+    there before its store and workers are up) and sends SIGTERM then: the
+    service finishes starting and stops cleanly, never killed midway."""
+    proc = subprocess.Popen([sys.executable, "-m", "ease_jupyter", "serve", "--data-dir", str(tmp_path), "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while (embedded.holder(tmp_path) or {}).get("url") is None:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.poll() else ""
+            time.sleep(0.01)
+        result = CliRunner().invoke(main, ["stop", "--data-dir", str(tmp_path)])
+        assert result.exit_code == 0 and f"pid {proc.pid}" in result.output, result.output
+        assert proc.wait(60) == 0, proc.stdout.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
