@@ -528,6 +528,10 @@ class Client:
         return EventStream(self, timeout, passive=passive)
 
 
+class _OpenTimedOut(Exception):
+    """An event stream's connection timed out before it opened (tornado's timer)."""
+
+
 class EventStream:
     """Events from ``GET /api/v1/events``, read on a background thread (so it
     works inside a running notebook event loop too).
@@ -560,9 +564,14 @@ class EventStream:
         self._thread.start()
         if not self._ready.wait(self._timeout):
             self._closed.set()  # its thread ends on its own once the connection answers or fails
-            raise TimeoutError(f"the event stream of {client.url} did not open within {self._timeout:g} s")
+            raise self._timed_out(client.url)
+        if isinstance(self._error, _OpenTimedOut):  # the connection's own timer, at the same moment as ours
+            raise self._timed_out(client.url)
         if self._error is not None:
             raise self._error
+
+    def _timed_out(self, url: str) -> TimeoutError:
+        return TimeoutError(f"the event stream of {url} did not open within {self._timeout:g} s")
 
     def _main(self) -> None:
         import asyncio
@@ -586,7 +595,11 @@ class EventStream:
             # Pings notice a service that vanished without closing the connection.
             ws = await tornado.websocket.websocket_connect(request, ping_interval=10)
         except tornado.httpclient.HTTPClientError as error:
-            self._error = AuthError(str(error)) if error.code == 401 else ServiceError(error.code, "http_error", str(error))
+            if error.code == 599 and "Timeout" in str(error):  # tornado's own timers, set to ours
+                self._error = _OpenTimedOut()
+            else:
+                self._error = AuthError(str(error)) if error.code == 401 else ServiceError(error.code, "http_error",
+                                                                                           str(error))
             return
         except OSError as error:
             self._error = error

@@ -224,3 +224,19 @@ def wait_for(predicate, seconds: float = 5.0) -> bool:
             return False
         time.sleep(0.05)
     return True
+
+
+def test_an_event_stream_whose_connection_times_out_first_is_the_same_timeout(monkeypatch):
+    """The connection's own timer is set to the stream's timeout: when it
+    fires first, the caller gets the same TimeoutError, not an HTTP 599."""
+    import tornado.httpclient
+    import tornado.websocket
+
+    from ease_jupyter import Client
+
+    async def times_out(request, **kwargs):
+        raise tornado.httpclient.HTTPClientError(599, "Timeout during request")
+
+    monkeypatch.setattr(tornado.websocket, "websocket_connect", times_out)
+    with pytest.raises(TimeoutError, match="did not open within 1 s"):
+        Client("http://127.0.0.1:9", "t").events(timeout=1)
