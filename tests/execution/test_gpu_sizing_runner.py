@@ -217,7 +217,8 @@ def test_a_trial_keeps_off_the_gpus_it_does_not_fit_on(digits):
     with e:
         result = runner.run()
     assert trained_on["t0"] == {"local-1"}  # train and validation units alike
-    assert trained_on["t1"] == {"local-0", "local-1"}
+    # t1 may train on both (which it does on each depends on timing: one worker may take all its units)
+    assert trained_on["t1"] and set(runner.gpu_plans["t1"].workers) == {"local-0", "local-1"}
     assert runner.planned_batch_sizes == {} and runner.gpu_plans["t0"].workers == ("local-1",)
     assert any("GPU sizing of trial 't0'" in f and "keep off ['local-0']" in f for f in result.faults)
     assert len(result.history) == 4
