@@ -187,9 +187,7 @@ def run_demo(
     with tempfile.TemporaryDirectory(prefix="easeml-demo-") as scratch, contextlib.ExitStack() as held:
         if data_dir is not None:  # one service per data dir: the demo's too (DataDirInUse beside another)
             from .service.embedded import DataDirLock
-            from .store import _ensure_private_dir
-
-            held.callback(DataDirLock(_ensure_private_dir(Path(data_dir).expanduser())).release)
+            held.callback(DataDirLock(data_dir).release)
         config = ServiceConfig(data_dir=Path(data_dir or scratch), executor="thread", workers=1, engine=engine,
                                max_running_per_user=2, tick_seconds=0.1, seed=seed, torch_epochs=epochs)
         thread = ServiceThread(config).start()

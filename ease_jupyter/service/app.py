@@ -252,9 +252,7 @@ def serve(config: ServiceConfig, *, admin_token: str | None = None, announce=pri
     ``AddressInUse`` where ``config.port`` is taken, both before the service starts."""
     lock = None
     if config.data_dir is not None:  # (None: a temporary directory of its own)
-        from ..store import _ensure_private_dir
-
-        lock = DataDirLock(_ensure_private_dir(Path(config.data_dir).expanduser()))
+        lock = DataDirLock(config.data_dir)
     try:
         sockets = _bind(config)
         try:

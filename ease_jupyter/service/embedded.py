@@ -140,7 +140,9 @@ class DataDirLock:
     second service (``DataDirInUse``)."""
 
     def __init__(self, data_dir: str | os.PathLike[str]):
-        self.directory = Path(data_dir)
+        from ..store import _ensure_private_dir
+
+        self.directory = _ensure_private_dir(Path(data_dir).expanduser())  # made (mode 0700) if need be
         fd = os.open(self.directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
