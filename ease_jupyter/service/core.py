@@ -31,6 +31,7 @@ from . import arrays, deletion, task_schema
 from .auth import TokenCache, check_name, create_user, revoke_token
 from .config import ServiceConfig, engine_form
 from .events import EventBus
+from .export_processes import ExportProcesses
 from .feed_processes import FeedProcesses
 from .feeding import Fed, Feeder, json_object
 from .notebooks import NotebookRegistry
@@ -146,6 +147,8 @@ class Service:
         # Feeds in processes of their own (feed_processes.py); they open the store by its URL.
         self.feed_processes = (FeedProcesses(config.feed_processes, config.db_url, data_dir, config.quota_bytes)
                                if config.feed_processes and own_store else None)
+        # Zoo scikit-learn exports in processes of their own, started at the first export (export_processes.py).
+        self.export_processes = ExportProcesses()
         self.last_request = time.monotonic()  # for the idle shutdown (see app.housekeeping)
         self.events = EventBus()
         self.streams: Counter[int] = Counter()  # open event streams per user id (websocket.py; the IOLoop's)
@@ -277,6 +280,7 @@ class Service:
         self.loop.stop()
         if self.feed_processes is not None:
             self.feed_processes.close()
+        self.export_processes.close()
         if self._cluster is not None:
             self._cluster.close()
         self.store.close()
@@ -505,10 +509,10 @@ class Service:
     def export_model(self, caller: User, name: str, fmt: str | None) -> tuple[bytes, str, str]:
         """(zip bytes, media type, file name): the best model in ``fmt`` with
         its model card (``export.py``); a torch model is converted where the
-        torch jobs run."""
+        torch jobs run, a zoo scikit-learn model in the export processes."""
         file_name, data = model_export.export_best(self.store, self.blobs, self._task(caller, name), fmt,
                                                    self.loop.executors.get(Engine.TORCH), MODEL_CALL_SECONDS,
-                                                   self.loop.executors.get(Engine.SKLEARN))
+                                                   self.loop.executors.get(Engine.SKLEARN), self.export_processes)
         return data, model_export.MEDIA_TYPE, file_name + ".zip"
 
     def best(self, caller: User, name: str) -> dict[str, Any]:

@@ -20,6 +20,10 @@ needs the net, and building and tracing it is seconds of CPU that the
 service process, which answers every user, should not spend. A user's own
 net is built, traced and saved in a child killed at her model's time limit
 (``own_model_calls.own_net_artifact_of``), as her estimator is converted.
+A zoo scikit-learn model is unpickled and converted in the service's export
+processes (``export_processes.py``, given the model's bytes): skl2onnx takes
+seconds and many times the model's size in memory for a large forest, and
+the training workers would make an export wait for a job to end.
 
 Our one-thread wrappers (``zoo/_sk_wrappers.py``) only pin BLAS/OpenMP to
 one thread around their parents' methods; ``plain_sklearn`` swaps each for
@@ -44,12 +48,14 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DataError, UserModelCallTimeout
+from ..errors import DataError, UserModelCallError, UserModelCallTimeout
 from ..zoo import Engine
 from .export_bundle import MEDIA_TYPE, pack
+from .export_processes import ExportProcessDied, ExportProcessTimeout
 
 __all__ = ["ALL_FORMATS", "FORMATS", "MEDIA_TYPE", "Artifact", "SklearnInputs", "check_format", "export_best",
-           "plain_pickle", "plain_sklearn", "sklearn_artifact", "torch_artifact", "torch_artifact_of"]
+           "plain_pickle", "plain_sklearn", "sklearn_artifact", "sklearn_artifact_from", "torch_artifact",
+           "torch_artifact_of"]
 
 FORMATS: dict[Engine, tuple[str, ...]] = {
     Engine.SKLEARN: ("joblib", "onnx"),
@@ -614,16 +620,41 @@ def sklearn_inputs(store: Any, task: Any) -> SklearnInputs:
     return SklearnInputs(n_features=int(np.prod(program_of(task).input.tensors[0].shape)))
 
 
-def sklearn_artifact_of(store: Any, blobs: Any, task_id: int, job_id: int, fmt: str) -> Artifact:
-    """``sklearn_artifact`` of a scikit-learn job's fitted model, by ids: what
-    an executor's ``call`` runs where the jobs run."""
+def sklearn_artifact_from(data: bytes, fmt: str, inputs: SklearnInputs, classification: bool) -> Artifact:
+    """``sklearn_artifact`` of a zoo job's stored model (``data``, its pickle):
+    what an export process runs (``export_processes.py``), given the bytes,
+    so that it opens no store."""
+    return with_onnx_outputs(sklearn_artifact(pickle.loads(data), fmt, inputs, classification))
+
+
+def sklearn_artifact_of(store: Any, blobs: Any, task_id: int, job_id: int, fmt: str,
+                        processes: Any = None, wait: float | None = None) -> Artifact:
+    """``sklearn_artifact`` of a zoo scikit-learn job's fitted model, by ids,
+    unpickled and converted in one of ``processes``
+    (``export_processes.ExportProcesses``) within ``wait`` seconds, or here
+    where there are none. Her own models go to ``own_model_calls.own_artifact_of``."""
     from ..datasets import program_of
     from . import models
 
     task, job = store.get_task(task_id), store.get_job(job_id)
-    estimator = models.load_estimator(blobs, task, job)
-    classification = program_of(task).num_classes is not None
-    return with_onnx_outputs(sklearn_artifact(estimator, fmt, sklearn_inputs(store, task), classification))
+    args = (models.read_model(blobs, task, job), fmt, sklearn_inputs(store, task),
+            program_of(task).num_classes is not None)
+    if processes is None:
+        return sklearn_artifact_from(*args)
+    try:
+        return processes.run(sklearn_artifact_from, *args, wait=wait)
+    except ExportProcessTimeout as error:
+        what = (f"was still converting after the {wait:g} s the service waits; the conversion was stopped and "
+                "its process ended" if error.started else f"found no free export process within the {wait:g} s "
+                "the service waits (other exports were converting); it did not start")
+        raise UserModelCallTimeout(f"{job.model}.export", (
+            f"task {task.name!r}: exporting as {fmt} its best model (job {job.id}, {job.model}) {what}; try "
+            "again")) from None
+    except ExportProcessDied as error:
+        raise UserModelCallError(f"{job.model}.export", (
+            f"task {task.name!r}: exporting as {fmt} its best model (job {job.id}, {job.model}): the process "
+            f"converting it ended before it answered ({error.how}; out of memory, say); a fresh process takes "
+            "the next export; try again")) from None
 
 
 def waited_where_jobs_run(future: Any, task: Any, job: Any, doing: str, wait_seconds: float | None) -> Any:
@@ -643,15 +674,21 @@ def waited_where_jobs_run(future: Any, task: Any, job: Any, doing: str, wait_sec
 
 
 def export_best(store: Any, blobs: Any, task: Any, fmt: str | None, torch_executor: Any = None,
-                timeout: float | None = None, sklearn_executor: Any = None) -> tuple[str, bytes]:
+                timeout: float | None = None, sklearn_executor: Any = None,
+                export_processes: Any = None) -> tuple[str, bytes]:
     """(file name, zip bundle) of the task's best model in ``fmt`` (default:
     its engine's first format), with its model card. A torch model is
     converted on ``torch_executor`` (its ``call``) when there is one, and a
     user's own scikit-learn model on ``sklearn_executor``: her code is
-    unpickled where the jobs run, not here.
+    unpickled where the jobs run, not here. A zoo scikit-learn model is
+    converted in ``export_processes`` (``export_processes.ExportProcesses``)
+    when there are some, not on the training workers, where it would wait
+    for a job to end.
 
     Raises DataError (``format``), NoModelError (no finished model),
-    UserModelCallTimeout (no artifact from where the jobs run within ``timeout``)."""
+    UserModelCallTimeout (no artifact from where the jobs run, or from the
+    export processes, within ``timeout``), UserModelCallError (the export
+    process converting it died)."""
     from ..jobspec import parse_job
     from . import models
     from .model_card import model_card
@@ -683,8 +720,8 @@ def export_best(store: Any, blobs: Any, task: Any, fmt: str | None, torch_execut
             artifact = own_artifact_of(store, blobs, task.id, job.id, fmt, deadline)
         else:
             artifact = waited(sklearn_executor.call(own_artifact_of, task.id, job.id, fmt, deadline), job, timeout)
-    else:
-        artifact = sklearn_artifact_of(store, blobs, task.id, job.id, fmt)
+    else:  # a zoo model: unpickled and converted in an export process, when the service has them
+        artifact = sklearn_artifact_of(store, blobs, task.id, job.id, fmt, export_processes, timeout)
     card = model_card(store, blobs, task, job, artifact)
     name = f"{task.name}-job{job.id}{SUFFIXES[fmt]}"
     return name, pack(artifact.file_name, artifact.data, card)
