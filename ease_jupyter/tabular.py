@@ -14,11 +14,21 @@ folders, turned into what goes over the wire (the notebook side of
   in [0, 1]; the subfolders' names are the labels.
 * Labels that are not numbers (strings, categories, other objects) go as
   class names; the service maps them to class indices.
+* A pandas Series as X is one row or one column of a table: a table task
+  takes it as the column it is named after, a tensor task whose examples
+  are one number as one value per example; anything else is a DataError
+  saying so and what to pass (``df.iloc[[i]]``: a row that stays a table).
+* A categorical column whose values are nearly all distinct (sample ids,
+  file names: ``zoo.preprocess.identifier_columns``) is one the models
+  leave out of their features; declaring or feeding such a table warns
+  (``IdentifierColumnWarning``), naming the column and why.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -28,10 +38,11 @@ from .errors import DataError
 from .schema import parse
 from .schema._arrays import native
 from .schema.table import Column, ColumnKind, TableSchema, class_name, sorted_names
+from .zoo.preprocess import IDENTIFIER_MIN_DISTINCT, IDENTIFIER_SHARE, identifiers_left_out
 
-__all__ = ["TEXT_MIN_WORDS", "IMAGE_SUFFIXES", "is_table", "read_table", "infer_schema", "column_wire",
-           "table_wire", "split_target", "labels_wire", "read_image_folder", "read_images", "inputs_for",
-           "feed_parts", "named"]
+__all__ = ["TEXT_MIN_WORDS", "IMAGE_SUFFIXES", "IdentifierColumnWarning", "is_table", "read_table",
+           "infer_schema", "column_wire", "table_wire", "split_target", "labels_wire", "read_image_folder",
+           "read_images", "inputs_for", "feed_parts", "named"]
 
 #: A string column is free text (a TF-IDF vector) when its values have at
 #: least this many words on average; fewer: categorical (one-hot).
@@ -39,6 +50,11 @@ TEXT_MIN_WORDS = 3
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".bmp", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
 
 Encode = Callable[[np.ndarray], Any]  # an array -> its wire form (Client._array)
+
+
+class IdentifierColumnWarning(UserWarning):
+    """A table's column that looks like an identifier, which the task's
+    models leave out of their features (``zoo.preprocess``)."""
 
 
 def _pandas() -> Any:
@@ -120,7 +136,7 @@ def infer_schema(like: Any, target: str, kinds: Mapping[str, str] | None = None)
     "text"); the target's distinct values are the class names, except for a
     float target: regression (an integer target with missing values reads
     as float in pandas: fill or cast it to classify)."""
-    frame = _unique_columns(_frame(like, "like"), "like")
+    frame = _unique_columns(_frame(like, "like", columns=()), "like")
     if not isinstance(target, str) or target not in frame.columns:
         raise DataError("target", repr(target)[:80], f"one of the columns {[str(c) for c in frame.columns]!r}")
     kinds = dict(kinds or {})
@@ -141,23 +157,68 @@ def infer_schema(like: Any, target: str, kinds: Mapping[str, str] | None = None)
     y = frame[target]
     pd = _pandas()
     if pd.api.types.is_float_dtype(y.dtype):
-        return TableSchema(tuple(columns), target, None)
-    values = [class_name(v, f"like[{target!r}][{i}]") for i, v in enumerate(_label_values(y))]
-    return TableSchema(tuple(columns), target, sorted_names(values))
+        schema = TableSchema(tuple(columns), target, None)
+    else:
+        values = [class_name(v, f"like[{target!r}][{i}]") for i, v in enumerate(_label_values(y))]
+        schema = TableSchema(tuple(columns), target, sorted_names(values))
+    _warn_identifiers(frame, schema.kinds(), "like")
+    return schema
+
+
+def _warn_identifiers(frame: Any, kinds: Mapping[str, ColumnKind], field: str) -> list[str]:
+    """Warn (``IdentifierColumnWarning``) of each categorical column of
+    ``frame`` that the task's models leave out of their features as an
+    identifier, as they decide it on the rows they fit on; its names."""
+    categorical = [n for n, k in kinds.items() if k is ColumnKind.CATEGORICAL and n in frame.columns]
+    left_out = identifiers_left_out(frame, categorical, len(kinds))
+    for name in left_out:
+        # One sentence per column, the same for every feed: Python shows it once per session.
+        warnings.warn(
+            f"{field}[{name!r}] looks like an identifier (at least {IDENTIFIER_SHARE:.0%} of its values, and "
+            f"{IDENTIFIER_MIN_DISTINCT} or more, are distinct): the task's models leave it out of their features, "
+            "as a value seen in one training row says nothing about other rows. Feed and infer still take the "
+            "column, and an exported model has it as an input it does not read. To learn from the words in it "
+            f"(the parts of a file name, say), declare it as text: kinds={{{name!r}: 'text'}}.",
+            IdentifierColumnWarning, stacklevel=2)
+    return left_out
 
 
 # ---------------------------------------------------------------- the wire
 
 
-def _frame(X: Any, field: str) -> Any:
+def _frame(X: Any, field: str, columns: Sequence[str] | None = None) -> Any:
+    """``X`` as a DataFrame. ``columns``: the task's feature columns, where
+    known; a Series is then the column of that name, or a DataError (a row,
+    say: ``df.iloc[0]`` is a Series whose index holds the columns)."""
     pd = _pandas()
     if _is_path(X):
         return read_table(X, field)
     if isinstance(X, pd.Series):
-        return X.to_frame()
+        if columns is None or str(X.name) in columns:
+            return X.to_frame()
+        raise _series_error(X, field, columns)
     if isinstance(X, pd.DataFrame):
         return X
     raise DataError(field, type(X).__name__, "a pandas DataFrame or Series, or a CSV or Parquet path")
+
+
+def _series_error(series: Any, field: str, columns: Sequence[str]) -> DataError:
+    """What a Series is where a table was expected, and what to pass instead."""
+    index = [str(i) for i in series.index]
+    if columns and set(index) & set(columns):
+        found = f"a pandas Series: one row of a table (its index holds the columns {_some(index)})"
+    else:
+        named = "" if series.name is None else f" named {series.name!r}"
+        found = (f"a pandas Series{named}: one row or one column of a table"
+                 + (f", and no column of the task ({_some(columns)})" if columns else ""))
+    with_target = "" if columns else " and the target column"
+    return DataError(field, found, f"a DataFrame with the feature columns{with_target}: df.iloc[[i]] for row i "
+                                   "(a list of rows stays a table), df[[...]] for columns, or df itself")
+
+
+def _some(names: Sequence[str], most: int = 5) -> str:
+    shown = ", ".join(repr(n) for n in list(names)[:most])
+    return shown + (f", ... ({len(names)} in all)" if len(names) > most else "")
 
 
 def _unique_columns(frame: Any, field: str) -> Any:
@@ -210,15 +271,16 @@ def table_wire(X: Any, encode: Encode, field: str = "X", table: Mapping[str, Any
     """``{"table": [column, ...]}`` for a DataFrame, Series or CSV/Parquet path;
     ``table``: the task's schema (``TableSchema.to_dict``), whose kinds say
     how a column goes where its values could go either way."""
-    frame = _unique_columns(_frame(X, field), field)
     kinds = {c["name"]: ColumnKind(c["kind"]) for c in (table or {}).get("columns", ())}
+    frame = _unique_columns(_frame(X, field, list(kinds) if table is not None else None), field)
     return {"table": [column_wire(frame[c], encode, f"{field}[{str(c)!r}]", kinds.get(str(c)))
                       for c in frame.columns]}
 
 
-def split_target(X: Any, y: Any, target: str | None) -> tuple[Any, Any]:
-    """(features, labels) of a table fed with its target column in it."""
-    frame = _frame(X, "X")
+def split_target(X: Any, y: Any, target: str | None, columns: Sequence[str] | None = None) -> tuple[Any, Any]:
+    """(features, labels) of a table fed with its target column in it;
+    ``columns``: the task's feature columns (a Series X must be one)."""
+    frame = _frame(X, "X", columns)
     if y is None:
         if target is None or target not in frame.columns:
             raise DataError("y", "nothing", f"labels, or a {target!r} column in X" if target else "labels")
@@ -356,7 +418,7 @@ def inputs_for(X: Any, info: Mapping[str, Any], encode: Encode, field: str = "X"
     folder (all files, sorted) for an image task, else as given."""
     table = info.get("table")
     if table is not None:
-        frame = _frame(X, field)
+        frame = _frame(X, field, _feature_names(table))
         if table.get("target") in frame.columns:  # rows as fed, labels and all: the labels are not inputs
             frame = frame.drop(columns=[table["target"]])
         return table_wire(frame, encode, field, table)
@@ -367,6 +429,7 @@ def inputs_for(X: Any, info: Mapping[str, Any], encode: Encode, field: str = "X"
         paths = _files(root) if root.is_dir() else [root]
         return read_images(paths, _image_shape(info["program"]), field)
     if is_table(X):
+        _check_series(X, info, field)
         return native(X)  # numbers and booleans (nullable, pyarrow too) as float64 with NaN
     return X
 
@@ -375,7 +438,8 @@ def feed_parts(X: Any, y: Any, info: Mapping[str, Any], encode: Encode) -> tuple
     """(X, y) of a feed in their wire forms."""
     table = info.get("table")
     if table is not None:
-        features, labels = split_target(X, y, table.get("target"))
+        features, labels = split_target(X, y, table.get("target"), _feature_names(table))
+        _warn_identifiers(features, {c["name"]: ColumnKind(c["kind"]) for c in table["columns"]}, "X")
         return table_wire(features, encode, table=table), labels_wire(labels)
     if _is_path(X):
         root = Path(X)
@@ -390,8 +454,28 @@ def feed_parts(X: Any, y: Any, info: Mapping[str, Any], encode: Encode) -> tuple
         images, labels = read_image_folder(root, info["program"])
         return images, labels
     if is_table(X):
+        _check_series(X, info, "X")
         X = native(X)  # numbers and booleans (nullable, pyarrow too) as float64 with NaN
     return X, labels_wire(y) if y is not None else None
+
+
+def _feature_names(table: Mapping[str, Any]) -> list[str]:
+    return [c["name"] for c in table.get("columns", ())]
+
+
+def _check_series(X: Any, info: Mapping[str, Any], field: str) -> None:
+    """A Series for a tensor task is one row or one column of a table: one
+    value per example, which only a task whose examples are one number takes;
+    else a DataError saying so (numpy's ``X[None]`` advice fits no Series)."""
+    if hasattr(X, "columns"):
+        return
+    tensors = parse(info["program"]).input.tensors
+    if len(tensors) != 1 or math.prod(tensors[0].shape) == 1:
+        return  # one number per example: a column of them; or inputs the service's check explains
+    shape = tuple(tensors[0].shape)
+    raise DataError(field, f"a pandas Series of {len(X)} values: one row or one column of a table",
+                    f"examples of shape {shape}: a DataFrame (df.iloc[[i]] for row i: a list of rows stays "
+                    f"a table) or an array of shape (n, {', '.join(str(d) for d in shape)})")
 
 
 def named(predictions: np.ndarray, names: Sequence[Any] | None) -> np.ndarray:

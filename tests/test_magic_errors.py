@@ -154,3 +154,25 @@ def test_status_says_when_its_timeout_passed_and_shows_other_errors_than_no_mode
 
 def test_one_line_without_a_known_hint():
     assert one_line(DataError("y", "3 labels", "one per example")) == "DataError: y: found 3 labels, expected one per example"
+
+
+def test_from_takes_an_unquoted_path_and_names_one_that_is_neither_a_variable_nor_a_file(
+        shell, service, capsys, tmp_path, monkeypatch):
+    import pandas as pd
+
+    pd.DataFrame({"mass": [3.0, 4.0, 5.0, 6.0], "species": ["a", "b", "a", "b"]}).to_csv(
+        tmp_path / "penguins.csv", index=False)
+    monkeypatch.chdir(tmp_path)
+    made = shell.run_line_magic("easeml", "task from_path --from penguins.csv --target species")  # no quotes needed
+    assert made.data["table"]["target"] == "species" and made.data["class_names"] == ["a", "b"]
+    error, shown = run(shell, capsys, "%easeml task no_path --from data/penguins.csv --target species")
+    assert isinstance(error, DataError) and error.field == "--from"
+    assert shown.strip().splitlines() == [
+        "DataError: --from: found 'data/penguins.csv', which is neither a variable of the notebook (NameError: name "
+        f"'data' is not defined) nor an existing file (relative paths start at {str(tmp_path)!r}), expected a "
+        "DataFrame variable (--from df), or the path of a CSV or Parquet file (--from data/penguins.csv; in quotes "
+        'where it has spaces: --from "my data.csv")']
+    error, shown = run(shell, capsys, '%easeml task no_path --from "data/penguins.csv" --target species')
+    assert isinstance(error, DataError) and error.field == "--from"
+    assert error.found.startswith("the path 'data/penguins.csv', which does not exist") and "Traceback" not in shown
+    assert "no_path" not in [t.name for t in service.client("alice").tasks()]

@@ -151,3 +151,62 @@ def test_deep_images_keep_their_depth_and_photos_come_upright(tmp_path):
     photo.save(tmp_path / "photo.jpg", exif=exif, quality=100)
     upright = read_images([tmp_path / "photo.jpg"], (8, 4))[0]
     assert upright[:2].mean() > 0.9 and upright[2:].mean() < 0.1  # the white edge on top once turned
+
+
+def _table_info(data: pd.DataFrame, target: str) -> dict:
+    schema = tabular.infer_schema(data, target)
+    return {"table": schema.to_dict(), "program": str(schema.program())}
+
+
+def test_a_row_given_as_a_series_says_what_it_is_and_what_to_pass():
+    data = frame()
+    info = _table_info(data, "species")
+    for call in (lambda X: tabular.feed_parts(X, None, info, identity),
+                 lambda X: tabular.inputs_for(X, info, identity)):
+        with pytest.raises(DataError) as caught:
+            call(data.iloc[0])
+        assert caught.value.field == "X"
+        assert caught.value.found.startswith("a pandas Series: one row of a table (its index holds the columns 'mass'")
+        assert "df.iloc[[i]]" in caught.value.expected and "DataFrame" in caught.value.expected
+    with pytest.raises(DataError) as caught:
+        tabular.infer_schema(data.iloc[0], "species")
+    assert caught.value.field == "like" and "one row or one column" in caught.value.found
+    assert "the target column" in caught.value.expected
+    # a Series named after the task's column is that column; a list of rows stays a table
+    one = _table_info(data[["mass", "species"]], "species")
+    assert [c["name"] for c in tabular.feed_parts(data["mass"], data["species"], one, identity)[0]["table"]] == ["mass"]
+    X, y = tabular.feed_parts(data.iloc[[0]], None, info, identity)
+    assert len(X["table"]) == 5 and list(y) == ["Adelie"]
+
+
+def test_a_series_for_a_tensor_task_of_several_numbers_is_refused():
+    three = {"program": "{input: {[Tensor[3]], []}, output: {[Tensor[2]], []}}", "table": None}
+    row = pd.DataFrame([[1.0, 2.0, 3.0]], columns=["a", "b", "c"]).iloc[0]
+    with pytest.raises(DataError) as caught:
+        tabular.feed_parts(row, [0], three, identity)
+    assert caught.value.field == "X"
+    assert caught.value.found == "a pandas Series of 3 values: one row or one column of a table"
+    assert "df.iloc[[i]]" in caught.value.expected and "(n, 3)" in caught.value.expected
+    with pytest.raises(DataError):
+        tabular.inputs_for(row, three, identity)
+    one = {"program": "{input: {[Tensor[1]], []}, output: {[Tensor[2]], []}}", "table": None}
+    X, _ = tabular.feed_parts(pd.Series([1.0, 2.0]), [0, 1], one, identity)  # one number per example: a column
+    assert X.tolist() == [1.0, 2.0]
+
+
+def test_an_identifier_column_warns_when_declared_and_fed_unless_it_is_text():
+    import warnings
+
+    n = 120
+    data = pd.DataFrame({"mass": np.linspace(3000, 5000, n), "file": [f"img_{i:04d}.png" for i in range(n)],
+                         "species": ["Adelie", "Gentoo"] * (n // 2)})
+    with pytest.warns(tabular.IdentifierColumnWarning, match=r"like\['file'\] looks like an identifier"):
+        schema = tabular.infer_schema(data, "species")
+    assert schema.kinds()["file"] is ColumnKind.CATEGORICAL  # still a column of the task
+    with pytest.warns(tabular.IdentifierColumnWarning, match=r"X\['file'\].*kinds=\{'file': 'text'\}"):
+        tabular.feed_parts(data, None, {"table": schema.to_dict()}, identity)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", tabular.IdentifierColumnWarning)
+        tabular.infer_schema(data, "species", kinds={"file": "text"})  # its words are features: nothing left out
+        tabular.infer_schema(data.head(40), "species")  # too few rows to tell
+        tabular.infer_schema(data[["file", "species"]], "species")  # nothing else to learn from: kept

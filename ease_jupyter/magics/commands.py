@@ -7,6 +7,8 @@ service on first use when ``connect`` was not called).
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -47,14 +49,42 @@ def _name_only(args: Any, what: str = "NAME") -> str:
     return name
 
 
-def _value(user_ns: dict, expr: str, what: str) -> Any:
-    """A variable of the notebook (or an attribute/index path of one)."""
+def _evaluated(user_ns: dict, expr: str) -> Any:
+    """A variable of the notebook (or an attribute/index path of one); its evaluation's error otherwise."""
     if expr in user_ns:
         return user_ns[expr]
+    return eval(expr, {}, user_ns)  # noqa: S307 - the notebook's own namespace, typed by its user
+
+
+def _value(user_ns: dict, expr: str, what: str) -> Any:
     try:
-        return eval(expr, {}, user_ns)  # noqa: S307 - the notebook's own namespace, typed by its user
+        return _evaluated(user_ns, expr)
     except Exception as error:  # noqa: BLE001
         raise ValueError(f"{what}: found {expr!r}, expected a variable of the notebook ({error})") from None
+
+
+_TABLE_SOURCE = ("a DataFrame variable (--from df), or the path of a CSV or Parquet file (--from data/penguins.csv; "
+                 "in quotes where it has spaces: --from \"my data.csv\")")
+
+
+def _table_source(user_ns: dict, text: str) -> Any:
+    """``--from``: a notebook variable or expression (``df``, ``frames["a"]``),
+    else the path of an existing file as typed: a path needs no quotes, as
+    IPython splits the line at spaces only, and is taken only where no
+    variable or expression is (``penguins`` is the variable even beside a
+    file of that name). A quoted path is its text already (``unquote``)."""
+    try:
+        value = _evaluated(user_ns, text)
+    except Exception as error:  # noqa: BLE001 - any failure: not an expression of the notebook
+        if Path(text).expanduser().is_file():
+            return str(Path(text).expanduser())
+        raise DataError("--from", f"{text!r}, which is neither a variable of the notebook ({type(error).__name__}: "
+                        f"{error}) nor an existing file (relative paths start at {os.getcwd()!r})",
+                        _TABLE_SOURCE) from None
+    if isinstance(value, (str, os.PathLike)) and not Path(value).expanduser().exists():
+        raise DataError("--from", f"the path {str(value)!r}, which does not exist (relative paths start at "
+                        f"{os.getcwd()!r})", _TABLE_SOURCE)
+    return value
 
 
 def _ids(text: str | None, user_ns: dict) -> list[int] | None:
@@ -99,7 +129,7 @@ def task(session: Session, args: Any, user_ns: dict, cell: str | None = None) ->
     program = cell.strip() if cell and cell.strip() else args.program
     like = getattr(args, "like", None)
     if like is not None:  # a table task whose schema comes from a DataFrame (or a CSV/Parquet path)
-        t = session.get().task(name, like=_value(user_ns, like, "--from"), target=getattr(args, "target", None))
+        t = session.get().task(name, like=_table_source(user_ns, like), target=getattr(args, "target", None))
     else:
         t = session.get().task(name, input=_shape(args.input, "--input"), output=_shape(args.output, "--output"),
                                program=program)

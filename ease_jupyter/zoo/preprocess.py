@@ -6,7 +6,8 @@ A table task's candidates are scikit-learn estimators behind one
 
 * numeric and boolean columns: mean imputation, then standard scaling;
 * categorical columns: most-frequent imputation, then one-hot encoding
-  (a category not seen in training encodes as all zeros);
+  (a category not seen in training encodes as all zeros), except
+  identifiers (below);
 * free-text columns: missing text is the empty document, then a TF-IDF
   vector of at most ``TEXT_FEATURES`` words. A word is a run of two or
   more characters other than ASCII spaces, punctuation and control
@@ -25,14 +26,36 @@ A categorical or text column's first step makes every missing value NaN
 an exported pipeline may carry None (or ``pd.NA``), which the imputers,
 looking for NaN, would take for a category or a document.
 
+Identifiers. A categorical column whose values are nearly all distinct
+(``identifier_columns``: sample ids, file names) is left out of the
+features when the pipeline is fitted: one-hot, it would be one column per
+training row (3,000 rows made a dense 3,000 x 3,000 matrix, 72 MB, per
+pipeline), and no column of it says anything about a row not seen in
+training. The decision is the fit's, on the rows it fits on, because the
+schema has no kind for it and the candidate is built before any row is
+read: ``IdentifierFreeColumnTransformer`` is a ``ColumnTransformer`` whose
+``fit`` moves such columns from its categorical group to its remainder,
+which drops them. The fitted transformer still takes the column (an unseen
+id at ``infer`` is no error), and its ``transformers_`` name it under
+``remainder``; it keeps ``ColumnTransformer``'s constructor and overrides
+only ``fit_transform``, so an export writes it as a plain
+``ColumnTransformer`` with that fitted state, and its ONNX graph keeps the
+column as an input it does not read. A table whose features are all
+identifiers keeps them (there is nothing else to learn from).
+``OneHotEncoder(max_categories=...)`` or ``min_frequency`` would bound the
+width too, but the category they group infrequent values into has no ONNX
+form that onnxruntime accepts for unseen values.
+
 The whole ``Pipeline([("preprocess", ...), ("model", estimator)])`` is
 fitted on the training rows only (the grid fits it on the training side of
 the split), so no statistic of a validation row leaks into a model, and the
 stored model takes a pandas DataFrame with the original column names. Only
-scikit-learn (and numpy) classes appear in the preprocessing, so the fitted
-pipeline loads with scikit-learn alone.
+scikit-learn (and numpy) classes appear in the preprocessing, besides the
+``ColumnTransformer`` subclass above, which an export writes as its
+parent, so the exported pipeline loads with scikit-learn alone.
 
-scikit-learn and pandas are imported when a pipeline or frame is built.
+scikit-learn and pandas are imported when a pipeline or frame is built
+(``IdentifierFreeColumnTransformer`` is made then, on first use).
 """
 
 from __future__ import annotations
@@ -42,13 +65,97 @@ from typing import Any, Callable, Sequence
 
 from ease_jupyter.schema.table import ColumnKind, TableSchema
 
-__all__ = ["TEXT_FEATURES", "TEXT_TOKEN_PATTERN", "ascii_lowercase", "missing_as_nan", "preprocessor",
-           "table_pipeline", "to_frame", "TableBuilder"]
+__all__ = ["IDENTIFIER_MIN_DISTINCT", "IDENTIFIER_SHARE", "TEXT_FEATURES", "TEXT_TOKEN_PATTERN",
+           "IdentifierFreeColumnTransformer", "ascii_lowercase", "identifier_columns", "identifiers_left_out",
+           "missing_as_nan", "preprocessor", "table_pipeline", "to_frame", "TableBuilder"]
 
 TEXT_FEATURES = 1000  # words of a text column's TF-IDF vocabulary
 # Two or more characters, none of them an ASCII control, space, punctuation or
 # symbol character (every non-ASCII character counts as part of a word).
 TEXT_TOKEN_PATTERN = r"[^\x00-\x2f\x3a-\x40\x5b-\x60\x7b-\x7f]{2,}"
+# A categorical column is an identifier when its distinct values are at least
+# this share of its present (non-missing) values, and at least this many: below
+# the floor, its one-hot columns cost little, and a small table's categories
+# may all differ by chance.
+IDENTIFIER_SHARE = 0.9
+IDENTIFIER_MIN_DISTINCT = 50
+CATEGORICAL = "categorical"  # the preprocessor's group of categorical columns
+
+
+def identifier_columns(frame: Any, names: Sequence[str]) -> list[str]:
+    """The columns among ``names`` of a pandas DataFrame whose values are
+    nearly all distinct (``IDENTIFIER_SHARE``, ``IDENTIFIER_MIN_DISTINCT``):
+    ids and file names, one value per row, which a model cannot learn from."""
+    out = []
+    for name in names:
+        present = frame[name].dropna()
+        distinct = present.nunique()
+        if distinct >= IDENTIFIER_MIN_DISTINCT and distinct >= IDENTIFIER_SHARE * len(present):
+            out.append(name)
+    return out
+
+
+def identifiers_left_out(frame: Any, categorical: Sequence[str], n_features: int) -> list[str]:
+    """The identifier columns among the ``categorical`` ones that a fit on
+    ``frame`` leaves out: all of them, unless they are all of the table's
+    ``n_features`` feature columns (then none: nothing else would be left)."""
+    identifiers = identifier_columns(frame, categorical)
+    return identifiers if len(identifiers) < n_features else []
+
+
+def _without_identifiers(transformers: Sequence[Any], X: Any) -> list[Any] | None:
+    """``transformers`` (a ColumnTransformer's groups) with the identifier
+    columns of ``X`` out of the categorical group (a group left with no
+    column goes too); None when none is left out."""
+    groups = [list(group) for group in transformers]
+    categorical = next((group for group in groups if group[0] == CATEGORICAL), None)
+    if categorical is None or not hasattr(X, "columns"):
+        return None
+    n_features = sum(len(group[2]) for group in groups)
+    left_out = set(identifiers_left_out(X, list(categorical[2]), n_features))
+    if not left_out:
+        return None
+    categorical[2] = [c for c in categorical[2] if c not in left_out]
+    return [tuple(group) for group in groups if len(group[2])]
+
+
+def _identifier_free_class() -> type:
+    """``IdentifierFreeColumnTransformer``, made (once) when first needed, so
+    that importing this module loads no scikit-learn. Pickled by name, as a
+    class of this module (``__getattr__`` below makes it on unpickling)."""
+    made = globals().get("IdentifierFreeColumnTransformer")
+    if made is not None:
+        return made
+    from sklearn.compose import ColumnTransformer
+
+    class IdentifierFreeColumnTransformer(ColumnTransformer):
+        """A ``ColumnTransformer`` whose fit leaves identifier columns out of
+        its categorical group (``identifier_columns`` of the rows it fits
+        on): they fall to the remainder, which drops them."""
+
+        def fit_transform(self, X: Any, y: Any = None, **params: Any) -> Any:
+            # The groups without identifiers are the ones fitted; the
+            # parameter is given back as it was, so that get_params and
+            # clone see the constructor's value.
+            kept = _without_identifiers(self.transformers, X)
+            if kept is None:
+                return super().fit_transform(X, y, **params)
+            given, self.transformers = self.transformers, kept
+            try:
+                return super().fit_transform(X, y, **params)
+            finally:
+                self.transformers = given
+
+    IdentifierFreeColumnTransformer.__module__ = __name__
+    IdentifierFreeColumnTransformer.__qualname__ = "IdentifierFreeColumnTransformer"
+    globals()["IdentifierFreeColumnTransformer"] = IdentifierFreeColumnTransformer
+    return IdentifierFreeColumnTransformer
+
+
+def __getattr__(name: str) -> Any:
+    if name == "IdentifierFreeColumnTransformer":
+        return _identifier_free_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def ascii_lowercase() -> Any:
@@ -82,9 +189,8 @@ def missing_as_nan() -> Any:
 
 
 def preprocessor(schema: TableSchema) -> Any:
-    """The unfitted ``ColumnTransformer`` of ``schema``'s columns (dense output)."""
+    """The unfitted ``IdentifierFreeColumnTransformer`` of ``schema``'s columns (dense output)."""
     import numpy as np
-    from sklearn.compose import ColumnTransformer
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.impute import SimpleImputer
     from sklearn.pipeline import Pipeline
@@ -100,7 +206,7 @@ def preprocessor(schema: TableSchema) -> Any:
         steps.append(("numeric", Pipeline([("impute", SimpleImputer(strategy="mean", keep_empty_features=True)),
                                            ("scale", StandardScaler())]), numeric))
     if categorical:
-        steps.append(("categorical", Pipeline([
+        steps.append((CATEGORICAL, Pipeline([
             ("objects", FunctionTransformer(as_objects(), feature_names_out="one-to-one")),
             ("missing", FunctionTransformer(missing_as_nan(), feature_names_out="one-to-one")),
             ("impute", SimpleImputer(strategy="most_frequent", keep_empty_features=True)),
@@ -117,7 +223,7 @@ def preprocessor(schema: TableSchema) -> Any:
                 ("tfidf", TfidfVectorizer(max_features=TEXT_FEATURES, lowercase=False,
                                           preprocessor=ascii_lowercase(), token_pattern=TEXT_TOKEN_PATTERN)),
             ]), [name]))
-    return ColumnTransformer(steps, remainder="drop", sparse_threshold=0.0)
+    return _identifier_free_class()(steps, remainder="drop", sparse_threshold=0.0)
 
 
 def table_pipeline(schema: TableSchema, estimator: Any) -> Any:
