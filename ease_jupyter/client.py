@@ -864,8 +864,25 @@ class Task:
         the stored data and models no other task uses. It is cancelled first
         and its running jobs are waited for (``InvalidStateError`` after a
         minute; it then stays cancelled: delete again later). Returns what
-        went: ``versions``, ``jobs``, ``blobs_deleted``, ``bytes_freed``."""
-        return self.client.request("DELETE", self._path())
+        went: ``versions``, ``jobs``, ``blobs_deleted``, ``bytes_freed``.
+
+        Deleting is idempotent here: when the answer to a delete is lost (the
+        connection broke after the request went out), the request is sent
+        again, by the transport or by her calling ``delete()`` once more, and
+        the service, whose task is gone by then, answers 404. This task was
+        one the service had shown her (it has its ``id``), so a 404 means it
+        is gone, and that is success: ``already_deleted`` True, with zero
+        counts (what went was in the lost answer). The service's 404 stays
+        plain, the same for a name that never existed and another user's
+        task, so it tells nobody whose tasks existed. A Task made by hand,
+        without an ``id``, raises ``NotFoundError`` as before."""
+        try:
+            return self.client.request("DELETE", self._path())
+        except NotFoundError:
+            if self.info.get("id") is None:
+                raise
+        return {"id": self.info["id"], "name": self.name, "deleted": True, "already_deleted": True,
+                "versions": 0, "jobs": 0, "blobs_deleted": 0, "bytes_freed": 0}
 
     def export(self, path: str | os.PathLike[str], format: str | None = None) -> dict[str, Any]:
         """Write the best model to ``path`` and its model card (JSON) to

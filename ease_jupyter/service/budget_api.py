@@ -8,16 +8,27 @@
   its torch picks train now (``service.task_epochs``).
 
 Every input is checked whole before anything is stored.
+
+An admin's ``/users/{name}`` routes (here, and ``PUT /users/{name}``, the
+user's settings) address one account, ``user_named``: local accounts and hub
+users are separate namespaces, so one name may be two users (a local
+account beside the hub user of its name, and after ``easeml users link``
+always both rows). ``?origin=local`` or ``?origin=hub`` says which; without
+it the name means the only account of that name, else the one the service's
+own logins mean (``DEFAULT_ORIGINS``). The budget answers carry the
+``origin`` of the account they changed or read.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DataError, NotFoundError
 from ..store import User
-from ..store.base import HUB, LOCAL
+from ..store.base import HUB, LOCAL, check_origin
+from .auth import check_name
 from . import budget as budgets
 from . import task_epochs
 
@@ -31,17 +42,35 @@ def _now() -> datetime:
 
 def _status(service: Service, user: User) -> dict[str, Any]:
     out = budgets.status(service.store, user.id, gpu_pool=service.loop.gpu_pool, price=service.loop.job_cost).json()
-    out["user"] = user.name
+    out["user"], out["origin"] = user.name, user.origin
     return out
 
 
-def user_named(service: Service, name: str) -> User:
-    """The user ``name`` (the hub's account in JupyterHub mode, else the local one)."""
-    order = (HUB, LOCAL) if service.config.jupyterhub else (LOCAL, HUB)
-    found = {u.origin: u for u in service.store.list_users() if u.name == name}
-    for origin in order:
-        if origin in found:
-            return found[origin]
+# Without ?origin=, a name both namespaces hold means the hub user in JupyterHub
+# mode (the hub's users are the service's people there; a local account beside
+# them is a robot's or an upgrade's leftover) and the local account otherwise.
+DEFAULT_ORIGINS = {True: (HUB, LOCAL), False: (LOCAL, HUB)}
+_KINDS = {LOCAL: "local account", HUB: "hub user"}
+
+
+def user_named(service: Service, name: str, origin: str | None = None) -> User:
+    """The one account an admin's ``/users/{name}`` route addresses: of
+    ``origin`` (the ``?origin=`` query, ``local`` or ``hub``) when given;
+    else the only account of that name, or, where a local account and a hub
+    user share it, the one ``DEFAULT_ORIGINS`` puts first.
+
+    DataError names ``name`` or ``origin`` when one is malformed;
+    NotFoundError when no such account exists."""
+    check_name("name", name)
+    origins = (check_origin(origin),) if origin is not None else DEFAULT_ORIGINS[bool(service.config.jupyterhub)]
+    for candidate in origins:
+        try:
+            return service.store.user_by_name(name, candidate)
+        except NotFoundError:
+            continue
+    if origin is not None:
+        raise NotFoundError(f"user {name!r}: no {_KINDS[origin]} of that name (origin={origin}); GET /users "
+                            "lists every account with its origin")
     raise NotFoundError(f"user {name!r}: not found")
 
 
@@ -61,15 +90,15 @@ def set_budget(service: Service, caller: User, body: Any) -> dict[str, Any]:
     return out
 
 
-def get_user_budget(service: Service, caller: User, name: str) -> dict[str, Any]:
+def get_user_budget(service: Service, caller: User, name: str, origin: str | None = None) -> dict[str, Any]:
     service._admin(caller)
-    return _status(service, user_named(service, name))
+    return _status(service, user_named(service, name, origin))
 
 
-def set_user_cap(service: Service, caller: User, name: str, body: Any) -> dict[str, Any]:
+def set_user_cap(service: Service, caller: User, name: str, body: Any, origin: str | None = None) -> dict[str, Any]:
     """An admin's cap on a user's limits (null clears one)."""
     service._admin(caller)
-    user = user_named(service, name)
+    user = user_named(service, name, origin)
     changes = budgets.parse_limits(body, now=_now())
     service.loop.check_cost_budget(changes.get(budgets.COST))
     budgets.write_limits(service.store, user.id, budgets.CAP_PREFIX, changes)
@@ -77,6 +106,24 @@ def set_user_cap(service: Service, caller: User, name: str, body: Any) -> dict[s
     out = _status(service, user)
     service.events.publish(user.id, {"type": "budget", "blocked": out["blocked"], "reason": out["reason"]})
     return out
+
+
+def set_user_settings(service: Service, caller: User, name: str, body: Any,
+                      origin: str | None = None) -> dict[str, Any]:
+    """``PUT /users/{name}[?origin=]`` (admins): ``{"allow_user_models": true|false}``
+    for the account ``user_named`` addresses. The body's rule is
+    ``user_models.api_set_user``'s, which resolves a bare name only."""
+    from .user_models import set_user_setting
+
+    service._admin(caller)
+    user = user_named(service, name, origin)
+    if not isinstance(body, Mapping) or set(body) - {"allow_user_models"}:
+        raise DataError("body", repr(body)[:80], '{"allow_user_models": true or false}')
+    allow = body.get("allow_user_models")
+    if not isinstance(allow, bool):
+        raise DataError("allow_user_models", repr(allow), "true or false")
+    set_user_setting(service.store, user, allow)
+    return {"name": user.name, "allow_user_models": allow}  # the answer's shape is user_models.api_set_user's
 
 
 def _task_epochs(service: Service, task) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from .auth import parse_authorization
 from .core import Service
 from .feeding import json_object
 from .suspicion import NoModelError
-from . import notebooks
+from . import budget_api, notebooks
 
 log = logging.getLogger(__name__)
 API = "/api/v1"
@@ -332,9 +332,13 @@ ROUTES: list[tuple[str, dict[str, Callable[..., Any]], dict[str, Any]]] = [
     ("/users", {"get": lambda s, u, h: s.list_users(u),
                 "post": lambda s, u, h: Reply(201, s.add_user(u, h.json_body()))}, {}),
     ("/users/" + NAME + "/tokens", {"delete": lambda s, u, h, n: s.revoke_tokens(u, n)}, {}),
-    ("/users/" + NAME, {"put": lambda s, u, h, n: s.set_user(u, n, h.json_body())}, {}),
-    ("/users/" + NAME + "/budget", {"get": lambda s, u, h, n: s.user_budget(u, n),
-                                    "put": lambda s, u, h, n: s.set_user_budget(u, n, h.json_body())}, {}),
+    # ?origin=local|hub: which of two accounts of one name (budget_api.user_named)
+    ("/users/" + NAME, {"put": lambda s, u, h, n: budget_api.set_user_settings(
+        s, u, n, h.json_body(), h.get_query_argument("origin", None))}, {}),
+    ("/users/" + NAME + "/budget",
+     {"get": lambda s, u, h, n: budget_api.get_user_budget(s, u, n, h.get_query_argument("origin", None)),
+      "put": lambda s, u, h, n: budget_api.set_user_cap(s, u, n, h.json_body(), h.get_query_argument("origin", None))},
+     {}),
     ("/budget", {"get": lambda s, u, h: s.budget(u), "put": lambda s, u, h: s.set_budget(u, h.json_body())}, {}),
     ("/tasks", {"get": lambda s, u, h: s.list_tasks(u),
                 "post": lambda s, u, h: _created(s.create_task(u, h.json_body()))}, {}),

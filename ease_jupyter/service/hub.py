@@ -176,10 +176,14 @@ def hub_admin(model: dict[str, Any], hub_auth: Any) -> bool:
 class HubTokens:
     """Who a request is, in JupyterHub mode; replaces ``Service.tokens``.
 
-    ``user(token)`` is the blocking form ``websocket.py`` calls (a hub
-    look-up that is not cached blocks the IOLoop for one local HTTP round
-    trip); ``authenticate(handler)`` is the non-blocking form of the JSON
-    routes, which also accepts the OAuth cookie. See the module docstring.
+    ``identify(token)`` is the blocking form ``websocket.py`` calls when a
+    stream opens (a hub look-up that is not cached blocks the IOLoop for one
+    local HTTP round trip); like ``authenticate(handler)``, the non-blocking
+    form of the JSON routes (which also accepts the OAuth cookie), it tells
+    nobody (None: 401) from a caller the hub knows but does not let in
+    (PermissionError: 403). ``user(token)`` answers None for both: the
+    stream's periodic recheck only asks whether the rights still hold. See
+    the module docstring.
     Hub answers are cached by ``hub_auth`` only (``positive_cache``), per
     token the hub itself judged.
     """
@@ -192,18 +196,25 @@ class HubTokens:
         self._names: dict[str, tuple[float, User]] = {}
         self._lock = threading.Lock()
 
-    # -- the two entry points ---------------------------------------------
+    # -- the entry points -------------------------------------------------
     def user(self, token: str | None) -> User | None:
+        try:
+            return self.identify(token)
+        except PermissionError:
+            return None
+
+    def identify(self, token: str | None) -> User | None:
+        """The user of ``token``: None when neither side knows it (401);
+        PermissionError (403) when the hub knows its user but does not let
+        it use this service (no access scope, a hub service, a name that is
+        no ease.ml name), as ``authenticate`` says to the JSON routes."""
         if not token:
             return None
         known = self.local.user(token)
         if known is not None:
             return known
         model = self.hub_auth.user_for_token(token, sync=True)
-        try:
-            return self._from_model(model) if model else None
-        except PermissionError:
-            return None
+        return self._from_model(model) if model else None
 
     async def authenticate(self, handler: Any) -> User | None:
         """The user of a tornado request; None (401) when nobody is

@@ -17,10 +17,19 @@ registers again when its event stream reconnects, so the list is whole again
 within a heartbeat of the restart.
 
 A session id is the service's (random, never reused) and bound to its owner:
-another user's session id is unknown to the caller (404), and a kernel id a
-live session of another user holds is refused (403); neither changes anything.
-A gone session (timed out or ended) holds its kernel id no longer: a new
-registration of that id takes it, and the gone session stays listed without it.
+another user's session id is unknown to the caller (404), and so is any
+heartbeat or goodbye for it. A kernel id belongs to the user whose session
+registered it for as long as the service remembers that session, alive or
+gone: another user's registration of it is refused (403 naming ``kernel_id``,
+``KernelIdTaken``), whatever state the holder's session is in, so the refusal
+tells nothing of it. A gone session does not give its kernel id up, because
+gone is not dead: a kernel whose stream is down (a network outage, a retry
+waiting up to ``notebook_session.MAX_RETRY_SECONDS``, longer than the
+timeout) comes back to a session it must find still its own, not squatted by
+someone who read the id off a screen. Kernel ids are UUIDs, so no other user
+needs the same one; the one exception is the same hub user under another
+account (``easeml users link`` gave her name another row), who takes her
+kernel's id over. Refusals change nothing.
 """
 
 from __future__ import annotations
@@ -65,6 +74,9 @@ class Session:
     last_seen: float
     ended: bool = False  # the kernel said goodbye (DELETE)
     streams: set[int] = field(default_factory=set)
+    # The registrant's hub name when she logged in through the hub (never
+    # from the body): the same hub user under another account, after a link.
+    hub_login: str | None = None
 
     def alive(self, now: float, timeout: float) -> bool:
         return not self.ended and now - self.last_seen <= timeout
@@ -133,6 +145,18 @@ def registration(body: Any) -> dict[str, Any]:
             "gateway": _gateway(body.get("gateway")), "tasks": check_tasks(body.get("tasks"))}
 
 
+class KernelIdTaken(PermissionError):
+    """A registration names a kernel id that another user's session holds
+    (403). It names the field and the value sent, nothing of the holder:
+    not who, not whether her session is alive, not its notebook."""
+
+    def __init__(self, kernel_id: str):
+        super().__init__(f"kernel_id {kernel_id!r} is held by another user's notebook session; a session may "
+                         "only name a kernel of the caller's own")
+        self.field, self.found = "kernel_id", kernel_id
+        self.expected = "the id of a kernel of your own (no other user's notebook session holds it)"
+
+
 class NotebookRegistry:
     """Sessions by id, thread-safe (HTTP handlers run on threads, the event
     streams on the IOLoop). ``clock`` is ``time.time`` but for tests."""
@@ -146,13 +170,15 @@ class NotebookRegistry:
         self._sessions: dict[str, Session] = {}
 
     # -------------------------------------------------------------- writes
-    def register(self, user_id: int, user: str, body: Any) -> tuple[Session, bool]:
+    def register(self, user_id: int, user: str, body: Any, *,
+                 hub_login: str | None = None) -> tuple[Session, bool]:
         """(session, created). The same user's kernel id again (the kernel
-        reconnected) updates its session and keeps its id; a kernel id held by
-        another user's live session is refused with PermissionError (403). A
-        gone session gives its kernel id up (kernel ids are the kernels'
-        own, and a gone kernel's may be reused) instead of blocking it until
-        it is forgotten."""
+        reconnected) updates her session, alive or gone, and keeps its id;
+        a kernel id another user's remembered session holds is refused with
+        ``KernelIdTaken`` (403), unless both registrations are the same hub
+        login (``hub_login``: her hub name, for a hub login only), whose
+        account a link replaced: hers then takes it, and the old session
+        stays listed without it."""
         facts = registration(body)
         now = self._clock()
         with self._lock:
@@ -161,9 +187,9 @@ class NotebookRegistry:
             if kernel_id is not None:
                 held = next((s for s in self._sessions.values() if s.kernel_id == kernel_id), None)
                 if held is not None and held.user_id != user_id:
-                    if held.alive(now, self.timeout):
-                        raise PermissionError(f"kernel {kernel_id} is registered by another user")
-                    released, held = held, None  # gone: it keeps its listing, not the kernel id
+                    if hub_login is None or held.hub_login != hub_login:
+                        raise KernelIdTaken(kernel_id)
+                    released, held = held, None  # her own kernel, under the account she has now
                 if held is not None:
                     tasks = _merged(held.tasks, facts.pop("tasks"))
                     for name, value in facts.items():
@@ -174,7 +200,7 @@ class NotebookRegistry:
             if released is not None:
                 released.kernel_id = None
             session = Session(id=secrets.token_hex(8), user_id=user_id, user=user, registered_at=now, last_seen=now,
-                              **facts)
+                              hub_login=hub_login, **facts)
             self._sessions[session.id] = session
             return session, True
 
@@ -261,10 +287,19 @@ def api_list(service: Any, caller: Any) -> list[dict[str, Any]]:
 
 
 def api_register(service: Any, caller: Any, body: Any) -> tuple[dict[str, Any], bool]:
-    if caller.origin == HUB and isinstance(body, dict):
+    """``POST /notebooks``; a kernel id of another user's session is a 403
+    naming ``kernel_id`` (the API's error shape, ``handlers.ApiError``)."""
+    from .handlers import ApiError  # (handlers imports this module)
+
+    hub_login = caller.name if caller.origin == HUB else None
+    if hub_login is not None and isinstance(body, dict):
         # a hub login's hub name is known: a registration never says she is someone else
-        body = {**body, "hub_user": caller.name}
-    session, created = service.notebooks.register(caller.id, caller.name, body)
+        body = {**body, "hub_user": hub_login}
+    try:
+        session, created = service.notebooks.register(caller.id, caller.name, body, hub_login=hub_login)
+    except KernelIdTaken as taken:
+        raise ApiError(403, "forbidden", str(taken), field=taken.field, found=taken.found,
+                       expected=taken.expected) from None
     return service.notebooks.to_json(session), created
 
 
@@ -310,7 +345,8 @@ def openapi_paths() -> dict[str, Any]:
             "get": _op("The caller's notebook sessions, alive or gone (admins: everyone's, each with its user)",
                        response={"type": "array", "items": session}),
             "post": _op("Register a notebook session (201), or refresh the caller's session of the same kernel id "
-                        "(200); a kernel id another user's session holds is 403", ok=(200, 201), body=body,
+                        "(200); a kernel id that another user's session holds, alive or gone, is 403 with field "
+                        "kernel_id, and tells nothing of that session", ok=(200, 201), body=body,
                         body_required=False, response=session)},
         "/notebooks/{name}": {
             "get": _op("One session (the caller's; admins: anyone's)", params=[sid], response=session),

@@ -96,6 +96,13 @@ TAG_KEY = {"minLength": 1, "maxLength": MAX_TAG_KEY_CHARS,
                      {"pattern": NO_CONTROL_CHARACTERS}],
            "not": {"pattern": r"^easeml\."}}
 
+# An admin's /users/{name} routes (budget_api.user_named): ?origin= picks one of two accounts of one name.
+_ORIGIN_SCHEMA = {"enum": ["local", "hub"]}
+_USER_PARAMS = [{**NAME, "description": "user name"}, {
+    "name": "origin", "in": "query", "required": False, "schema": _ORIGIN_SCHEMA,
+    "description": "which account of this name: the local account or the hub user (they are separate namespaces). "
+                   "Without it: the only account of the name; where both exist, the hub user in JupyterHub mode "
+                   "and the local account otherwise. A budget answer's origin says which."}]
 _SECONDS_OR_NULL = {"type": ["number", "null"], "minimum": 0}
 _LIMITS = _obj(seconds=_SECONDS_OR_NULL, gpu_seconds=_SECONDS_OR_NULL, cost=_SECONDS_OR_NULL,
                deadline={"type": ["string", "null"], "format": "date-time"})
@@ -104,7 +111,8 @@ BUDGET = _obj("own", "cap", "limits", "spent", "left", "blocked", "reason", own=
               spent=_obj(seconds={"type": "number"}, gpu_seconds={"type": "number"}, cost={"type": ["number", "null"]},
                          by_kind={"type": "object", "additionalProperties": {"type": "number"}}),
               left=_obj(seconds=_SECONDS_OR_NULL, gpu_seconds=_SECONDS_OR_NULL, cost=_SECONDS_OR_NULL), blocked={"type": "boolean"},
-              reason={"type": ["string", "null"]}, gpu_pool={"type": "boolean"}, user={"type": "string"})
+              reason={"type": ["string", "null"]}, gpu_pool={"type": "boolean"}, user={"type": "string"},
+              origin=_ORIGIN_SCHEMA)
 TASK_BUDGET = _obj("max_epochs", "epochs", "source", max_epochs={"type": ["integer", "null"]},
                    epochs={"type": ["integer", "null"]}, source={"enum": ["task", "service", "data size"]},
                    examples={"type": ["integer", "null"]})
@@ -258,7 +266,7 @@ def spec() -> dict[str, Any]:
                                response=_obj(name={"type": "string"}, token={"type": "string"}))},
         "/users/{name}": {"put": _op(
             "Settings of user {name} (admin): allow_user_models lets her add her own models (task.add_model) "
-            "whatever the service's --allow-user-models", params=[{**NAME, "description": "user name"}],
+            "whatever the service's --allow-user-models", params=_USER_PARAMS,
             body=_obj("allow_user_models", allow_user_models={"type": "boolean"}),
             response=_obj(name={"type": "string"}, allow_user_models={"type": "boolean"}))},
         "/tasks/{name}/models": {
@@ -277,9 +285,9 @@ def spec() -> dict[str, Any]:
                         response=USER_MODEL)},
         "/users/{name}/budget": {
             "get": _op("User {name}'s compute budget, the cap on it, what she spent and whether she gets new picks "
-                       "(admin)", params=[{**NAME, "description": "user name"}], response=BUDGET),
+                       "(admin)", params=_USER_PARAMS, response=BUDGET),
             "put": _op("Cap user {name}'s budget (admin): seconds, gpu_seconds, cost (>= 0) and a deadline (ISO 8601 "
-                       "with a UTC offset, in the future); null clears one", params=[{**NAME, "description": "user name"}],
+                       "with a UTC offset, in the future); null clears one", params=_USER_PARAMS,
                        body=BUDGET_BODY, response=BUDGET)},
         "/budget": {
             "get": _op("The caller's compute budget: her limits, an admin's cap, what she spent (per device kind), "
@@ -328,9 +336,11 @@ def spec() -> dict[str, Any]:
         **notebooks.openapi_paths(),
         "/events": {"get": {
             "summary": "WebSocket of job/version/task/metrics events, and decision events for everyone (anonymised "
-                       "like /scheduler); token in header or ?token=. A GET without a WebSocket upgrade is 426.",
+                       "like /scheduler); token in header or ?token=. No or an unknown token is 401, a token whose "
+                       "user may not use the service (hub mode: no access scope) 403, a user with too many streams "
+                       "open 429; a GET without a WebSocket upgrade is 426.",
             "responses": {"101": {"description": "Switching to the WebSocket protocol"},
-                          "401": ERR, "426": ERR}}},
+                          "401": ERR, "403": ERR, "426": ERR, "429": ERR}}},
     }
     return {
         "openapi": "3.1.0",

@@ -1,7 +1,10 @@
 """GET /api/v1/events: a WebSocket of the caller's events (admins: everyone's).
 
 Authenticate with the ``Authorization`` header or ``?token=`` (browsers cannot
-set headers on a WebSocket). Each message is one JSON event: ``hello`` on
+set headers on a WebSocket). As on the JSON routes, no token or one nobody
+knows is 401, and a token whose user may not use the service (in JupyterHub
+mode: the hub knows her, but the token lacks the service's access scope, or
+it is a hub service's) is 403. Each message is one JSON event: ``hello`` on
 connect, then ``task``, ``version``, ``job`` and ``metrics`` events of the
 caller's tasks (``job`` carries the status, accuracy, cost and, when
 finished, the metrics), and every scheduler ``decision``, anonymised for
@@ -55,7 +58,13 @@ class EventsHandler(tornado.websocket.WebSocketHandler):
         token = parse_authorization(self.request.headers.get("Authorization")) or self.get_query_argument("token", None)
         self._token = token
         self._passive = self.get_query_argument("passive", "") in ("1", "true")
-        self.user = self.service.tokens.user(token)
+        # JupyterHub mode (hub.HubTokens) tells a refused caller from an unknown one; ease.ml tokens alone cannot
+        identify = getattr(self.service.tokens, "identify", self.service.tokens.user)
+        try:
+            self.user = identify(token)
+        except PermissionError as refused:
+            self._json_error(403, "forbidden", str(refused))  # handlers.error_of's answer to the same refusal
+            return
         if self.user is None:
             self._json_error(401, "unauthorized", "missing or invalid token", field="Authorization",
                              expected="token <token>, Bearer <token> or ?token=")

@@ -5,6 +5,7 @@ jobs end first; another user's task and an unknown one are 404."""
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import numpy as np
@@ -210,3 +211,75 @@ def test_a_deleted_tasks_name_can_be_declared_again_even_if_a_reader_cached_it(s
     made = svc.call("POST", "/tasks", "alice", body={"name": "again", "input": [3], "output": [2]})
     assert made.status == 201, made.body
     assert made.body["id"] != stale.id or made.body["program"] != stale.program
+
+
+def _lose_the_first_answer(monkeypatch, path: str) -> list[int]:
+    """The first DELETE of ``path`` reaches the service and is answered, but
+    the answer is lost (the connection breaks while it is read). Returns the
+    statuses the service sent for that path's DELETEs, one per request."""
+    import http.client
+
+    real = http.client.HTTPConnection.getresponse
+    statuses: list[int] = []
+
+    def getresponse(self):
+        response = real(self)
+        if (getattr(self, "_method", None), getattr(self, "_easeml_path", None)) == ("DELETE", path):
+            statuses.append(response.status)
+            if len(statuses) == 1:
+                response.read()  # the service did answer; the client never sees it
+                self.close()
+                raise ConnectionResetError("the connection broke before the answer arrived")
+        return response
+
+    real_request = http.client.HTTPConnection.request
+
+    def request(self, method, url, *args, **kwargs):
+        self._easeml_path = url
+        return real_request(self, method, url, *args, **kwargs)
+
+    monkeypatch.setattr(http.client.HTTPConnection, "getresponse", getresponse)
+    monkeypatch.setattr(http.client.HTTPConnection, "request", request)
+    return statuses
+
+
+def test_a_delete_sent_again_after_a_lost_answer_is_success_for_her_and_a_plain_404_for_all(svc, monkeypatch):
+    """The transport sends a DELETE again when its reused connection broke
+    after sending (client._REPEATABLE): the second one meets a task that is
+    gone. Task.delete() takes that 404 as done; the service's 404 stays the
+    one a never-existing name and another user's task get, so it says nothing
+    about whose tasks existed."""
+    from ease_jupyter.client import Task
+
+    alice = svc.client("alice")
+    task = alice.task("gone", input=[2], output=[2])  # this request opens the connection the DELETE reuses
+    svc.client("bob").task("bobs", input=[2], output=[2])
+    statuses = _lose_the_first_answer(monkeypatch, "/api/v1/tasks/gone")
+    out = task.delete()
+    assert statuses == [200, 404]  # deleted by the first request, answered 404 to the one sent again
+    assert out == {**out, "id": task.info["id"], "name": "gone", "deleted": True, "already_deleted": True}
+    assert svc.call("GET", "/tasks/gone", "alice").status == 404
+    # To each caller, every 404 reads the same (but for the name asked), whether the task
+    # was hers and deleted just now, another user's and alive, or never anybody's.
+    for who, names in (("alice", ("gone", "bobs", "never")), ("bob", ("gone", "never"))):
+        answers = [svc.call("DELETE", f"/tasks/{name}", who) for name in names]
+        assert [a.status for a in answers] == [404] * len(names)
+        assert len({json.dumps(a.body).replace(repr(n), "'X'") for a, n in zip(answers, names)}) == 1, answers
+    assert svc.call("GET", "/tasks/bobs", "bob").status == 200
+    # A Task she made by hand, never shown by the service, still raises.
+    with pytest.raises(NotFoundError):
+        Task(alice, {"name": "never"}).delete()
+
+
+def test_deleting_again_after_an_answer_lost_on_a_new_connection_is_success(svc, monkeypatch):
+    """On a connection that was not reused the transport does not send again:
+    the lost answer is her error, and her delete() again is done."""
+    alice = svc.client("alice")
+    task = alice.task("gone", input=[2], output=[2])
+    alice.close()  # the DELETE opens a new connection
+    statuses = _lose_the_first_answer(monkeypatch, "/api/v1/tasks/gone")
+    with pytest.raises(ConnectionResetError):
+        task.delete()
+    assert statuses == [200] and svc.call("GET", "/tasks/gone", "alice").status == 404
+    again = task.delete()
+    assert statuses == [200, 404] and again["deleted"] and again["already_deleted"]

@@ -339,6 +339,32 @@ def test_events_websocket_with_a_hub_token(hub, tokens):
 
 
 @pytest.mark.jupyterhub
+def test_the_events_websocket_refuses_like_the_json_routes(hub, tokens):
+    """A hub token without the service's access scope: 403 on the stream as on
+    GET /whoami (the hub knows her; she may not use the service); a token
+    nobody knows: 401 on both."""
+    import asyncio
+
+    import tornado.httpclient
+    import tornado.websocket
+
+    async def refusal(token: str) -> tuple[int, dict[str, Any]]:
+        url = hub.service_url.replace("http://", "ws://") + "/api/v1/events"
+        request = tornado.httpclient.HTTPRequest(url, headers={"Authorization": f"token {token}"})
+        with pytest.raises(tornado.httpclient.HTTPClientError) as refused:
+            await tornado.websocket.websocket_connect(request)
+        return refused.value.code, json.loads(refused.value.response.body)
+
+    narrow = hub.user("alice", scopes=["read:users:activity!user=alice"])
+    for token, status, code in ((narrow, 403, "forbidden"), ("not-a-token", 401, "unauthorized")):
+        http_answer = hub.call("GET", "/whoami", token)
+        stream_status, body = asyncio.run(refusal(token))
+        assert (http_answer.status, stream_status) == (status, status), body
+        assert body["error"]["code"] == http_answer.body["error"]["code"] == code
+    assert f"access:services!service={SERVICE}" in asyncio.run(refusal(narrow))[1]["error"]["message"]
+
+
+@pytest.mark.jupyterhub
 def test_ease_ml_tokens_still_work_in_hub_mode(hub):
     out = subprocess.run([sys.executable, "-m", "ease_jupyter", "users", "add", "robot", "--data-dir",
                           str(hub.tmp / "easeml")], capture_output=True, text=True, timeout=120)

@@ -172,12 +172,19 @@ def test_a_new_client_ends_the_back_off_after_the_service_comes_back(tmp_path, i
 
 
 def test_a_kernel_id_of_another_users_session_is_refused_and_changes_nothing(short):
-    created = short.call("POST", "/notebooks", "alice", body={"kernel_id": "k1", "notebook_path": "a.ipynb"})
+    created = short.call("POST", "/notebooks", "alice", body={"kernel_id": "k1", "notebook_path": "a.ipynb",
+                                                              "server_name": "gpu", "tasks": ["secret-task"]})
     assert created.status == 201
     before = _sessions(short, "alice")
     forged = short.call("POST", "/notebooks", "bob", body={"kernel_id": "k1", "notebook_path": "evil.ipynb",
                                                            "tasks": ["x"]})
-    assert forged.status == 403 and forged.body["error"]["code"] == "forbidden"
+    assert forged.status == 403, forged.body
+    error = forged.body["error"]
+    assert (error["code"], error["field"], error["found"]) == ("forbidden", "kernel_id", "k1")
+    assert error["expected"] and "kernel_id" in error["message"]
+    # Nothing of alice's session in the refusal: not her name, session id, notebook, server or tasks.
+    for secret in ("alice", created.body["id"], "a.ipynb", "gpu", "secret-task", "alive", "gone"):
+        assert secret not in json.dumps(forged.body), secret
     assert _stable(_sessions(short, "alice")) == _stable(before)
     assert _sessions(short, "bob") == []
     # The same user's kernel id again: the kernel reconnected; same session, updated.
@@ -185,37 +192,81 @@ def test_a_kernel_id_of_another_users_session_is_refused_and_changes_nothing(sho
     assert again.status == 200 and again.body["id"] == created.body["id"] and again.body["notebook_path"] == "b.ipynb"
 
 
-def test_a_kernel_id_of_another_users_gone_session_is_taken_over(short):
+def test_a_gone_session_keeps_its_kernel_id_from_other_users(short):
+    """Gone is not dead (a stream down longer than the timeout): another
+    user who learnt the kernel id cannot take it, in either kind of gone,
+    and the refusal reads the same as for a live session; her kernel coming
+    back finds its own session, and her heartbeat and goodbye stay hers."""
     created = short.call("POST", "/notebooks", "alice", body={"kernel_id": "k1", "notebook_path": "a.ipynb"})
-    assert short.call("POST", "/notebooks", "bob", body={"kernel_id": "k1"}).status == 403  # alive: hers
-    assert short.call("DELETE", f"/notebooks/{created.body['id']}", "alice").status == 200  # gone now
-    taken = short.call("POST", "/notebooks", "bob", body={"kernel_id": "k1", "notebook_path": "b.ipynb"})
-    assert taken.status == 201 and taken.body["kernel_id"] == "k1" and taken.body["user"] == "bob"
-    hers = _sessions(short, "alice")  # still listed as gone, without the kernel id
-    assert [(s["id"], s["alive"], s["kernel_id"]) for s in hers] == [(created.body["id"], False, None)]
-    # Bob's live session holds it now: alice's kernel registering again is refused.
-    assert short.call("POST", "/notebooks", "alice", body={"kernel_id": "k1"}).status == 403
+    sid = created.body["id"]
+    live = short.call("POST", "/notebooks", "bob", body={"kernel_id": "k1"})
+    assert live.status == 403
+    assert until(lambda: not _sessions(short, "alice")[0]["alive"], timeout=30, every=0.1)  # timed out
+    timed_out = short.call("POST", "/notebooks", "bob", body={"kernel_id": "k1", "notebook_path": "b.ipynb"})
+    assert timed_out.status == 403 and timed_out.body == live.body  # the refusal tells nothing of her state
+    assert short.call("DELETE", f"/notebooks/{sid}", "alice").status == 200  # ended: her own goodbye
+    ended = short.call("POST", "/notebooks", "bob", body={"kernel_id": "k1"})
+    assert ended.status == 403 and ended.body == live.body
+    assert _sessions(short, "bob") == []
+    for method, path in (("POST", f"/notebooks/{sid}/heartbeat"), ("DELETE", f"/notebooks/{sid}")):
+        assert short.call(method, path, "bob").status == 404
+    # Her kernel registers again: the same session, alive, with its kernel id.
+    back = short.call("POST", "/notebooks", "alice", body={"kernel_id": "k1"})
+    assert back.status == 200 and back.body["id"] == sid and back.body["alive"] and back.body["kernel_id"] == "k1"
 
 
-def test_a_timed_out_session_gives_its_kernel_id_up_and_a_refusal_changes_nothing():
-    from ease_jupyter.service.notebooks import MAX_SESSIONS_PER_USER, NotebookRegistry
+def test_a_kernel_id_stays_with_its_user_until_her_session_is_forgotten():
+    from ease_jupyter.service.notebooks import FORGET_AFTER, KernelIdTaken, NotebookRegistry
 
     now = [1000.0]
     registry = NotebookRegistry(timeout=10.0, clock=lambda: now[0])
-    alices, _ = registry.register(1, "alice", {"kernel_id": "k1"})
-    now[0] += 10.0  # at the timeout: still alive
-    with pytest.raises(PermissionError):
-        registry.register(2, "bob", {"kernel_id": "k1"})
-    # Bob at his limit of live sessions: the takeover is refused (409) and alice keeps the id.
-    for i in range(MAX_SESSIONS_PER_USER):
-        registry.register(2, "bob", {"kernel_id": f"b{i}"})
-    now[0] += 0.5  # alice's is gone now; bob's are not
-    with pytest.raises(InvalidStateError):
-        registry.register(2, "bob", {"kernel_id": "k1"})
-    assert alices.kernel_id == "k1"
-    registry.end(2, registry.sessions_of(2)[0].id)  # room for one more
+    alices, _ = registry.register(1, "alice", {"kernel_id": "k1", "notebook_path": "a.ipynb"})
+    for later in (10.0, 0.5, 3600.0):  # at the timeout (alive), just after it, an hour later (gone)
+        now[0] += later
+        with pytest.raises(KernelIdTaken) as refused:
+            registry.register(2, "bob", {"kernel_id": "k1"})
+        assert refused.value.field == "kernel_id" and refused.value.found == "k1"
+        assert registry.sessions_of(2) == [] and alices.kernel_id == "k1"
+    # A heartbeat over the stream brings her session back with its kernel id.
+    assert registry.heartbeat(1, alices.id).alive(now[0], registry.timeout) and alices.kernel_id == "k1"
+    now[0] += FORGET_AFTER + 11.0  # forgotten: the id is nobody's any more
     bobs, created = registry.register(2, "bob", {"kernel_id": "k1"})
-    assert created and bobs.kernel_id == "k1" and alices.kernel_id is None
+    assert created and bobs.kernel_id == "k1" and registry.sessions_of(1) == []
+
+
+def test_the_same_hub_user_under_a_relinked_account_takes_her_kernel_id_over():
+    """``easeml users link`` gives hub user carol another account (row): her
+    running kernel registers again under it and takes its kernel id over; a
+    local account of the same name, or another hub user, does not."""
+    from ease_jupyter.service.notebooks import KernelIdTaken, NotebookRegistry
+
+    registry = NotebookRegistry(timeout=60.0)
+    before, _ = registry.register(5, "carol", {"kernel_id": "k1"}, hub_login="carol")
+    with pytest.raises(KernelIdTaken):
+        registry.register(3, "carol", {"kernel_id": "k1"})  # the local account carol: another user
+    with pytest.raises(KernelIdTaken):
+        registry.register(7, "dave", {"kernel_id": "k1"}, hub_login="dave")
+    after, created = registry.register(3, "carol", {"kernel_id": "k1"}, hub_login="carol")  # linked: her row now
+    assert created and after.kernel_id == "k1" and before.kernel_id is None
+    assert [s.id for s in registry.sessions_of(5)] == [before.id]  # the old one stays listed, without the id
+
+
+def test_a_refused_takeover_and_a_full_registry_change_nothing():
+    from ease_jupyter.service.notebooks import MAX_SESSIONS_PER_USER, KernelIdTaken, NotebookRegistry
+
+    now = [1000.0]
+    registry = NotebookRegistry(timeout=10.0, clock=lambda: now[0])
+    old, _ = registry.register(1, "carol", {"kernel_id": "k1"}, hub_login="carol")
+    for i in range(MAX_SESSIONS_PER_USER):  # carol's new account at her limit of live sessions
+        registry.register(2, "carol", {"kernel_id": f"b{i}"}, hub_login="carol")
+    with pytest.raises(InvalidStateError):
+        registry.register(2, "carol", {"kernel_id": "k1"}, hub_login="carol")
+    assert old.kernel_id == "k1" and len(registry.sessions_of(2)) == MAX_SESSIONS_PER_USER
+    with pytest.raises(KernelIdTaken):
+        registry.register(3, "bob", {"kernel_id": "b0"})
+    registry.end(2, registry.sessions_of(2)[0].id)  # room for one more
+    new, created = registry.register(2, "carol", {"kernel_id": "k1"}, hub_login="carol")
+    assert created and new.kernel_id == "k1" and old.kernel_id is None
 
 
 def test_a_task_touched_while_a_heartbeat_is_written_goes_out_at_once(monkeypatch):

@@ -93,4 +93,9 @@ def test_statuses_and_parameters_as_served():
     assert not paths["/tasks/{name}/tags"]["put"]["requestBody"]["required"]  # no body: sets nothing
     assert paths["/tasks/{name}/feed"]["post"]["requestBody"]["content"]["application/json"]["schema"]["required"] == [
         "X", "y"]
-    assert set(paths["/events"]["get"]["responses"]) == {"101", "401", "426"}
+    # 401 nobody, 403 a caller the hub knows but does not let in, 429 too many streams (websocket.py)
+    assert set(paths["/events"]["get"]["responses"]) == {"101", "401", "403", "426", "429"}
+    for path in ("/users/{name}", "/users/{name}/budget"):  # budget_api.user_named: which account of a name
+        for op in paths[path].values():
+            origin = next(p for p in op["parameters"] if p["name"] == "origin")
+            assert origin["in"] == "query" and not origin["required"] and origin["schema"]["enum"] == ["local", "hub"]
