@@ -169,8 +169,8 @@ def command(db_url, data_dir, engine, precision, blob_url, policy, cross_user_pr
 
     try:
         serve(config, announce=lambda line: click.echo(line))
-    except EngineError as error:  # the gateway started no cluster, the factory failed
-        raise click.ClickException(str(error)) from None
+    except EngineError as error:  # the gateway started no cluster, the factory failed: the option's to fix
+        raise click.BadParameter(str(error).removeprefix("engine: "), param_hint="'--engine'") from None
     except DataDirInUse as error:
         raise click.BadParameter(str(error), param_hint="'--data-dir'") from None
     except AddressInUse as error:

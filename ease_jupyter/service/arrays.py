@@ -11,7 +11,7 @@ import os
 import threading
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -221,9 +221,13 @@ class Uploads:
     def consume(self, owner_id: int, *values: Any) -> None:
         """Delete every upload the encoded arrays ``values`` name (``upload_ids``):
         a request's uploads serve that request only, whatever its answer."""
-        for value in values:
-            for upload_id in upload_ids(value):
-                try:
-                    self.delete(owner_id, upload_id)
-                except NotFoundError:  # not an upload id at all: nothing to delete
-                    pass
+        self.consume_ids(owner_id, [u for value in values for u in upload_ids(value)])
+
+    def consume_ids(self, owner_id: int, ids: Iterable[str]) -> None:
+        """``consume`` for a caller that has the ids already (``upload_ids``
+        of its request's arrays): deletes those uploads."""
+        for upload_id in ids:
+            try:
+                self.delete(owner_id, upload_id)
+            except NotFoundError:  # not an upload id at all: nothing to delete
+                pass

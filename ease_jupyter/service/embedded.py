@@ -83,10 +83,10 @@ def _attached(info: dict | None) -> Embedded | None:
 def start_embedded(data_dir: str | os.PathLike[str] | None = None, *, timeout: float = 60.0) -> Embedded:
     """The embedded service of ``data_dir``: the running one, else one started
     now (``started`` says which; ``easeml lab`` stops only one it started)."""
-    from ..store import _ensure_private_dir
+    from ..store import ensure_private_dir
     from .auth import new_token
 
-    directory = _ensure_private_dir(data_dir_of(data_dir))
+    directory = ensure_private_dir(data_dir_of(data_dir))
     attached = _attached(read_service_file(directory))
     if attached is not None:
         return attached
@@ -133,22 +133,32 @@ class DataDirInUse(RuntimeError):
                          f"{directory}; stop it first (easeml stop --data-dir {directory}, or its own process)")
 
 
+PROBE_WAIT = 5.0  # seconds a starting service waits out probes (``holder``) that hold the lock for a moment
+
+
 class DataDirLock:
     """``<data_dir>/service.lock``, held (flock) by the one service of the
     data dir until ``release()`` or its process ends, a kill included. It
     holds the holder's pid and, once known, its URL, for the message of a
-    second service (``DataDirInUse``)."""
+    second service (``DataDirInUse``).
+
+    A service holds the lock exclusive; a probe (``holder``) takes it shared
+    for an instant. So when the exclusive lock is refused, a shared one
+    tells the two apart: granted, only probes were in the way (no service
+    holds an exclusive lock then), and the lock is tried again; refused, a
+    service holds it. A probe thus never makes a starting service refuse
+    itself, and two services that start at once still settle on one."""
 
     def __init__(self, data_dir: str | os.PathLike[str]):
-        from ..store import _ensure_private_dir
+        from ..store import ensure_private_dir
 
-        self.directory = _ensure_private_dir(Path(data_dir).expanduser())  # made (mode 0700) if need be
+        self.directory = ensure_private_dir(Path(data_dir).expanduser())  # made (mode 0700) if need be
         fd = os.open(self.directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+            _lock_through_probes(fd, self.directory)
+        except BaseException:
             os.close(fd)
-            raise DataDirInUse(self.directory, _lock_info(self.directory)) from None
+            raise
         self._fd: int | None = fd
         self.announce(None)
 
@@ -165,6 +175,34 @@ class DataDirLock:
             self._fd = None
 
 
+def _lock_through_probes(fd: int, directory: Path) -> None:
+    """Take the exclusive lock on ``fd``, waiting out probes that hold it
+    shared (``DataDirLock``); ``DataDirInUse`` where a service holds it."""
+    deadline = time.monotonic() + PROBE_WAIT
+    tries = 0
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            pass
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:  # an exclusive holder: another service
+            raise DataDirInUse(directory, _lock_info(directory)) from None
+        fcntl.flock(fd, fcntl.LOCK_UN)  # only probes (shared) were in the way
+        if time.monotonic() > deadline:  # probes without end: refuse rather than wait for good
+            raise DataDirInUse(directory, _lock_info(directory))
+        tries += 1
+        _wait_for_probes(tries)
+
+
+def _wait_for_probes(tries: int) -> None:
+    """The pause before the ``tries``-th new try (a probe holds the lock for
+    microseconds; the pause grows so that a busy prober cannot starve us)."""
+    time.sleep(min(0.001 * tries, 0.05))
+
+
 def _lock_info(directory: Path) -> dict:
     try:
         info = json.loads((directory / LOCK_FILE).read_text() or "{}")
@@ -175,7 +213,8 @@ def _lock_info(directory: Path) -> dict:
 
 def holder(data_dir: str | os.PathLike[str] | None = None) -> dict | None:
     """{"pid", "url"} of the service that holds the data dir (``url`` None
-    while it starts), or None where none runs."""
+    while it starts), or None where none runs. A probe: it takes the lock
+    shared for an instant, which a starting service waits out (``DataDirLock``)."""
     directory = data_dir_of(data_dir)
     try:
         fd = os.open(directory / LOCK_FILE, os.O_RDONLY)

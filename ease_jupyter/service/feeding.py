@@ -67,18 +67,19 @@ class Feeder:
         return cls(store, blobs, uploads, Quota(quota_bytes, uploads.directory))
 
     def feed(self, caller: User, task: Task, body: dict[str, Any]) -> Fed:
+        # The uploads X and y name (each once): the quota counts them as freed, and they go at the end.
+        named = list(dict.fromkeys(arrays.upload_ids(body.get("X")) + arrays.upload_ids(body.get("y"))))
         try:
-            return self._feed(caller, task, body)
+            return self._feed(caller, task, body, named)
         finally:  # a feed's uploads serve it alone, whatever its answer: a refused one is sent again whole
-            self.uploads.consume(caller.id, body.get("X"), body.get("y"))
+            self.uploads.consume_ids(caller.id, named)
 
-    def _feed(self, caller: User, task: Task, body: dict[str, Any]) -> Fed:
+    def _feed(self, caller: User, task: Task, body: dict[str, Any], named: list[str]) -> Fed:
         if task.cancelled:
             raise InvalidStateError(f"task {task.name!r} is cancelled; resume it before feeding")
         X = arrays.decode("X", body.get("X"), self.uploads, caller.id)
         y = arrays.decode("y", body.get("y"), self.uploads, caller.id)
-        consumed = dict.fromkeys(arrays.upload_ids(body.get("X")) + arrays.upload_ids(body.get("y")))
-        releasing = sum(self.uploads.size(caller.id, u) for u in consumed)
+        releasing = sum(self.uploads.size(caller.id, u) for u in named)
         mode = body.get("mode")  # datasets.FEED_MODES; rows already there are skipped by default
         # One feed of a task at a time maps its labels to class indices and stores
         # the names it added: two feeds adding "cat" and "dog" must not both take index k.

@@ -24,6 +24,9 @@ Metrics (per epoch, ``epoch`` = epochs completed, 1 after the first):
 ``val_accuracy[lr=X]``, ``val_loss[lr=X]``, ``train_loss[lr=X]`` for every
 config, plus ``val_accuracy`` and ``train_loss`` of the epoch's best config.
 Each is published as a ``{"type": "metrics", ...}`` event as it happens.
+An event that fails to go out is logged and training goes on; a metric,
+progress record or checkpoint that cannot be stored fails the job with that
+error (``_job_record``), as does a user model past its limit.
 
 Profiling (ACAI §4.2.2). A job with a profiling plan (``easeml.profile.plan``,
 the first job of a family the profiler has no record of) first trains its
@@ -71,13 +74,14 @@ in the blob store.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, Iterator
 
 import numpy as np
 
@@ -85,7 +89,7 @@ from ..datasets import load
 from ..execution.automl import pick_procedure, pick_survivors
 from ..execution.mop.placement import AUTO_REPLICATION
 from ..execution.mop.pool_driver import PoolDriver
-from ..execution.mop.runner import EpochMetrics, MOPRunner, UnitRecord
+from ..execution.mop.runner import EpochMetrics, MOPRunner, StopRun, UnitRecord
 from ..execution.units import Hooks
 from ..jobspec import TorchWorkload, metric_name, parse_job, point_label
 from ..selection.profile_plan import plan_from_json
@@ -196,33 +200,36 @@ def run_torch_job(store: Store, blobs: BlobStore, engine: Any, job_id: int, *,
                     seen.add((epoch, name))
 
             def on_unit(rec: UnitRecord) -> None:
-                if own is not None:
-                    own.check()  # a user model past its job's limit fails the workload here
-                # Cerebro §5.6: checkpoint between units, so that only unfinished units run again.
-                if rec.kind != "train":
-                    return
-                runner = runner_box[0]
-                progress.record_unit(rec.trial, runner.trial_progress(rec.trial),
-                                     blobs.put_bytes(runner.checkpoint(rec.trial)))
-                save_progress()
+                with _job_record():
+                    if own is not None:
+                        own.check()  # a user model past its job's limit fails the workload here
+                    # Cerebro §5.6: checkpoint between units, so that only unfinished units run again.
+                    if rec.kind != "train":
+                        return
+                    runner = runner_box[0]
+                    progress.record_unit(rec.trial, runner.trial_progress(rec.trial),
+                                         blobs.put_bytes(runner.checkpoint(rec.trial)))
+                    save_progress()
 
             def on_metrics(m: EpochMetrics) -> None:
-                lr = trial_lr[m.trial]
                 label = trial_label[m.trial]
-                add(m.epoch, metric_name("val_accuracy", label), m.score)
-                add(m.epoch, metric_name("val_loss", label), m.val_loss)
-                add(m.epoch, metric_name("train_loss", label), m.train_loss)
-                progress.record_epoch(m.trial, m.epoch, m.score, blobs.put_bytes(runner_box[0].checkpoint(m.trial)))
+                with _job_record():
+                    add(m.epoch, metric_name("val_accuracy", label), m.score)
+                    add(m.epoch, metric_name("val_loss", label), m.val_loss)
+                    add(m.epoch, metric_name("train_loss", label), m.train_loss)
+                    progress.record_epoch(m.trial, m.epoch, m.score,
+                                          blobs.put_bytes(runner_box[0].checkpoint(m.trial)))
+                    pending[m.trial] = m
+                    if progress.complete(runner_box[0].live_trials, m.epoch):  # configs stopped early have no score
+                        top = max(pending.values(), key=lambda e: -1.0 if math.isnan(e.score) else e.score)
+                        add(m.epoch, "val_accuracy", top.score)
+                        add(m.epoch, "train_loss", top.train_loss)
+                        pending.clear()
+                        save_progress()
+                # The event is for watchers only: if it fails, the runner logs that and training goes on.
                 publish(task.owner_id, {"type": "metrics", "task_id": task.id, "job_id": job_id, "model": job.model,
-                                        "trial": m.trial, "lr": lr, "epoch": m.epoch, "val_accuracy": m.score,
-                                        "val_loss": m.val_loss, "train_loss": m.train_loss})
-                pending[m.trial] = m
-                if progress.complete(runner_box[0].live_trials, m.epoch):  # configs stopped early have no score
-                    top = max(pending.values(), key=lambda e: -1.0 if math.isnan(e.score) else e.score)
-                    add(m.epoch, "val_accuracy", top.score)
-                    add(m.epoch, "train_loss", top.train_loss)
-                    pending.clear()
-                    save_progress()
+                                        "trial": m.trial, "lr": trial_lr[m.trial], "epoch": m.epoch,
+                                        "val_accuracy": m.score, "val_loss": m.val_loss, "train_loss": m.train_loss})
 
             runner = MOPRunner(engine, pick_procedure(cand.name, spec.points(), max_epochs=epochs), [cand], X, y,
                                example_ids=data.split_keys, seed=seed, n_partitions=progress.partitions,
@@ -260,14 +267,31 @@ def run_torch_job(store: Store, blobs: BlobStore, engine: Any, job_id: int, *,
         return user_models.fail_any_job(store, job, error)
 
 
+@contextlib.contextmanager
+def _job_record() -> Iterator[None]:
+    """Around what a torch job's listeners do for the job itself: the check
+    of a user model's limit, the progress record (a restart resumes from
+    it, and the job's result is read from it) and the metrics. An error
+    there ends the workload with that very error (``StopRun``; the runner
+    would log and pass over any other), so the job fails as it should: a
+    user model past its limit with ``UserModelTimeout``, a store that cannot
+    be written as a storage failure. A job that trained on without its
+    record would end wrong, not merely less visible."""
+    try:
+        yield
+    except Exception as error:  # noqa: BLE001 - handed to the runner as the workload's error
+        raise StopRun(error) from None
+
+
 @dataclass(frozen=True)
 class _OwnModel:
     """What changes for a job of a user's own model: its deadline, checked
-    between units and made the deadline of every unit (``MOPRunner.deadline``:
-    a unit still running then, e.g. in a ``forward`` that never returns, is
-    given up on and its worker replaced by the engine, and the job fails
-    with ``UserModelTimeout``), and no retries of a unit that raised (her
-    code fails the same way again)."""
+    after every unit (``check``, from the job's ``on_unit``: past it, the
+    workload ends there with ``UserModelTimeout``) and made the deadline of
+    every unit (``MOPRunner.deadline``: a unit still running then, e.g. in a
+    ``forward`` that never returns, is given up on and its worker replaced
+    by the engine, and the job fails with ``UserModelTimeout``), and no
+    retries of a unit that raised (her code fails the same way again)."""
 
     name: str
     limit: float

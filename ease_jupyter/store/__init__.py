@@ -71,6 +71,7 @@ __all__ = [
     "User",
     "VersionKind",
     "default_data_dir",
+    "ensure_private_dir",
     "open_store",
 ]
 
@@ -92,7 +93,7 @@ def default_data_dir() -> Path:
     return Path(os.environ.get(DATA_DIR_ENV) or Path.home() / ".easeml").expanduser()
 
 
-def _ensure_private_dir(path: Path) -> Path:
+def ensure_private_dir(path: Path) -> Path:
     """Create ``path`` readable by its owner only (it holds every user's data and
     token hashes). An existing directory keeps its permissions: they are the
     operator's choice."""
@@ -121,7 +122,7 @@ def open_store(url: str | None = None, data_dir: str | os.PathLike[str] | None =
     """
     if url == MEMORY_URL:
         return InMemoryStore(), MemoryBlobStore()
-    directory = _ensure_private_dir(Path(data_dir).expanduser() if data_dir is not None else default_data_dir())
+    directory = ensure_private_dir(Path(data_dir).expanduser() if data_dir is not None else default_data_dir())
     if url is None:
         url = f"sqlite:///{directory / SQLITE_FILE}"
     from .sql import SQLStore

@@ -322,6 +322,33 @@ def test_gateway_errors_say_what_is_missing(gateway_config, monkeypatch):
         make_engine("gateway")
 
 
+@pytest.mark.parametrize("auth, says", [
+    ({"DASK_GATEWAY__AUTH__TYPE": "jupyterhub"}, "refused its configuration (No JupyterHub API token"),
+    ({}, "did not start a cluster"),
+])
+def test_a_refused_gateway_start_leaves_no_traceback_at_exit(tmp_path, auth, says):
+    """``easeml serve --engine gateway`` against a loopback address where
+    nothing listens: one error naming the option, and no traceback from
+    dask-gateway's clean-up at exit (it used to trip over the cluster object
+    whose start was refused)."""
+    import socket
+    import subprocess
+
+    pytest.importorskip("dask_gateway", reason="dask-gateway is not installed (it is in the test extra)")
+    with socket.socket() as taken:  # bound, never listening: connections are refused
+        taken.bind(("127.0.0.1", 0))
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith("DASK_GATEWAY__") and k != "JUPYTERHUB_API_TOKEN"}
+        env.update({"DASK_GATEWAY__ADDRESS": f"http://127.0.0.1:{taken.getsockname()[1]}", **auth})
+        run = subprocess.run([sys.executable, "-m", "ease_jupyter", "serve", "--engine", "gateway",
+                              "--data-dir", str(tmp_path / "data"), "--port", "0"],
+                             env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 2, run.stderr
+    assert "Invalid value for '--engine': found 'gateway', but " in run.stderr and says in run.stderr
+    assert "Traceback" not in run.stderr and "Exception ignored" not in run.stderr, run.stderr
+    assert not (tmp_path / "data" / "service.json").exists()
+
+
 # -- a cluster that goes away ------------------------------------------------------------------------------
 
 

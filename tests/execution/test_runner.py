@@ -14,7 +14,7 @@ from ease_jupyter.errors import EaseMLError
 from ease_jupyter.execution.automl import PBT, GridSearch
 from ease_jupyter.execution.engine import LocalEngine
 from ease_jupyter.execution.holdout import validation_mask
-from ease_jupyter.execution.mop.runner import EpochMetrics, MOPRunner, RunnerError, UnitRecord, run_mop
+from ease_jupyter.execution.mop.runner import EpochMetrics, MOPRunner, RunnerError, StopRun, UnitRecord, run_mop
 from ease_jupyter.execution.units import Hooks, default_train_fn
 from ease_jupyter.zoo.templates import TorchBuilder
 
@@ -298,6 +298,32 @@ def test_listener_errors_do_not_stop_training(engine, digits):
 
     res = run_mop(engine, grid(epochs=1), MODELS, X, y, on_metrics=bad, on_unit=bad)
     assert len(res.history) == 2
+
+
+class PastTheLimit(Exception):
+    pass
+
+
+def test_a_listener_that_raises_stop_run_ends_the_run_with_its_error(engine, digits):
+    X, y = digits
+    seen: list[UnitRecord] = []
+
+    def stops_at_the_second_unit(rec):
+        seen.append(rec)
+        if len(seen) == 2:
+            raise StopRun(PastTheLimit("her limit"))
+
+    with pytest.raises(PastTheLimit, match="her limit") as caught:  # the listener's own error, not a wrapper
+        run_mop(engine, grid(epochs=2), MODELS, X, y, on_unit=stops_at_the_second_unit)
+    assert not isinstance(caught.value.__context__, StopRun)
+    assert len(seen) == 2  # no unit was taken in after it: the run ended there (of 16 units)
+    assert engine.holders("train-0") == set()  # and it cleaned up as any failed run
+
+    def stops_after_the_first_epoch(m):
+        raise StopRun("enough")
+
+    with pytest.raises(RunnerError, match="a listener stopped the run: enough"):
+        run_mop(engine, grid(epochs=2), MODELS, X, y, on_metrics=stops_after_the_first_epoch)
 
 
 def test_validation_split_and_explicit_validation(engine, digits):

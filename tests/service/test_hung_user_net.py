@@ -6,6 +6,7 @@ her deadline and a fresh worker takes the place of the one it held."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -115,6 +116,67 @@ def test_a_net_that_hangs_in_training_fails_its_job_at_its_limit_and_no_one_else
     # The worker her unit held was replaced by a fresh one: the engine keeps its one worker.
     after = engine.workers()
     assert len(after) == len(before) == 1 and set(after).isdisjoint(before), (before, after)
+
+
+def _plain(input_shape, output_shape):
+    import math
+
+    from torch import nn
+
+    return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), output_shape[0]))
+
+
+class _JumpingClock:
+    """``time`` as service/mop.py sees it: true until ``jump`` seconds are
+    added (its ``time.time()`` is the own-model check's only clock there)."""
+
+    def __init__(self):
+        self.jump = 0.0
+
+    def time(self):
+        return time.time() + self.jump
+
+    def monotonic(self):
+        return time.monotonic()
+
+
+def test_a_job_past_its_limit_between_units_ends_at_the_next_unit(tmp_path, digits_images, monkeypatch):
+    """Her limit passes while her units run fine, each one well within it:
+    the check after each unit (``_OwnModel.check``, from the job's
+    ``on_unit``) ends her job at the next unit with the check's own error,
+    long before the runner's deadline. Her clock is made to jump past her
+    limit once her job has set its deadline, so no timing decides it."""
+    from ease_jupyter.service import mop
+
+    clock = _JumpingClock()
+    own_model = mop._own_model
+
+    def own_model_then_her_limit_passes(spec):
+        own = own_model(spec)
+        if own is not None:
+            clock.jump = own.limit + 1.0
+        return own
+
+    monkeypatch.setattr(mop, "time", clock)
+    monkeypatch.setattr(mop, "_own_model", own_model_then_her_limit_passes)
+    running = start(tmp_path, torch=True, torch_epochs=2, mop_partitions=2, allow_user_models=True, workers=1)
+    try:
+        running.user("ada")
+        X, y = digits_images
+        store = running.service.store
+        ada = running.client("ada").task("digits-ada", input=[8, 8, 1], output=[10])
+        ada.add_model(_plain, name="plain", grid={"lr": [0.1]}, limit=600.0)
+        ada.feed(X, y)
+        assert until(lambda: _finished(store, ada, "plain"), 400, every=0.2), ada.jobs()
+        job = min(_finished(store, ada, "plain"), key=lambda j: j.id)  # her first: the one whose clock jumped
+        assert job.status is JobStatus.FAILED, "her job went on past her limit"
+        assert "UserModelTimeout" in job.error and "plain: the job ran past its limit of 600 s" in job.error, job.error
+        assert "still running" not in job.error  # the check ended it, not the runner's deadline
+        assert (job.finished_at - job.started_at).total_seconds() < 120  # not at her (real) limit
+        progress = store.tags("job", job.id).get(mop.PROGRESS_TAG)
+        assert progress is None or json.loads(progress)["trained_units"] == 0  # its first unit was not taken in
+    finally:
+        running.thread.stop()
 
 
 # -- the driver alone: a workload's deadline bounds its units ---------------------------------------

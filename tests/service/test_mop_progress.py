@@ -38,3 +38,72 @@ def test_a_record_written_by_the_earlier_format_still_loads():
               "trained_units": 5}
     progress = JobProgress.from_json(json.dumps(stored))
     assert json.loads(progress.to_json()) == stored
+
+
+# -- the record as a torch job keeps it: what fails the job, and what does not -------------------------
+
+
+def _digits_job():
+    """A queued lenet job (one rate, one epoch) on 200 8x8 digits, in memory."""
+    from sklearn.datasets import load_digits
+
+    from ease_jupyter import datasets
+    from ease_jupyter.schema import format_program, program_from_shapes
+    from ease_jupyter.store import InMemoryStore, MemoryBlobStore
+
+    d = load_digits()
+    X, y = (d.images[:200] / 16.0).astype("float32")[..., None], d.target[:200].astype("int64")
+    store, blobs = InMemoryStore(), MemoryBlobStore()
+    user = store.create_user("ada", "h" * 64)
+    task = store.create_task(user.id, "digits", format_program(program_from_shapes([8, 8, 1], [10])))
+    datasets.feed(store, blobs, task, X, y)
+    version = store.latest_dataset_version(task.id)
+    return store, blobs, store.create_job(task.id, version.id, "lenet", {"lrs": [0.1], "epochs": 1})
+
+
+def test_a_progress_record_that_cannot_be_stored_fails_the_job_as_a_storage_failure():
+    """The job's result is read from its record, and a restart resumes from
+    it: a job that trained on without it would be wrong, so it fails, and
+    for want of storage (the selector learns nothing of the model from it)."""
+    from ease_jupyter.errors import StoreUnavailableError
+    from ease_jupyter.execution.engine import LocalEngine
+    from ease_jupyter.service.failures import failure_code
+    from ease_jupyter.service.mop import PROGRESS_TAG, run_torch_job
+    from ease_jupyter.store import JobStatus
+
+    store, blobs, job = _digits_job()
+    set_tag, writes = store.set_tag, []
+
+    def unwritable(entity, entity_id, key, value):
+        if key == PROGRESS_TAG:
+            writes.append(value)
+            raise StoreUnavailableError("the database is read-only")
+        set_tag(entity, entity_id, key, value)
+
+    store.set_tag = unwritable
+    with LocalEngine(1) as engine:
+        done = run_torch_job(store, blobs, engine, job.id, partitions=2)
+    store.set_tag = set_tag
+    assert done.status is JobStatus.FAILED and "the database is read-only" in done.error, done.error
+    assert failure_code(store, done) == "store_unavailable"
+    assert len(writes) == 1  # it stopped at the first record it could not store: no unit trained on unrecorded
+
+
+def test_a_metrics_event_that_cannot_go_out_does_not_fail_the_job():
+    """The event is for whoever watches; the metrics and the record are stored all the same."""
+    from ease_jupyter.execution.engine import LocalEngine
+    from ease_jupyter.service.mop import PROGRESS_TAG, run_torch_job
+    from ease_jupyter.store import JobStatus
+
+    store, blobs, job = _digits_job()
+    sent = []
+
+    def broken(owner, event):
+        sent.append(event)
+        raise ConnectionError("nobody listens")
+
+    with LocalEngine(1) as engine:
+        done = run_torch_job(store, blobs, engine, job.id, partitions=2, publish=broken)
+    assert done.status is JobStatus.SUCCEEDED, done.error
+    assert len(sent) == 1 and {m.name for m in store.list_metrics(job.id)} >= {"val_accuracy", "train_loss"}
+    assert json.loads(store.tags("job", job.id)[PROGRESS_TAG])["epoch"] == 1

@@ -187,14 +187,7 @@ def gateway_cluster(workers: int | None = None, *, adaptive: bool = False) -> An
     except ImportError as error:
         raise EngineError("engine: found 'gateway', but the package dask-gateway is not installed; expected "
                           "`pip install ease_jupyter[gateway]`") from error
-    try:
-        cluster = dask_gateway.GatewayCluster(shutdown_on_close=True)
-    except ValueError as error:  # dask-gateway's own "no address" error
-        raise EngineError(f"engine: found 'gateway', but dask-gateway has no server address ({error}); expected "
-                          "the dask config key gateway.address (or $DASK_GATEWAY__ADDRESS)") from error
-    except Exception as error:  # noqa: BLE001 - connection refused, authentication, a failed start
-        raise EngineError(f"engine: found 'gateway', but the dask-gateway server did not start a cluster "
-                          f"({error!r})") from error
+    cluster = _start_gateway_cluster(dask_gateway)
     try:
         if adaptive:
             cluster.adapt(minimum=1, maximum=workers)
@@ -204,6 +197,40 @@ def gateway_cluster(workers: int | None = None, *, adaptive: bool = False) -> An
         close_cluster(cluster)
         raise
     return cluster
+
+
+def _start_gateway_cluster(dask_gateway: Any) -> Any:
+    """``GatewayCluster(shutdown_on_close=True)``, or the ``EngineError`` of
+    a refused start with nothing of it left behind.
+
+    dask-gateway registers a cluster object for its clean-up at exit
+    (``GatewayCluster._instances``) before it makes the object's ``Gateway``
+    client. When that raises (no address, JupyterHub auth without a token),
+    the half-made object stays registered, and at exit the clean-up fails
+    on it and prints a traceback after our one-line error. So a refused start
+    takes its half-made object out of that registry. (A start the server
+    refuses cleans up after itself: dask-gateway stops what it began.)
+    """
+    import dask
+
+    if dask.config.get("gateway.address", None) is None:
+        raise EngineError("engine: found 'gateway', but dask-gateway has no server address; expected the dask "
+                          "config key gateway.address (or $DASK_GATEWAY__ADDRESS)")
+    registry = getattr(dask_gateway.GatewayCluster, "_instances", None)
+    before = set(registry) if registry is not None else set()
+    try:
+        return dask_gateway.GatewayCluster(shutdown_on_close=True)
+    except Exception as error:  # noqa: BLE001 - reported below, as the option's error
+        if registry is not None:
+            for half_made in set(registry) - before:
+                if not hasattr(half_made, "gateway"):  # its Gateway client was never made: nothing to close
+                    registry.discard(half_made)
+        if isinstance(error, ValueError):  # dask-gateway's checks of its own configuration
+            raise EngineError(f"engine: found 'gateway', but dask-gateway refused its configuration ({error}); "
+                              "expected the dask config keys gateway.* (gateway.address, gateway.proxy-address, "
+                              "gateway.auth.type and what that auth needs)") from error
+        raise EngineError(f"engine: found 'gateway', but the dask-gateway server did not start a cluster "
+                          f"({error!r})") from error
 
 
 def close_cluster(obj: Any) -> None:

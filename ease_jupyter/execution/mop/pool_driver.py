@@ -39,8 +39,8 @@ Two ways to use it:
 Faults (§5.6): a lost worker leaves the pool once; each workload's
 placement forgets it and re-places its partitions, and its unit in flight
 (of whichever workload) goes back to that workload's Q. An error of one
-workload (a unit that keeps failing, no worker left for its partitions)
-fails that workload only. A workload with a deadline of its own
+workload (a unit that keeps failing, no worker left for its partitions, a
+listener's ``StopRun``) fails that workload only. A workload with a deadline of its own
 (``MOPRunner.deadline``, a user's model's time limit) gives each unit no
 later engine deadline, so the engine gives up on a unit that hangs then and
 replaces its worker; the workload fails (``on_deadline``'s error) and its

@@ -4,7 +4,8 @@
 :class:`~ease_jupyter.execution.mop.runner.MOPRunner` (Cerebro §4.2: the
 AutoML procedure sees each trial's score after each epoch);
 :class:`RunResult` is what the run returns; :class:`RunnerError` is raised
-when the run cannot go on.
+when the run cannot go on; :class:`StopRun` is what a listener raises to end
+the run.
 """
 
 from __future__ import annotations
@@ -16,12 +17,33 @@ from ease_jupyter.errors import EaseMLError
 from ease_jupyter.execution.automl.base import TrialSpec
 from ease_jupyter.execution.units import Hooks, UnitSpec, load_model
 
-__all__ = ["RunnerError", "EpochMetrics", "UnitRecord", "RunResult"]
+__all__ = ["RunnerError", "StopRun", "EpochMetrics", "UnitRecord", "RunResult"]
 
 
 class RunnerError(EaseMLError, RuntimeError):
     """The run cannot go on: a unit kept failing, no worker is left, or the
     procedure did not finish within ``max_epochs``."""
+
+
+class StopRun(Exception):
+    """Raised by a listener of a run (``on_unit``, ``on_metrics``) to end it:
+    the run fails with :attr:`error`, the listener's reason, as it is (so a
+    caller that sorts failures by type sees the listener's own error). Any
+    other error of a listener is logged and the run goes on: only the
+    listener knows whether its failure makes the run wrong (a limit passed,
+    a progress record that could not be stored) or is cosmetic (a progress
+    bar, an event nobody reads).
+
+    Args:
+        error: the error the run fails with, or its reason in words (then a
+            :class:`RunnerError` that quotes it).
+    """
+
+    def __init__(self, error: BaseException | str):
+        if isinstance(error, str):
+            error = RunnerError(f"a listener stopped the run: {error}")
+        super().__init__(error)
+        self.error = error
 
 
 @dataclass(frozen=True)

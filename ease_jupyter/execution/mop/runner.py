@@ -74,6 +74,12 @@ hop's checkpoints live in it, and every partition is staged there once
 on a worker (its ``load()`` gives the arrays; the default ``input_fn``
 calls it). The folder is removed when the run ends.
 
+Listeners. ``on_unit`` and ``on_metrics`` run between units. One that
+raises :class:`StopRun` ends the run with the error it carries (a limit the
+run passed, a progress record that could not be stored); any other error of
+a listener is logged and training goes on (a broken progress bar costs no
+run).
+
 Faults (§5.6). A unit that is lost (its worker died, its deadline passed,
 its input went away) goes back to Q and runs again from the same
 checkpoint, which never changed because only a completed unit moves a
@@ -102,7 +108,7 @@ from ease_jupyter.execution.mop.checkpoints import HopStore
 from ease_jupyter.execution.mop.partitions import TRAIN, VAL, PartitionMap, data_bytes, partition, split_validation
 from ease_jupyter.execution.mop.placement import FaultLog, Placement, copies_everywhere, resolve_replication
 from ease_jupyter.execution.mop.pool_driver import Phase, PoolDriver, PoolSlot
-from ease_jupyter.execution.mop.results import EpochMetrics, RunnerError, RunResult, UnitRecord
+from ease_jupyter.execution.mop.results import EpochMetrics, RunnerError, RunResult, StopRun, UnitRecord
 from ease_jupyter.execution.mop.resume import (
     EpochSoFar,
     ResumeState,
@@ -126,7 +132,8 @@ from ease_jupyter.execution.units import (
 from ease_jupyter.zoo.templates import LARGEST_EPOCHS
 
 __all__ = [
-    "MOPRunner", "RunResult", "EpochMetrics", "UnitRecord", "TrialProgress", "ResumeState", "RunnerError", "run_mop",
+    "MOPRunner", "RunResult", "EpochMetrics", "UnitRecord", "TrialProgress", "ResumeState", "RunnerError", "StopRun",
+    "run_mop",
 ]
 
 log = logging.getLogger(__name__)
@@ -194,6 +201,9 @@ class MOPRunner:
         on_unit: called with each completed unit's :class:`UnitRecord`, after
             the runner took it into account (so :meth:`resume_state`,
             :meth:`trial_progress` and :meth:`checkpoint` include it).
+            A listener (``on_metrics``, ``on_unit``) ends the run by raising
+            :class:`StopRun`: the run fails with the error it carries. Any
+            other error of a listener is logged and training goes on.
         resume: a :class:`ResumeState` to go on from instead of starting
             afresh (restart recovery, §5.6; see ``resume``). Give
             the same procedure arguments, data, seed and ``n_partitions``
@@ -685,10 +695,18 @@ class MOPRunner:
             self._hops.close()  # with blob_url, the run's folder: checkpoints and staged partitions
 
     def _emit(self, fn: Callable[[Any], None], value: Any) -> None:
+        """Tell a listener. Its :class:`StopRun` ends the run with the error
+        it carries (raised here, the driver fails the workload with it); any
+        other error is its own bug, logged, and training goes on."""
         try:
             fn(value)
-        except Exception:  # noqa: BLE001 - a listener must not stop training
-            log.exception("metrics listener failed")
+            return
+        except StopRun as stop:
+            error = stop.error
+        except Exception:  # noqa: BLE001 - a broken listener must not stop training
+            log.exception("a listener of the run failed (%s); training goes on", type(value).__name__)
+            return
+        raise error  # outside the handler: the StopRun wrapper is no part of the error's story
 
     # -- the loop ---------------------------------------------------------------------------------
     def run(self) -> RunResult:
