@@ -21,7 +21,6 @@ own logins mean (``DEFAULT_ORIGINS``). The budget answers carry the
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -106,24 +105,6 @@ def set_user_cap(service: Service, caller: User, name: str, body: Any, origin: s
     out = _status(service, user)
     service.events.publish(user.id, {"type": "budget", "blocked": out["blocked"], "reason": out["reason"]})
     return out
-
-
-def set_user_settings(service: Service, caller: User, name: str, body: Any,
-                      origin: str | None = None) -> dict[str, Any]:
-    """``PUT /users/{name}[?origin=]`` (admins): ``{"allow_user_models": true|false}``
-    for the account ``user_named`` addresses. The body's rule is
-    ``user_models.api_set_user``'s, which resolves a bare name only."""
-    from .user_models import set_user_setting
-
-    service._admin(caller)
-    user = user_named(service, name, origin)
-    if not isinstance(body, Mapping) or set(body) - {"allow_user_models"}:
-        raise DataError("body", repr(body)[:80], '{"allow_user_models": true or false}')
-    allow = body.get("allow_user_models")
-    if not isinstance(allow, bool):
-        raise DataError("allow_user_models", repr(allow), "true or false")
-    set_user_setting(service.store, user, allow)
-    return {"name": user.name, "allow_user_models": allow}  # the answer's shape is user_models.api_set_user's
 
 
 def _task_epochs(service: Service, task) -> dict[str, Any]:

@@ -600,8 +600,8 @@ class Service:
     def user_models(self, caller: User, name: str) -> list[dict[str, Any]]:
         return user_models.api_list(self, caller, name)
 
-    def set_user(self, caller: User, name: str, body: Any) -> dict[str, Any]:
-        return user_models.api_set_user(self, caller, name, body)
+    def set_user(self, caller: User, name: str, body: Any, origin: str | None = None) -> dict[str, Any]:
+        return user_models.api_set_user(self, caller, name, body, origin)
 
     # ------------------------------------------------------------ budgets (budget_api.py)
     def budget(self, caller: User) -> dict[str, Any]:

@@ -549,15 +549,15 @@ def api_list(service: Any, caller: User, name: str) -> list[dict[str, Any]]:
     return [m.to_json() for m in UserModels(service.store).list(service._task(caller, name).id)]
 
 
-def api_set_user(service: Any, caller: User, name: str, body: Any) -> dict[str, Any]:
-    """``PUT /users/{name}`` (admins): ``{"allow_user_models": true|false|null}``
-    (null: the service's default again is not offered; set true or false)."""
-    from .auth import check_name
+def api_set_user(service: Any, caller: User, name: str, body: Any, origin: str | None = None) -> dict[str, Any]:
+    """``PUT /users/{name}[?origin=local|hub]`` (admins): ``{"allow_user_models":
+    true|false}`` (null, the service's default again, is not offered) for
+    the one account ``budget_api.user_named`` addresses."""
     from .budget_api import user_named
 
     if not caller.is_admin:
         raise PermissionError("admin rights needed")
-    user = user_named(service, check_name("name", name))  # the hub's account in JupyterHub mode
+    user = user_named(service, name, origin)
     if not isinstance(body, Mapping) or set(body) - {"allow_user_models"}:
         raise DataError("body", repr(body)[:80], '{"allow_user_models": true or false}')
     allow = body.get("allow_user_models")
