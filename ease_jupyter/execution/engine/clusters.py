@@ -211,11 +211,6 @@ def _start_gateway_cluster(dask_gateway: Any) -> Any:
     takes its half-made object out of that registry. (A start the server
     refuses cleans up after itself: dask-gateway stops what it began.)
     """
-    import dask
-
-    if dask.config.get("gateway.address", None) is None:
-        raise EngineError("engine: found 'gateway', but dask-gateway has no server address; expected the dask "
-                          "config key gateway.address (or $DASK_GATEWAY__ADDRESS)")
     registry = getattr(dask_gateway.GatewayCluster, "_instances", None)
     before = set(registry) if registry is not None else set()
     try:
@@ -225,7 +220,7 @@ def _start_gateway_cluster(dask_gateway: Any) -> Any:
             for half_made in set(registry) - before:
                 if not hasattr(half_made, "gateway"):  # its Gateway client was never made: nothing to close
                     registry.discard(half_made)
-        if isinstance(error, ValueError):  # dask-gateway's checks of its own configuration
+        if isinstance(error, ValueError):  # dask-gateway's checks of its own configuration (no address, ...)
             raise EngineError(f"engine: found 'gateway', but dask-gateway refused its configuration ({error}); "
                               "expected the dask config keys gateway.* (gateway.address, gateway.proxy-address, "
                               "gateway.auth.type and what that auth needs)") from error
