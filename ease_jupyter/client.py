@@ -20,7 +20,6 @@ from __future__ import annotations
 import base64
 import dataclasses
 import http.client
-import io
 import ipaddress
 import json
 import os
@@ -42,11 +41,17 @@ from .errors import (AlreadyExistsError, DataError, EaseMLError, InvalidStateErr
 from .schema import to_jsonable
 from .schema._arrays import Where, to_array
 from .schema._paths import Path as FieldPath
+from .service import arrays as wire  # the one codec of arrays on the wire, the service's too
 
 URL_ENV, TOKEN_ENV = "EASEML_URL", "EASEML_TOKEN"
 KERNEL_ENV_PREFIX = "KERNEL_"  # what jupyter_server's GatewayClient and the gateways always pass to a kernel
 INLINE_BYTES = 512 * 1024  # arrays above this go through a chunked upload
 CHUNK_BYTES = 8 * 1024 * 1024
+# The most bytes one upload carries for a request's arrays: the large arrays
+# of a request (a wide table's columns) share uploads up to this size, so a
+# request needs one upload per PACK_BYTES, not one per array (a user may
+# have at most arrays.MAX_OPEN_UPLOADS, and one upload at most 4 GiB).
+PACK_BYTES = 1024**3
 WAIT_RECHECK_SECONDS = 10.0  # Task.wait re-checks this often even when no event came
 
 
@@ -101,14 +106,18 @@ def _raise_for(status: int, payload: dict[str, Any]) -> None:
     raise ServiceError(status, code, message)
 
 
-def _npy(array: Any) -> bytes:
-    buffer = io.BytesIO()
-    np.save(buffer, np.ascontiguousarray(np.asarray(array)), allow_pickle=False)
-    return buffer.getvalue()
+def _decode(value: dict[str, Any]) -> np.ndarray:
+    """An array of an answer (``arrays.encode``: .npy, or strings as UTF-8 and offsets)."""
+    return wire.decode("answer", value)
 
 
-def _decode(value: dict[str, str]) -> np.ndarray:
-    return np.load(io.BytesIO(base64.b64decode(value["npy_b64"])), allow_pickle=False)
+def _upload_ids(body: Any) -> Iterator[str]:
+    """The upload ids named anywhere in a request body."""
+    if isinstance(body, dict) and isinstance(body.get("upload"), str):
+        yield body["upload"]
+        return
+    for part in body.values() if isinstance(body, dict) else body if isinstance(body, list) else ():
+        yield from _upload_ids(part)
 
 
 def _setting(name: str) -> str | None:
@@ -257,10 +266,13 @@ def _send_urllib(opener: urllib.request.OpenerDirector, url: str, method: str, d
 
 @dataclasses.dataclass
 class _Sent:
-    """One request's arrays as they go: its uploads, and the bytes sent inline."""
+    """One request's arrays as they go: its uploads (``{"upload": id}``,
+    each once), the bytes sent inline, and the bytes in its last upload, which
+    its next large array joins while that stays within PACK_BYTES."""
 
     uploads: list[Any] = dataclasses.field(default_factory=list)
     inline_bytes: int = 0
+    packed_bytes: int = 0
 
 
 class Client:
@@ -365,69 +377,82 @@ class Client:
         if self._connections is not None:
             self._connections.close()
 
-    def _array(self, array: Any, field: str = "X", inline_room: int = INLINE_BYTES) -> Any:
-        """``array``'s wire form: inline .npy (at most ``inline_room`` bytes), an
-        upload, or JSON for records and ragged lists. An object array of anything
-        but numbers is a DataError naming ``field`` and the first element that is not one."""
-        if isinstance(array, dict) and "table" in array:
-            return array  # a table, already in its wire form (tabular.table_wire)
-        if not isinstance(array, np.ndarray):
-            try:
-                as_array = np.asarray(array)
-            except ValueError:  # ragged: records or chains, sent as JSON
-                return to_jsonable(array)
-            if as_array.dtype == object:
-                return to_jsonable(array)
-            array = as_array
-        if array.dtype == object:  # np.save refuses objects (no pickles)
-            first = array.reshape(-1)[:1]
-            if first.size and isinstance(first[0], (dict, list, tuple, np.ndarray)):
-                return to_jsonable(array.tolist())  # records or ragged rows: as a list of them goes
-            array = to_array(array, Where(FieldPath(field), batched=True))
-        data = _npy(array)
-        if len(data) <= min(INLINE_BYTES, inline_room):
-            return {"npy_b64": base64.b64encode(data).decode("ascii")}
-        upload = self.request("POST", "/uploads")["id"]
+    def _array(self, array: Any, field: str = "X", inline_room: int | None = None) -> Any:
+        """``array``'s wire form on its own: inline (at most ``inline_room``
+        bytes, default INLINE_BYTES), in an upload of its own, or JSON for
+        records and ragged lists (see ``_encoder``); an upload it made is
+        dropped if it fails."""
+        made = _Sent(inline_bytes=0 if inline_room is None else max(0, INLINE_BYTES - inline_room))
         try:
-            for offset in range(0, len(data), CHUNK_BYTES):
-                chunk = data[offset:offset + CHUNK_BYTES]
-                try:
-                    self.request("PUT", f"/uploads/{upload}", raw=chunk, params={"offset": offset})
-                except InvalidStateError:
-                    # A PUT is sent again when its connection broke after it went out; if the first one
-                    # arrived, the service holds this chunk already and refuses the copy: that is fine.
-                    if self.request("GET", f"/uploads/{upload}")["size"] != offset + len(chunk):
-                        raise
-        except BaseException:  # a chunk failed, or Ctrl-C: the part sent is dropped, not left to count
-            self._discard_uploads({"upload": upload})
+            return self._encoder(made, field)(array)
+        except BaseException:
+            self._discard_uploads(made.uploads)
             raise
-        return {"upload": upload}
 
     def _encoder(self, made: "_Sent", field: str = "X") -> Callable[[Any], Any]:
-        """``_array`` for one request's arrays: together they send at most
-        INLINE_BYTES inline (a table's many small columns would otherwise
-        pass the service's JSON limit), the rest as uploads, each added to ``made``."""
+        """The wire form of each of one request's arrays: .npy (a 1-d array
+        of strings as its UTF-8 bytes and offsets, ``arrays.encode``), or JSON
+        for records and ragged lists. Together they send at most INLINE_BYTES
+        inline (a table's many small columns would otherwise pass the
+        service's JSON limit); the rest go into uploads, several arrays to an
+        upload (``PACK_BYTES``), each upload added to ``made``. An object
+        array of anything but numbers is a DataError naming ``field`` and the
+        first element that is not one."""
         def encode(array: Any) -> Any:
-            wire = self._array(array, field, INLINE_BYTES - made.inline_bytes)
-            if isinstance(wire, dict) and "upload" in wire:
-                made.uploads.append(wire)
-            elif isinstance(wire, dict) and "npy_b64" in wire:
-                made.inline_bytes += len(wire["npy_b64"]) * 3 // 4
-            return wire
+            if isinstance(array, dict) and "table" in array:
+                return array  # a table, already in its wire form (tabular.table_wire)
+            if not isinstance(array, np.ndarray):
+                try:
+                    as_array = np.asarray(array)
+                except ValueError:  # ragged: records or chains, sent as JSON
+                    return to_jsonable(array)
+                if as_array.dtype == object:
+                    return to_jsonable(array)
+                array = as_array
+            if array.dtype == object:  # np.save refuses objects (no pickles)
+                first = array.reshape(-1)[:1]
+                if first.size and isinstance(first[0], (dict, list, tuple, np.ndarray)):
+                    return to_jsonable(array.tolist())  # records or ragged rows: as a list of them goes
+                array = to_array(array, Where(FieldPath(field), batched=True))
+            if wire.is_strings(array):
+                utf8, offsets = wire.string_parts(array, field)
+                return {"strings": {"utf8": encode(utf8), "offsets": encode(offsets)}}
+            data = wire.to_npy_bytes(array)
+            if len(data) <= INLINE_BYTES - made.inline_bytes:
+                made.inline_bytes += len(data)
+                return {"npy_b64": base64.b64encode(data).decode("ascii")}
+            return self._pack(made, data)
 
         return encode
 
+    def _pack(self, made: "_Sent", data: bytes) -> dict[str, Any]:
+        """Append ``data`` to the request's last upload (a new one when it
+        would pass PACK_BYTES); the wire form of that part of it."""
+        if not made.uploads or (made.packed_bytes and made.packed_bytes + len(data) > PACK_BYTES):
+            made.uploads.append({"upload": self.request("POST", "/uploads")["id"]})
+            made.packed_bytes = 0
+        upload, start = made.uploads[-1]["upload"], made.packed_bytes
+        for offset in range(start, start + len(data), CHUNK_BYTES):
+            chunk = data[offset - start:offset - start + CHUNK_BYTES]
+            try:
+                self.request("PUT", f"/uploads/{upload}", raw=chunk, params={"offset": offset})
+            except InvalidStateError:
+                # A PUT is sent again when its connection broke after it went out; if the first one
+                # arrived, the service holds this chunk already and refuses the copy: that is fine.
+                if self.request("GET", f"/uploads/{upload}")["size"] != offset + len(chunk):
+                    raise
+        made.packed_bytes = start + len(data)
+        return {"upload": upload, "offset": start, "size": len(data)}
+
     def _discard_uploads(self, body: Any) -> None:
         """Drop the uploads a request body names anywhere in it (a table's
-        columns too) after its request failed, as far as the service can be reached."""
-        if isinstance(body, dict) and isinstance(body.get("upload"), str):
+        columns too), each once, after its request failed, as far as the
+        service can be reached."""
+        for upload in dict.fromkeys(_upload_ids(body)):
             try:
-                self.request("DELETE", f"/uploads/{body['upload']}")
+                self.request("DELETE", f"/uploads/{upload}")
             except (EaseMLError, OSError):  # gone already, or the service is down: it expires in a day
                 pass
-            return
-        for part in body.values() if isinstance(body, dict) else body if isinstance(body, list) else ():
-            self._discard_uploads(part)
 
     # ------------------------------------------------------------ tasks
     def task(self, name: str, *, input: Sequence[int] | None = None, output: Sequence[int] | None = None,
@@ -480,22 +505,29 @@ class Client:
         """Admins only: a new user; its ``token`` is shown only here."""
         return self.request("POST", "/users", {"name": name, "admin": admin})
 
-    def allow_user_models(self, user: str, allow: bool = True) -> dict[str, Any]:
-        """Let ``user`` add models of her own, or forbid it (admins; ``PUT /users/{name}``)."""
-        return self.request("PUT", f"/users/{user}", {"allow_user_models": bool(allow)})
+    def allow_user_models(self, user: str, allow: bool = True, *, origin: str | None = None) -> dict[str, Any]:
+        """Let ``user`` add models of her own, or forbid it (admins; ``PUT /users/{name}``).
+        ``origin``: "local" or "hub", which account of that name, where a
+        local account and a hub user share it (docs/service.md, "One name,
+        two accounts"); without it, the service's default for the name."""
+        return self.request("PUT", f"/users/{_quote(user)}", {"allow_user_models": bool(allow)},
+                            params=client_budget.origin_query(origin))
 
     def users(self) -> list[dict[str, Any]]:
         return self.request("GET", "/users")
 
-    def budget(self, user: str | None = None) -> dict[str, Any]:
+    def budget(self, user: str | None = None, *, origin: str | None = None) -> dict[str, Any]:
         """Your compute budget (docs/budget.md): ``limits``, an admin's
         ``cap``, ``spent`` and ``left`` seconds, and ``blocked``/``reason``
-        when you get no new picks; ``user=`` (admins): that user's."""
-        return self.request("GET", "/budget" if user is None else f"/users/{_quote(user)}/budget")
+        when you get no new picks; ``user=`` (admins): that user's, and
+        ``origin=`` ("local" or "hub") which account of that name (the
+        answer's ``origin`` says which was read)."""
+        return self.request("GET", client_budget.budget_path(user, origin),
+                            params=client_budget.origin_query(origin))
 
     def set_budget(self, *, seconds: Any = client_budget.UNSET, gpu_seconds: Any = client_budget.UNSET,
                    deadline: Any = client_budget.UNSET, cost: Any = client_budget.UNSET,
-                   user: str | None = None) -> dict[str, Any]:
+                   user: str | None = None, origin: str | None = None) -> dict[str, Any]:
         """Bound what your tasks spend: ``seconds`` of worker time, ``gpu_seconds``
         of GPU time, a ``cost`` in the service's price units (runtime × the
         hourly price of the resources each job held; the auto-provisioner
@@ -503,9 +535,11 @@ class Client:
         timedelta from now or ISO string) after which you get no new picks
         (the provisioner picks the cheapest resources that meet it); None
         clears one, a field not given stays. ``user=`` (admins): set that
-        user's cap instead."""
+        user's cap instead; ``origin=`` ("local" or "hub"): which account of
+        that name, where a local account and a hub user share it."""
         body = client_budget.budget_body(seconds, gpu_seconds, deadline, cost)
-        return self.request("PUT", "/budget" if user is None else f"/users/{_quote(user)}/budget", body)
+        return self.request("PUT", client_budget.budget_path(user, origin), body,
+                            params=client_budget.origin_query(origin))
 
     def progress(self) -> dict[str, Any]:
         return self.request("GET", "/admin/progress")
@@ -872,12 +906,19 @@ class Task:
         the service, whose task is gone by then, answers 404. This task was
         one the service had shown her (it has its ``id``), so a 404 means it
         is gone, and that is success: ``already_deleted`` True, with zero
-        counts (what went was in the lost answer). The service's 404 stays
-        plain, the same for a name that never existed and another user's
-        task, so it tells nobody whose tasks existed. A Task made by hand,
-        without an ``id``, raises ``NotFoundError`` as before."""
+        counts (what went was in the lost answer). The request names the
+        task's ``id`` and ``created_at`` (a store may give a new task the id
+        of a deleted one), so a delete sent again after the task was deleted
+        and another one declared under its name (by another notebook of
+        hers) leaves that one alone: the service answers 404 as for a task
+        that is gone. The service's 404 stays plain, the same for a name
+        that never existed and another user's task, so it tells nobody whose
+        tasks existed. A Task made by hand, without an ``id``, deletes
+        whatever task of hers has the name, and raises ``NotFoundError``
+        when none has."""
+        which = {key: self.info[key] for key in ("id", "created_at") if self.info.get(key) is not None}
         try:
-            return self.client.request("DELETE", self._path())
+            return self.client.request("DELETE", self._path(), params=which or None)
         except NotFoundError:
             if self.info.get("id") is None:
                 raise

@@ -15,6 +15,13 @@ A blob that a version needs and that cannot be read (deleted, damaged) is a
 ``StoreCorruptError`` naming the task and the version, never a path: ``load``
 raises it, and ``feed`` checks the parent's blobs before it writes, since a
 version over missing data could never be trained on.
+
+A table's string columns are stored as their UTF-8 bytes and offsets
+(``string_parts``), not as numpy's fixed-width unicode, which pads every value
+to the longest one at 4 bytes a character: one long note would make every row
+of its column cost as much. They read back as the same unicode arrays, so a
+row's content digest does not depend on how it was stored, and blobs stored
+before (one ``.npy`` entry per column) read as they always did.
 """
 
 from __future__ import annotations
@@ -427,12 +434,60 @@ def npy_bytes(array: np.ndarray) -> bytes:
     return buffer.getvalue()
 
 
+def string_parts(strings: np.ndarray, field: str = "X") -> tuple[np.ndarray, np.ndarray]:
+    """A 1-d unicode array as (the UTF-8 bytes of its values one after
+    another, uint8; n + 1 offsets, value i being ``utf8[offsets[i]:offsets[i + 1]]``):
+    each value costs its own length. Offsets are uint32 while the bytes fit,
+    else int64. A value UTF-8 cannot encode (a lone surrogate) is a DataError
+    naming ``field[i]``."""
+    encoded = []
+    for i, value in enumerate(strings.tolist()):
+        try:
+            encoded.append(value.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise DataError(f"{field}[{i}]", "text with a lone surrogate", "text that UTF-8 can encode") from None
+    ends = np.cumsum(np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)))
+    total = int(ends[-1]) if len(ends) else 0
+    offsets = np.concatenate([np.zeros(1, dtype=np.int64), ends]).astype(np.uint32 if total < 2**32 else np.int64)
+    return np.frombuffer(b"".join(encoded), dtype=np.uint8), offsets
+
+
+def strings_from_parts(field: str, utf8: Any, offsets: Any) -> np.ndarray:
+    """The unicode array ``string_parts`` took apart; a DataError naming
+    ``field.utf8``, ``field.offsets`` or ``field[i]`` for parts that do not fit."""
+    utf8, offsets = np.asarray(utf8), np.asarray(offsets)
+    if utf8.ndim != 1 or utf8.dtype != np.uint8:
+        raise DataError(f"{field}.utf8", f"an array of dtype {utf8.dtype} and shape {utf8.shape}",
+                        "the values' UTF-8 bytes: a 1-d uint8 array")
+    if offsets.ndim != 1 or offsets.dtype.kind not in "iu" or offsets.size == 0:
+        raise DataError(f"{field}.offsets", f"an array of dtype {offsets.dtype} and shape {offsets.shape}",
+                        "n + 1 integer offsets into utf8 (1-d)")
+    bounds = offsets.astype(np.int64)
+    if bounds[0] != 0 or bounds[-1] != utf8.size or (np.diff(bounds) < 0).any():
+        raise DataError(f"{field}.offsets", f"offsets from {bounds[0]} to {bounds[-1]}"
+                        + (", going down somewhere" if (np.diff(bounds) < 0).any() else ""),
+                        f"offsets from 0 to {utf8.size} (the bytes in utf8) that never go down")
+    data, values = utf8.tobytes(), []
+    for i, (start, stop) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist())):
+        try:
+            values.append(data[start:stop].decode("utf-8"))
+        except UnicodeDecodeError:
+            raise DataError(f"{field}[{i}]", "bytes that are not UTF-8", "UTF-8 text") from None
+    return np.array(values, dtype=str) if values else np.empty(0, dtype="<U1")
+
+
 def _input_bytes(X: Any) -> bytes:
     if isinstance(X, np.ndarray):
         return npy_bytes(X)
-    if isinstance(X, tuple):  # several tensor fields, in program order
+    if isinstance(X, tuple):  # several tensor fields in program order, or a table's columns and masks
+        entries: dict[str, np.ndarray] = {}
+        for i, part in enumerate(X):
+            if part.dtype.kind == "U" and part.ndim == 1:  # a string column: UTF-8 and offsets, not padded
+                entries[f"utf8_{i}"], entries[f"offsets_{i}"] = string_parts(part)
+            else:
+                entries[f"arr_{i}"] = part  # the name np.savez(*X) gives it
         buffer = io.BytesIO()
-        np.savez(buffer, *X)
+        np.savez(buffer, **entries)
         return buffer.getvalue()
     # Recursive records (and ragged chains) have no array layout: store JSON.
     return json.dumps(to_jsonable(X)).encode()
@@ -444,5 +499,20 @@ def _get_inputs(blobs: BlobStore, digest: str, what: str) -> Any:
         return np.load(io.BytesIO(data), allow_pickle=False)
     if data.startswith(_NPZ_MAGIC):
         with np.load(io.BytesIO(data), allow_pickle=False) as archive:
-            return tuple(archive[f"arr_{i}"] for i in range(len(archive.files)))
+            return _archive_parts(archive, what)
     return json.loads(data)
+
+
+def _archive_parts(archive: Any, what: str) -> tuple[np.ndarray, ...]:
+    """The arrays of a stored ``.npz``, in order: entry ``arr_i`` as it is,
+    ``utf8_i`` with ``offsets_i`` as the unicode array they encode."""
+    names, parts = set(archive.files), []
+    while True:
+        i = len(parts)
+        if f"arr_{i}" in names:
+            parts.append(archive[f"arr_{i}"])
+        elif f"utf8_{i}" in names:
+            parts.append(strings_from_parts(f"{what}: stored column {i}", archive[f"utf8_{i}"],
+                                            archive[f"offsets_{i}"]))
+        else:
+            return tuple(parts)

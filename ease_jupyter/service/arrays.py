@@ -1,5 +1,18 @@
-"""Arrays on the wire: ``.npy`` bytes, base64 in JSON for small ones, or
-the id of a chunked upload for large ones (POST /uploads, PUT chunks)."""
+"""Arrays on the wire, the one codec both the service and the ``Client`` use:
+
+* ``.npy`` bytes (no pickles), base64 in JSON for small ones
+  (``{"npy_b64": ...}``), or in a chunked upload for large ones (POST
+  /uploads, PUT chunks): ``{"upload": id}`` is the whole upload, and
+  ``{"upload": id, "offset": o, "size": n}`` its bytes ``[o, o + n)``, so one
+  upload carries many arrays (a wide table's columns) and a request never
+  needs more uploads than a user may hold open;
+* a 1-d array of strings as ``{"strings": {"utf8": array, "offsets": array}}``:
+  its values' UTF-8 bytes and n + 1 offsets (``datasets.string_parts``), each
+  an ``.npy`` array as above. numpy's unicode arrays are fixed-width (4 bytes
+  a character times the longest value), so one long value in a column of
+  short ones would make every row cost as much; this form costs each value
+  its own length. A unicode ``.npy`` is still taken.
+"""
 
 from __future__ import annotations
 
@@ -15,12 +28,14 @@ from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
+from ..datasets import string_parts, strings_from_parts
 from ..errors import DataError, InvalidStateError, NotFoundError, QuotaExceededError
 from ..schema.table import TableColumn, TableData
 from ..store.space import storage_full
 
 MAX_OPEN_UPLOADS = 64  # uploads one user may have started and not fed yet
-ARRAY_EXPECTED = 'a list, {"npy_b64": base64 .npy bytes} or {"upload": upload id}'
+ARRAY_EXPECTED = ('a list, {"npy_b64": base64 .npy bytes}, {"upload": upload id} (with "offset" and "size": '
+                  'a part of it) or {"strings": {"utf8": array, "offsets": array}}')
 
 
 def to_npy_bytes(array: Any) -> bytes:
@@ -36,7 +51,17 @@ def from_npy_bytes(field: str, data: bytes) -> np.ndarray:
         raise DataError(field, "bytes that are not a .npy array", ".npy bytes (numpy.save, no pickles)") from None
 
 
-def encode(array: Any) -> dict[str, str]:
+def is_strings(array: Any) -> bool:
+    """A 1-d unicode array: one that goes as ``{"strings": ...}``."""
+    return isinstance(array, np.ndarray) and array.dtype.kind == "U" and array.ndim == 1
+
+
+def encode(array: Any) -> dict[str, Any]:
+    """An array inline: a 1-d array of strings as its UTF-8 and offsets, any other as base64 .npy."""
+    array = np.asarray(array)
+    if is_strings(array):
+        utf8, offsets = string_parts(array)
+        return {"strings": {"utf8": encode(utf8), "offsets": encode(offsets)}}
     return {"npy_b64": base64.b64encode(to_npy_bytes(array)).decode("ascii")}
 
 
@@ -45,6 +70,12 @@ def decode(field: str, value: Any, uploads: "Uploads | None" = None, owner_id: i
         return decode_table(field, value["table"], uploads, owner_id)
     if isinstance(value, list):
         return value
+    if isinstance(value, dict) and "strings" in value:
+        parts = value["strings"]
+        if not isinstance(parts, dict):
+            raise DataError(f"{field}.strings", type(parts).__name__, '{"utf8": array, "offsets": array}')
+        return strings_from_parts(field, *(_part(f"{field}.{key}", parts.get(key), uploads, owner_id)
+                                           for key in ("utf8", "offsets")))
     if isinstance(value, dict) and "npy_b64" in value:
         try:
             raw = base64.b64decode(value["npy_b64"], validate=True)
@@ -52,21 +83,50 @@ def decode(field: str, value: Any, uploads: "Uploads | None" = None, owner_id: i
             raise DataError(field, "invalid base64", "base64 of .npy bytes") from None
         return from_npy_bytes(field, raw)
     if isinstance(value, dict) and "upload" in value and uploads is not None and owner_id is not None:
+        start, size = _byte_range(field, value)
         try:
-            data = uploads.read(owner_id, value["upload"])
+            data = uploads.read(owner_id, value["upload"], start, size)
         except NotFoundError:  # the body names it, so it is the body that is wrong (400), not the route (404)
             raise DataError(f"{field}.upload", repr(value["upload"])[:80],
                             "the id of one of your uploads that has not been fed yet") from None
+        except DataError as error:  # a part past the bytes uploaded
+            raise DataError(f"{field}.size", error.found, error.expected) from None
         return from_npy_bytes(field, data)
     raise DataError(field, type(value).__name__ if value is not None else "nothing", ARRAY_EXPECTED)
 
 
+def _part(field: str, value: Any, uploads: "Uploads | None", owner_id: int | None) -> np.ndarray:
+    """One array of a ``{"strings": ...}`` form: an .npy array, never a list or another form."""
+    if not isinstance(value, dict) or not ("npy_b64" in value or "upload" in value):
+        raise DataError(field, type(value).__name__ if value is not None else "nothing",
+                        '{"npy_b64": base64 .npy bytes} or {"upload": upload id, ...}')
+    return decode(field, value, uploads, owner_id)
+
+
+def _byte_range(field: str, value: dict) -> tuple[int | None, int | None]:
+    """(offset, size) of an upload's part, or (None, None) for all of it."""
+    if "offset" not in value and "size" not in value:
+        return None, None
+    bounds = []
+    for key in ("offset", "size"):
+        number = value.get(key)
+        if not isinstance(number, int) or isinstance(number, bool) or number < 0:
+            raise DataError(f"{field}.{key}", repr(number)[:80],
+                            "a byte count of 0 or more (offset and size go together: the part of the upload)")
+        bounds.append(number)
+    return bounds[0], bounds[1]
+
+
 def upload_ids(value: Any) -> list[str]:
     """The uploads an encoded array names, as ``decode`` reads it: its own,
-    or a table's columns' (values and missing masks); each once."""
+    a string array's parts', or a table's columns' (values and missing
+    masks); each once, however many of its arrays one upload carries."""
     found: dict[str, None] = {}
     if isinstance(value, dict) and isinstance(value.get("upload"), str):
         found[value["upload"]] = None
+    elif isinstance(value, dict) and isinstance(value.get("strings"), dict):
+        for part in (value["strings"].get("utf8"), value["strings"].get("offsets")):
+            found.update(dict.fromkeys(upload_ids(part)))
     elif isinstance(value, dict) and isinstance(value.get("table"), list):
         for column in value["table"]:
             if isinstance(column, dict):
@@ -80,7 +140,7 @@ TABLE_EXPECTED = '[{"name": column, "type": "number"|"bool"|"string", "values": 
 
 def decode_table(field: str, columns: Any, uploads: "Uploads | None" = None, owner_id: int | None = None) -> TableData:
     """A table on the wire: one entry per column, each array encoded as
-    ``decode`` takes it (strings as unicode .npy, with a missing mask)."""
+    ``decode`` takes it (strings as ``{"strings": ...}`` or unicode .npy, with a missing mask)."""
     if not isinstance(columns, list) or not all(isinstance(c, dict) for c in columns):
         raise DataError(f"{field}.table", type(columns).__name__, TABLE_EXPECTED)
     out: dict[str, TableColumn] = {}
@@ -191,9 +251,19 @@ class Uploads:
                     raise
             return size + len(data)
 
-    def read(self, owner_id: int, upload_id: Any) -> bytes:
-        self.size(owner_id, upload_id)
-        return self._path(owner_id, upload_id).read_bytes()
+    def read(self, owner_id: int, upload_id: Any, offset: int | None = None, size: int | None = None) -> bytes:
+        """The upload's bytes, or ``size`` of them from ``offset`` (a
+        DataError naming ``upload`` when they are not all there yet)."""
+        total = self.size(owner_id, upload_id)
+        path = self._path(owner_id, upload_id)
+        if offset is None or size is None:
+            return path.read_bytes()
+        if offset + size > total:
+            raise DataError("upload", f"bytes {offset} to {offset + size} of an upload of {total} bytes",
+                            "a part of the bytes uploaded so far")
+        with open(path, "rb") as handle:
+            handle.seek(offset)
+            return handle.read(size)
 
     def sweep(self, max_age_seconds: float) -> int:
         """Delete uploads not written to for ``max_age_seconds`` (started and

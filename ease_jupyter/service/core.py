@@ -388,9 +388,15 @@ class Service:
         self.loop.notify(task.id)
         return task_json(task)
 
-    def delete_task(self, caller: User, name: str) -> dict[str, Any]:
-        """Remove the task with its versions, jobs and the blobs only it used (``deletion.py``)."""
-        task = self._cached(self.store.set_task_cancelled(self._task(caller, name).id, True))
+    def delete_task(self, caller: User, name: str, task_id: int | None = None,
+                    created_at: str | None = None) -> dict[str, Any]:
+        """Remove the task with its versions, jobs and the blobs only it used
+        (``deletion.py``). ``task_id``, ``created_at``: the task's as the
+        caller last saw it; a task of that name that is another (deleted and
+        declared again since) is a NotFoundError like no task at all, and is
+        left alone (``deletion.same_task``)."""
+        task = self._cached(self.store.set_task_cancelled(
+            deletion.same_task(self.store, self._task(caller, name), caller, task_id, created_at).id, True))
         out = deletion.delete_task(self.store, self.blobs, self.loop, task)
         forget_usage(self.store, task.owner_id)  # (quota.py: deleting may bring back a counted stamp)
         if self.feed_processes is not None:

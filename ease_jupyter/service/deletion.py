@@ -27,13 +27,53 @@ import logging
 from datetime import datetime, timezone
 from typing import Any
 
-from ..store import BlobStore, Store, Task
+from ..errors import DataError, NotFoundError
+from ..store import BlobStore, Store, Task, User
 from . import budget, gc
 from .user_models import UserModels
 
 log = logging.getLogger(__name__)
 
 DELETE_WAIT_SECONDS = 60.0  # how long a delete waits for the task's running jobs to end
+
+
+def same_task(store: Store, task: Task, caller: User, task_id: int | None,
+              created_at: str | None = None) -> Task:
+    """The caller's task of ``task``'s name, unless it is another than the
+    one she named (``DELETE /tasks/{name}?id=N&created_at=T``): a delete sent
+    again after its task was deleted and a new one declared under its name
+    must not delete the new one. The id alone does not tell them apart
+    where the store gives a new row the id of a deleted one (SQLite does,
+    for the highest), so ``created_at``, the task JSON's, is compared too.
+    ``task`` may come from a cache, so a mismatch is read again from the
+    store. The refusal is the 404 of a name the caller has no task by
+    (``Store.task_by_name``), word for word, so it tells nobody more than a
+    missing task does."""
+    created = _created_at(created_at)
+    if _is(task, task_id, created):
+        return task
+    task = store.task_by_name(caller.id, task.name)  # NotFoundError when it is gone
+    if not _is(task, task_id, created):
+        raise NotFoundError(f"task {task.name!r}: user {caller.name!r} has no task by that name")
+    return task
+
+
+def _is(task: Task, task_id: int | None, created: datetime | None) -> bool:
+    stamp = task.created_at if task.created_at.tzinfo is not None else task.created_at.replace(tzinfo=timezone.utc)
+    return (task_id is None or task_id == task.id) and (created is None or created == stamp)
+
+
+def _created_at(text: str | None) -> datetime | None:
+    if text is None:
+        return None
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        value = None
+    if value is None or value.tzinfo is None:
+        raise DataError("created_at", repr(text)[:80], "the task's created_at as its JSON gives it "
+                        "(ISO 8601 with a UTC offset)")
+    return value
 
 
 def delete_task(store: Store, blobs: BlobStore, loop: Any, task: Task, *,

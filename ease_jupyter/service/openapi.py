@@ -19,6 +19,7 @@ NAME_SCHEMA = {"type": "string", "minLength": 1, "maxLength": 64,
                "pattern": r"^\.?([A-Za-z0-9_-]+\.)*[A-Za-z0-9_-]+\.?$"}
 NAME = {"name": "name", "in": "path", "required": True, "schema": NAME_SCHEMA, "description": "task name (no '..')"}
 ARRAY = {"$ref": "#/components/schemas/Array"}
+NPY = {"$ref": "#/components/schemas/Npy"}
 INT_LIST = {"type": "array", "items": {"type": "integer"}}
 SHAPE = {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 1}}
 # Statuses every route may answer with an error body: bad input, a missing
@@ -164,11 +165,19 @@ def spec() -> dict[str, Any]:
                                      params=[NAME], response={"$ref": "#/components/schemas/TaskStatus"}),
                            "delete": _op(
             "Delete the task with its versions, jobs, metrics, tags and the blobs no other task uses. It is "
-            "cancelled first; 409 when its running jobs do not end within a minute (it stays cancelled)",
-            params=[NAME], response=_obj("id", "name", "deleted", id={"type": "integer"}, name={"type": "string"},
-                                         deleted={"const": True}, versions={"type": "integer"},
-                                         jobs={"type": "integer"}, blobs_deleted={"type": "integer"},
-                                         bytes_freed={"type": "integer"}))},
+            "cancelled first; 409 when its running jobs do not end within a minute (it stays cancelled). With id "
+            "(and created_at), only the task of that name with that id (and creation time): another, the name "
+            "declared again since, is 404, as is no task",
+            params=[NAME, {"name": "id", "in": "query", "required": False, "schema": {"type": "integer"},
+                           "description": "the task's id as the caller saw it: a delete sent again never deletes "
+                                          "a task declared under the name since"},
+                    {"name": "created_at", "in": "query", "required": False,
+                     "schema": {"type": "string", "format": "date-time"},
+                     "description": "the task's created_at as the caller saw it (a store may give a new task the "
+                                    "id of a deleted one)"}],
+            response=_obj("id", "name", "deleted", id={"type": "integer"}, name={"type": "string"},
+                          deleted={"const": True}, versions={"type": "integer"}, jobs={"type": "integer"},
+                          blobs_deleted={"type": "integer"}, bytes_freed={"type": "integer"}))},
         "/tasks/{name}/cancel": {"post": _op("Cancel the task: queued jobs are cancelled, running ones ignored", params=[NAME])},
         "/tasks/{name}/resume": {"post": _op("Undo a cancel", params=[NAME])},
         "/tasks/{name}/mute": {"put": _op(
@@ -307,7 +316,8 @@ def spec() -> dict[str, Any]:
                                response={"$ref": "#/components/schemas/Task"})},
         **task_paths,
         "/leaderboard": {"get": _op("The best model of each of the caller's tasks")},
-        "/uploads": {"post": _op("Start a chunked upload of .npy bytes", ok=201, response=_obj(id={"type": "string"}))},
+        "/uploads": {"post": _op("Start a chunked upload of .npy bytes: one array, or several one after another, "
+                                 "each named by its offset and size", ok=201, response=_obj(id={"type": "string"}))},
         "/uploads/{id}": {
             "get": _op("Bytes received so far", params=[{"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}]),
             "delete": _op("Drop an upload that will not be fed (a feed or infer consumes its own)",
@@ -359,9 +369,18 @@ def spec() -> dict[str, Any]:
                     field={"type": ["string", "null"]}, found={}, expected={},
                     message={"type": "string"}))}}}},
             "schemas": {
-                # A nested list, base64 .npy bytes, or a finished chunked upload; exactly one of them.
-                "Array": {"oneOf": [{"type": "array"}, _only("npy_b64", {"type": "string", "format": "byte"}),
-                                    _only("upload", {"type": "string"})]},
+                # A nested list, .npy bytes (Npy), or a 1-d array of strings as its values' UTF-8 bytes
+                # and n + 1 offsets (each Npy); exactly one of them (arrays.py).
+                "Array": {"oneOf": [{"type": "array"}, NPY, _only("strings", {
+                    **_obj("utf8", "offsets", utf8=NPY, offsets=NPY), "additionalProperties": False})]},
+                # base64 .npy bytes, a finished chunked upload, or the part of one that holds this array
+                # (one upload carries many arrays of a request); exactly one of them.
+                "Npy": {"oneOf": [_only("npy_b64", {"type": "string", "format": "byte"}),
+                                  _only("upload", {"type": "string"}),
+                                  {**_obj("upload", "offset", "size", upload={"type": "string"},
+                                          offset={"type": "integer", "minimum": 0},
+                                          size={"type": "integer", "minimum": 0}),
+                                   "additionalProperties": False}]},
                 "Task": _obj(id={"type": "integer"}, name={"type": "string"}, program={"type": "string"},
                              cancelled={"type": "boolean"}),
                 "TaskStatus": {"allOf": [{"$ref": "#/components/schemas/Task"}, _obj(

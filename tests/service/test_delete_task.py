@@ -6,6 +6,7 @@ jobs end first; another user's task and an unknown one are 404."""
 from __future__ import annotations
 
 import json
+import urllib.parse
 from types import SimpleNamespace
 
 import numpy as np
@@ -235,7 +236,7 @@ def _lose_the_first_answer(monkeypatch, path: str) -> list[int]:
     real_request = http.client.HTTPConnection.request
 
     def request(self, method, url, *args, **kwargs):
-        self._easeml_path = url
+        self._easeml_path = url.split("?")[0]  # Task.delete adds ?id=
         return real_request(self, method, url, *args, **kwargs)
 
     monkeypatch.setattr(http.client.HTTPConnection, "getresponse", getresponse)
@@ -283,3 +284,58 @@ def test_deleting_again_after_an_answer_lost_on_a_new_connection_is_success(svc,
     assert statuses == [200] and svc.call("GET", "/tasks/gone", "alice").status == 404
     again = task.delete()
     assert statuses == [200, 404] and again["deleted"] and again["already_deleted"]
+
+
+def test_a_delete_sent_again_leaves_a_task_declared_under_its_name_since(svc):
+    """Task.delete names its task (``?id=&created_at=``): when its first
+    request deleted the task but the answer was lost, and the name was
+    declared again meanwhile (another notebook of hers), the delete sent
+    again meets another task and is answered 404, the plain 404 of a
+    missing task. SQLite gives the new task the deleted one's id (it was the
+    highest), so the id alone would not tell them apart."""
+    alice = svc.client("alice")
+    old = alice.task("reused", input=[2], output=[2])
+    assert svc.call("DELETE", "/tasks/reused", "alice").status == 200  # the first request: its answer lost
+    new = alice.task("reused", input=[3], output=[2])
+    assert new.info["created_at"] != old.info["created_at"]
+
+    out = old.delete()  # sent again
+    assert (out["already_deleted"], out["id"]) == (True, old.info["id"])
+    kept = svc.call("GET", "/tasks/reused", "alice")
+    assert kept.status == 200 and kept.body["program"] == new.program
+
+
+def _which(task: dict) -> str:
+    return f"id={task['id']}&created_at={urllib.parse.quote(task['created_at'])}"
+
+
+def test_a_delete_naming_another_task_of_the_name_is_the_plain_404(svc):
+    """With ``?id=`` (and ``created_at=``), only that task of the name is
+    deleted; any other answer is the 404 every caller gets for a name she
+    has no task by, whoever's task has the name."""
+    alice, bob = svc.client("alice"), svc.client("bob")
+    alice.task("spare", input=[2], output=[2])
+    first = alice.task("t", input=[2], output=[2]).info
+    assert svc.call("DELETE", "/tasks/t", "alice").status == 200
+    svc.client("bob").task("later", input=[2], output=[2])  # so that the next task gets another id
+    task = alice.task("t", input=[2], output=[2]).info
+    bobs = bob.task("bobs", input=[2], output=[2]).info
+    assert task["id"] != first["id"]
+    asked = {"alice": (f"t?id={first['id']}", f"t?created_at={urllib.parse.quote(first['created_at'])}",
+                       f"t?id={task['id']}&created_at={urllib.parse.quote(first['created_at'])}",
+                       f"bobs?{_which(bobs)}", "never", "never?id=1"),
+             "bob": (f"t?{_which(task)}", f"bobs?id={task['id']}", "never?id=1")}
+    for who, paths in asked.items():
+        answers = [svc.call("DELETE", f"/tasks/{path}", who) for path in paths]
+        assert [a.status for a in answers] == [404] * len(paths), answers
+        names = [path.split("?")[0] for path in paths]
+        assert len({json.dumps(a.body).replace(repr(n), "'X'") for a, n in zip(answers, names)}) == 1, answers
+    assert svc.call("GET", "/tasks/t", "alice").body["id"] == task["id"]
+    assert svc.call("GET", "/tasks/bobs", "bob").status == 200
+    for path, field in (("t?id=first", "id"), ("t?created_at=yesterday", "created_at"),
+                        ("t?created_at=2024-01-01T00:00:00", "created_at")):  # no UTC offset
+        bad = svc.call("DELETE", f"/tasks/{path}", "alice")
+        assert bad.status == 400 and bad.body["error"]["field"] == field, bad.body
+    gone = svc.call("DELETE", f"/tasks/t?{_which(task)}", "alice")
+    assert gone.status == 200 and gone.body["id"] == task["id"]
+    assert svc.call("GET", "/tasks/t", "alice").status == 404

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from ease_jupyter.errors import DataError, NotFoundError
 from ease_jupyter.service import budget
 from ease_jupyter.service.user_models import user_setting
 from ease_jupyter.store.base import HUB, LOCAL
@@ -163,6 +164,41 @@ def test_a_bad_or_unknown_origin_is_refused_and_changes_nothing(hub_mode):
     assert (user_setting(store, local), user_setting(store, hub_carol)) == (None, None)
     assert running.call("PUT", "/users/carol/budget?origin=local", token=fake.add("mallory"),
                         body={"seconds": 1}).status == 403  # admins only, hub user or not
+
+
+def test_the_clients_user_methods_take_the_origin(hub_mode):
+    """``Client.set_budget``, ``budget`` and ``allow_user_models`` pass
+    ``origin=`` as ``?origin=``: each reaches the one account it names."""
+    running, fake = hub_mode
+    local, hub_carol = _two_carols(running, fake)
+    running.call("POST", "/users", "admin", body={"name": "robot"})
+    store = running.service.store
+    admin = running.client("admin")
+
+    capped = admin.set_budget(seconds=100, user="carol", origin="local")
+    assert (capped["user"], capped["origin"], capped["cap"]["seconds"]) == ("carol", LOCAL, 100)
+    assert (_cap(running, local.id), _cap(running, hub_carol.id)) == (100, None)
+    assert admin.set_budget(seconds=7, user="carol", origin="hub")["origin"] == HUB
+    assert (_cap(running, local.id), _cap(running, hub_carol.id)) == (100, 7)
+    read = admin.budget("carol", origin="local")
+    assert (read["origin"], read["cap"]["seconds"]) == (LOCAL, 100)
+    assert admin.budget("carol")["origin"] == HUB  # no origin: the service's default, as before
+
+    assert admin.allow_user_models("carol", origin="local") == {"name": "carol", "allow_user_models": True}
+    assert (user_setting(store, local), user_setting(store, hub_carol)) == (True, None)
+    admin.allow_user_models("carol", False, origin="hub")
+    assert (user_setting(store, local), user_setting(store, hub_carol)) == (True, False)
+
+    with pytest.raises(NotFoundError):  # no hub user robot
+        admin.budget("robot", origin="hub")
+    for call in (lambda: admin.set_budget(seconds=1, user="carol", origin="both"),
+                 lambda: admin.allow_user_models("carol", origin="HUB"),
+                 lambda: admin.budget(origin="local")):  # an origin names an account of user=
+        with pytest.raises(DataError) as caught:
+            call()
+        assert caught.value.field == "origin"
+    assert (_cap(running, local.id), _cap(running, hub_carol.id)) == (100, 7)
+    assert (user_setting(store, local), user_setting(store, hub_carol)) == (True, False)
 
 
 def test_without_the_hub_a_bare_name_means_the_local_account(svc):

@@ -51,9 +51,14 @@ def test_array_forms_match_exactly_one_branch():
 
     doc = spec()
     array = _schema(doc, {"$ref": "#/components/schemas/Array"})
-    for value in ([[1, 2], [3, 4]], {"npy_b64": "k05VTVBZ"}, {"upload": "0123abcd"}):
+    part = {"upload": "0123abcd", "offset": 0, "size": 128}
+    for value in ([[1, 2], [3, 4]], {"npy_b64": "k05VTVBZ"}, {"upload": "0123abcd"}, part,
+                  {"strings": {"utf8": part, "offsets": {"npy_b64": "k05VTVBZ"}}}):
         jsonschema.validate(value, array)  # oneOf: exactly one branch matches
-    for value in ({"npy_b64": "k05V", "upload": "x"}, {"npy_b64": 3}, {}, {"other": "x"}):
+    for value in ({"npy_b64": "k05V", "upload": "x"}, {"npy_b64": 3}, {}, {"other": "x"},
+                  {"upload": "x", "offset": 0}, {**part, "offset": -1}, {**part, "extra": 1},
+                  {"strings": {"utf8": {"npy_b64": "k05V"}}}, {"strings": {"utf8": [1], "offsets": [0, 1]}},
+                  {"strings": {"utf8": {"strings": {}}, "offsets": {"npy_b64": "k05V"}}}):
         assert not jsonschema.Draft202012Validator(array).is_valid(value), value
 
 
@@ -95,6 +100,9 @@ def test_statuses_and_parameters_as_served():
         "X", "y"]
     # 401 nobody, 403 a caller the hub knows but does not let in, 429 too many streams (websocket.py)
     assert set(paths["/events"]["get"]["responses"]) == {"101", "401", "403", "426", "429"}
+    delete = {p["name"]: p for p in paths["/tasks/{name}"]["delete"]["parameters"]}  # deletion.same_task
+    assert {name: (p["in"], p.get("required", False)) for name, p in delete.items() if name != "name"} == {
+        "id": ("query", False), "created_at": ("query", False)}
     for path in ("/users/{name}", "/users/{name}/budget"):  # budget_api.user_named: which account of a name
         for op in paths[path].values():
             origin = next(p for p in op["parameters"] if p["name"] == "origin")
