@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import os
+import unicodedata
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -348,16 +349,19 @@ def _image_shape(program: str) -> tuple[int, ...]:
 
 # Pillow modes of one channel deeper than 8 bits (16-bit PNG and TIFF, 32-bit
 # integer and float TIFF: microscopes and telescopes write them) and the value
-# that is white in each; None: the image's own largest value (float images in
-# [0, 1] stay as they are).
-_DEEP_WHITE = {"I;16": 65535.0, "I;16L": 65535.0, "I;16B": 65535.0, "I;16N": 65535.0, "I": None, "F": None}
+# that is white in each. The scale is fixed by the pixel type, never by an
+# image's own values, so that every image of a task, fed now or inferred later,
+# is scaled alike: 32-bit integers are read as the 16 bits cameras fill (older
+# Pillow reads 16-bit PNGs as them too), floats must already be in [0, 1].
+_DEEP_WHITE = {"I;16": 65535.0, "I;16L": 65535.0, "I;16B": 65535.0, "I;16N": 65535.0, "I": 65535.0, "F": 1.0}
 
 
 def read_images(paths: Sequence[Path], shape: tuple[int, ...], field: str = "X") -> np.ndarray:
     """Images loaded with Pillow, turned upright (EXIF orientation), resized to
     ``shape`` (H, W[, C]), float32 in [0, 1]. An image of more than 8 bits a
-    channel keeps its depth: it is scaled by its format's white (or its own
-    largest value), never clipped at 255."""
+    channel keeps its depth: it is divided by its pixel type's white, never
+    clipped at 255; one whose values lie beyond that white is refused, since
+    scaling it by its own values would make it unlike the task's other images."""
     from PIL import Image, ImageOps, UnidentifiedImageError
 
     height, width = shape[0], shape[1]
@@ -366,7 +370,11 @@ def read_images(paths: Sequence[Path], shape: tuple[int, ...], field: str = "X")
     for i, path in enumerate(paths):
         try:
             with Image.open(path) as image:
-                pixels = _unit_pixels(ImageOps.exif_transpose(image), channels, (width, height))
+                pixels = _unit_pixels(ImageOps.exif_transpose(image), channels, (width, height), path, field)
+        except Image.DecompressionBombError as error:  # Pillow refuses images this large before reading them
+            raise DataError(field, f"the file {str(path)!r}, an image too large to open ({error})",
+                            f"images of at most {2 * Image.MAX_IMAGE_PIXELS:,} pixels: shrink it, or, for a "
+                            "file you trust, raise PIL.Image.MAX_IMAGE_PIXELS before feeding") from None
         except (UnidentifiedImageError, OSError) as error:
             raise DataError(field, f"the file {str(path)!r}, which is not an image ({type(error).__name__})",
                             "image files only (PNG, JPEG, ...)") from None
@@ -374,16 +382,23 @@ def read_images(paths: Sequence[Path], shape: tuple[int, ...], field: str = "X")
     return out
 
 
-def _unit_pixels(image: Any, channels: int, size: tuple[int, int]) -> np.ndarray:
+def _unit_pixels(image: Any, channels: int, size: tuple[int, int], path: Path, field: str) -> np.ndarray:
     """One image's pixels at ``size`` (W, H) in [0, 1], with 1 or 3 channels."""
     if image.mode not in _DEEP_WHITE:
         return np.asarray(image.convert("RGB" if channels == 3 else "L").resize(size), dtype=np.float32) / 255.0
-    values = np.asarray(image.convert("F").resize(size), dtype=np.float32)
     white = _DEEP_WHITE[image.mode]
-    if white is None:  # 32-bit integers, or floats: 16 bits of range when they fit, else their own largest
-        top = float(np.nanmax(values)) if values.size else 0.0
-        white = 1.0 if image.mode == "F" and top <= 1.0 else 65535.0 if 1.0 < top <= 65535.0 else max(top, 1.0)
-    gray = np.clip(np.nan_to_num(values / white), 0.0, 1.0)
+    full = image.convert("F")
+    values = np.asarray(full, dtype=np.float32)
+    if values.size and not np.isnan(values).all():
+        low, high = float(np.nanmin(values)), float(np.nanmax(values))
+        if low < 0.0 or high > white:
+            kind = "float" if image.mode == "F" else "32-bit integer"
+            raise DataError(field, f"the file {str(path)!r}, a {kind} image with values from {low:g} to {high:g}",
+                            f"{kind} values in [0, {white:g}], the one scale every {kind} image is read with so "
+                            "that images stay comparable: divide all of them by one value (the instrument's range, "
+                            "say) and save them as floats in [0, 1]")
+    resized = np.asarray(full.resize(size), dtype=np.float32)
+    gray = np.clip(np.nan_to_num(resized / white), 0.0, 1.0)  # the clip only trims resampling's overshoot
     return np.repeat(gray[..., None], 3, axis=2) if channels == 3 else gray
 
 
@@ -392,7 +407,9 @@ def _files(folder: Path) -> list[Path]:
 
 
 def read_image_folder(folder: Any, program: str, field: str = "X") -> tuple[np.ndarray, list[str]]:
-    """(images, labels) of a folder with one subfolder per class."""
+    """(images, labels) of a folder with one subfolder per class. A subfolder's
+    name is its class name in Unicode NFC: macOS writes names decomposed (NFD),
+    Linux as typed (NFC), and the same class must not become two."""
     root = Path(folder)
     shape = _image_shape(program)
     classes = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
@@ -406,7 +423,7 @@ def read_image_folder(folder: Any, program: str, field: str = "X") -> tuple[np.n
     for folder_ in classes:
         files = _files(folder_)
         paths += files
-        labels += [folder_.name] * len(files)
+        labels += [unicodedata.normalize("NFC", folder_.name)] * len(files)
     if not paths:
         raise DataError(field, f"the folder {str(root)!r} with no images", "at least one image")
     return read_images(paths, shape, field), labels
