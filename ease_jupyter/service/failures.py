@@ -5,7 +5,14 @@ that the model is bad for the task) or because of the storage (a missing
 blob, a full disk, the owner's quota, a store that cannot be written: the
 model is no worse for it). ``fail_job`` records the second kind's error code
 as the job's ``FAILURE_TAG``; the control loop does not report such a job to
-the selector (``failure_code``).
+the selector (``failure_code``), and picks its arm again later.
+
+One quota refusal is the model's own: a trained model larger than the room
+its owner has left (``quota.ModelOverQuotaError``). Training it again makes
+a model of the same size, so retrying would train it in full again and
+again; it fails as any model that fails on its own (code
+``quota_exceeded``, no ``FAILURE_TAG``): the selector scores the arm 0 and,
+ranging over untried arms, never picks it again for that dataset version.
 
 Every failure whose error carries a code (a storage error, a GPU out of
 memory, a device that failed) also gets it as ``ERROR_CODE_TAG``, which the
@@ -20,6 +27,7 @@ from typing import Mapping
 from ..errors import EaseMLError, StorageError
 from ..store import Job, JobStatus, JobUpdate, Store
 from ..store.space import is_disk_full
+from .quota import ModelOverQuotaError
 
 FAILURE_TAG = "easeml.failure"  # the error code of a job that failed for want of storage
 ERROR_CODE_TAG = "easeml.error_code"  # the error code of any failure that has one
@@ -37,7 +45,8 @@ def fail_job(store: Store, job_id: int, error: BaseException) -> Job:
     its code as ``FAILURE_TAG`` (see the module docstring)."""
     code = storage_code(error)
     if code is not None:
-        store.set_tag("job", job_id, FAILURE_TAG, code)
+        if not isinstance(error, ModelOverQuotaError):
+            store.set_tag("job", job_id, FAILURE_TAG, code)
         message = str(error)  # our storage errors name the object and the limit
     else:
         message = "".join(traceback.format_exception_only(type(error), error)).strip()

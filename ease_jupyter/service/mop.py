@@ -123,7 +123,9 @@ def run_torch_job(store: Store, blobs: BlobStore, engine: Any, job_id: int, *,
     resume from its last finished MOP unit if it ran before. queued -> running -> succeeded | failed.
     The callbacks below run on the driver's thread, between units.
     With a ``quota.Quota``, the job fails (``QuotaExceededError``) when its
-    owner is at her quota before training or its model would take her over it.
+    owner is at her quota before training, or its model would take her over
+    it: checked once every config trained a unit (``_ModelSizes``), and again
+    for the model it keeps.
     ``precision`` is the units' arithmetic (``Hooks.precision``); with a
     ``blob_url``, partitions and checkpoints travel through that fsspec URL."""
     publish = publish or (lambda owner, event: None)
@@ -186,6 +188,8 @@ def run_torch_job(store: Store, blobs: BlobStore, engine: Any, job_id: int, *,
                 store.set_tag("job", job_id, TAG_RUNS, json.dumps(runs))
                 started += time.monotonic() - profiling_started  # the workload's own seconds leave them out
             seen = _existing_metrics(store, job_id)
+            sizes = None if quota is None else _ModelSizes(
+                functools.partial(quota.check_model, store, blobs, task, job), len(trial_params))
             pending: dict[str, EpochMetrics] = {}
             runner_box: list[MOPRunner] = []
 
@@ -207,8 +211,10 @@ def run_torch_job(store: Store, blobs: BlobStore, engine: Any, job_id: int, *,
                     if rec.kind != "train":
                         return
                     runner = runner_box[0]
-                    progress.record_unit(rec.trial, runner.trial_progress(rec.trial),
-                                         blobs.put_bytes(runner.checkpoint(rec.trial)))
+                    checkpoint = runner.checkpoint(rec.trial)
+                    if sizes is not None:  # a model she could not keep stops training here
+                        sizes.check(rec.trial, len(checkpoint))
+                    progress.record_unit(rec.trial, runner.trial_progress(rec.trial), blobs.put_bytes(checkpoint))
                     save_progress()
 
             def on_metrics(m: EpochMetrics) -> None:
@@ -281,6 +287,28 @@ def _job_record() -> Iterator[None]:
         yield
     except Exception as error:  # noqa: BLE001 - handed to the runner as the workload's error
         raise StopRun(error) from None
+
+
+class _ModelSizes:
+    """The quota's check of a job's model before it is trained in full.
+
+    The job's model is one of its configs' checkpoints, as large as any
+    other checkpoint of that config. Once every config has a checkpoint
+    (after its first train unit), ``check`` asks the quota about the
+    smallest: if even that one could not be kept, the job fails there
+    (``quota.ModelOverQuotaError``), not after the whole workload trained."""
+
+    def __init__(self, check_model: Callable[[int], None], n_configs: int):
+        self._check_model, self._n_configs = check_model, n_configs
+        self._sizes: dict[str, int] | None = {}  # config -> its checkpoint's bytes; None once checked
+
+    def check(self, trial: str, size: int) -> None:
+        if self._sizes is None:
+            return
+        self._sizes.setdefault(trial, size)
+        if len(self._sizes) >= self._n_configs:
+            smallest, self._sizes = min(self._sizes.values()), None
+            self._check_model(smallest)
 
 
 @dataclass(frozen=True)

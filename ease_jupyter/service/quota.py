@@ -8,8 +8,13 @@ jobs' models), each distinct blob once, plus her uploads not fed yet. What
 the service keeps for itself (selector states, the checkpoints of a torch job
 still training) is not hers. Three writes are checked: an upload chunk, a
 feed (its new arrays; the uploads it consumes are counted as freed) and a
-trained model (the job fails, and the selector is not told, see
-``failures.fail_job``). A refine writes only a list of example ids: it is
+trained model. A model refused while she had room left, but not enough for
+it, is ``ModelOverQuotaError``: training it again on the same data makes the
+same model, so its job fails as a model that fails on its own does (the
+selector scores the arm 0 and does not pick it again for that version). A
+model refused because she is at her quota already fails as a storage
+failure (the selector is not told, and the task is held, see
+``failures.fail_job``): freeing space lets it train. A refine writes only a list of example ids: it is
 counted, never refused. The check and the write are not one transaction, so
 concurrent writes of one user may pass the limit by what they write at once.
 """
@@ -39,6 +44,14 @@ class Usage:
     @property
     def total(self) -> int:
         return self.data + self.models + self.uploads
+
+
+class ModelOverQuotaError(QuotaExceededError):
+    """A trained model larger than the room its owner has left (code
+    ``quota_exceeded``). Deterministic for its arm on that dataset version,
+    unlike a write refused because she is at her quota already: training
+    again makes a model of the same size, so it is not retried
+    (``failures.fail_job`` records it as the model's own failure)."""
 
 
 @dataclass(frozen=True)
@@ -71,18 +84,39 @@ class Quota:
         after = usage.total - releasing + adding
         if after <= self.limit_bytes:
             return
-        raise QuotaExceededError(
+        raise self._refusal(usage, adding, after, what=what)
+
+    def _refusal(self, usage: Usage, adding: int, after: int, *, what: str, then: str = "",
+                 error: type[QuotaExceededError] = QuotaExceededError) -> QuotaExceededError:
+        """The error refusing ``adding`` bytes at ``usage`` (``after``: her
+        total with them); ``then`` says what happens next."""
+        return error(
             f"{what}: {human_size(adding)} more would take your storage to {human_size(after)}, over your quota "
-            f"of {human_size(self.limit_bytes)} (in use: {human_size(usage.total)}: data {human_size(usage.data)}, "
-            f"models {human_size(usage.models)}, uploads not fed yet {human_size(usage.uploads)})",
+            f"of {human_size(self.limit_bytes or 0)} (in use: {human_size(usage.total)}: data "
+            f"{human_size(usage.data)}, models {human_size(usage.models)}, uploads not fed yet "
+            f"{human_size(usage.uploads)}){then}",
             field="quota", found=f"{after} bytes", expected=f"at most {self.limit_bytes} bytes")
 
     def check_model(self, store: Store, blobs: BlobStore, task: Task, job: Job, size: int) -> None:
         """``check`` for a job's trained model of ``size`` bytes (1 before
-        training: no training for a model that could not be kept)."""
+        training: no training for a model that could not be kept). While
+        she has room left, a model larger than it is ``ModelOverQuotaError``
+        (its arm is not retried); at her quota, any model is a plain
+        ``QuotaExceededError`` (the task waits, and retries once she frees space)."""
         from .models import model_name  # here: a feed process checks data only, and skips the model code's imports
 
-        self.check(store, blobs, task.owner_id, size, what=f"{model_name(task, job)}: its model")
+        if not self.limit_bytes:
+            return
+        usage = self.usage(store, blobs, task.owner_id)
+        after = usage.total + size
+        if after <= self.limit_bytes:
+            return
+        what = f"{model_name(task, job)}: its model"
+        if usage.total < self.limit_bytes:
+            raise self._refusal(usage, size, after, what=what, error=ModelOverQuotaError,
+                                then="; it is not trained again on this dataset version (free some storage, "
+                                     "or ask for a larger quota, and feed again)")
+        raise self._refusal(usage, size, after, what=what)
 
     def reserve(self, store: Store, blobs: BlobStore, owner_id: int, *, what: str,
                 releasing: int = 0, stamp: OwnerBlobsStamp | None = None) -> Callable[[int], None]:

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from ease_jupyter import datasets
-from ease_jupyter.service.failures import failure_code
+from ease_jupyter.service.failures import error_code, failure_code
 from ease_jupyter.cli import main
 from ease_jupyter.errors import QuotaExceededError
 from ease_jupyter.service import ServiceConfig
@@ -101,7 +101,9 @@ def test_a_feed_from_an_upload_counts_the_upload_as_freed(small_quota):
     assert reply.status == 201, reply.body
 
 
-def test_a_model_over_the_quota_fails_its_job_with_a_storage_code(tmp_path, iris):
+def test_a_model_over_the_quota_fails_its_job_with_the_quota_code(tmp_path, iris):
+    """Larger than the room she has left: the model's own failure, not
+    retried (``test_quota_models.py``), with the code ``quota_exceeded``."""
     store, blobs = open_store("memory://")
     user = store.create_user("alice", "h" * 64)
     task = store.create_task(user.id, "t", "input: [4] output: [3]")
@@ -115,7 +117,7 @@ def test_a_model_over_the_quota_fails_its_job_with_a_storage_code(tmp_path, iris
     finally:
         engine.close()
     assert done.status is JobStatus.FAILED and done.artifact_blob is None
-    assert failure_code(store, done) == "quota_exceeded"
+    assert failure_code(store, done) is None and error_code(store, done) == "quota_exceeded"
     assert f"task 't', job {job.id}" in done.error and "quota of" in done.error
     assert Quota(None).usage(store, blobs, user.id).models == 0
 

@@ -49,11 +49,10 @@ def test_one_service_per_data_dir_a_taken_port_and_ctrl_c(tmp_path):
         with pytest.raises(embedded.DataDirInUse, match=f"pid {first.pid}"):  # Client() starts none beside it
             embedded.start_embedded(served, timeout=30)
 
-        taken, seconds = _serve(tmp_path / "other", "--port", port)
+        taken, _ = _serve(tmp_path / "other", "--port", port)
         assert taken.returncode == 2, taken.stderr
         assert f"'--port': {port}: address already in use on 127.0.0.1 (use --port 0 for a free one)" in taken.stderr
-        assert "Traceback" not in taken.stderr
-        assert seconds < 20  # refused before the workers start
+        assert "Traceback" not in taken.stderr and "listening on" not in taken.stdout + taken.stderr
 
         os.killpg(first.pid, signal.SIGINT)
         stopping = time.monotonic()
@@ -91,7 +90,8 @@ def test_easeml_stop_while_a_served_service_still_starts_stops_it_cleanly(tmp_pa
         while (embedded.holder(tmp_path) or {}).get("url") is None:
             assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.poll() else ""
             time.sleep(0.01)
-        result = CliRunner().invoke(main, ["stop", "--data-dir", str(tmp_path)])
+        # --timeout: a loaded machine may take longer than the default 30 s to finish starting, then stop
+        result = CliRunner().invoke(main, ["stop", "--data-dir", str(tmp_path), "--timeout", "300"])
         assert result.exit_code == 0 and f"pid {proc.pid}" in result.output, result.output
         assert proc.wait(60) == 0, proc.stdout.read()
     finally:

@@ -104,7 +104,9 @@ class Results:
                 quality = job.accuracy
                 self.costs.learn(job)
             else:
-                quality = 0.0  # a failing config is a bad arm, not one to retry forever
+                # A failing config is a bad arm, not one to retry forever: a model
+                # larger than its owner's room left too (failures.py).
+                quality = 0.0
             try:
                 state.selector.observe(run.tenant, run.key, quality, cost=job.cost_seconds)
                 self.n_observed += 1
