@@ -65,7 +65,6 @@ ALL_FORMATS = ("joblib", "onnx", "torchscript", "state_dict")
 SUFFIXES = {"joblib": ".joblib", "onnx": ".onnx", "torchscript": ".pt", "state_dict": ".pt"}
 ENGINE_WORDS = {Engine.SKLEARN: "a scikit-learn model", Engine.TORCH: "a torch model"}
 INPUT_NAME = "X"  # the ONNX input of an array task (a table task has one per column)
-TORCH_EXAMPLE_ROWS = 2  # torch.export specialises a batch of 1; 2 keeps the batch dimension free
 _PACKAGE = __name__.split(".")[0]
 
 
@@ -495,28 +494,126 @@ def _reason(error: BaseException) -> str:
 
 def torch_artifact(net: Any, example: Any, fmt: str) -> Artifact:
     """An ``nn.Module`` as TorchScript, ONNX or its state dict. ``example``:
-    an input batch (a tensor or array of at least two rows) of the shape and
-    dtype the net takes; the batch dimension stays free in every format."""
+    input rows (at least two) of the shape and dtype the net takes, best the
+    task's own rows (``task_rows``): the first ``TRACE_ROWS`` are traced, and
+    the file is checked against the net on all of them and on batches of
+    other sizes (``CHECK_BATCHES``). Tracing records one run of ``forward``:
+    a size read with ``len(x)`` becomes a constant, and a branch on the
+    input's values keeps the one taken; a file that would answer other
+    batches differently is refused (``_check_export``), not shipped."""
     import torch
 
     check_format(fmt, Engine.TORCH)
     net = net.cpu().eval()
     example = torch.as_tensor(np.asarray(example, dtype=np.float32)).cpu()
-    shape = [None, *example.shape[1:]]
-    inputs = [{"name": INPUT_NAME, "dtype": "float32", "shape": shape}]
+    traced_rows = example[:TRACE_ROWS]
+    inputs = [{"name": INPUT_NAME, "dtype": "float32", "shape": [None, *example.shape[1:]]}]
     if fmt == "state_dict":
         buffer = io.BytesIO()
         torch.save(net.state_dict(), buffer)
         return Artifact(fmt, buffer.getvalue(), inputs, [{"name": "state_dict",
                         "returns": "the net's parameters and buffers (torch.load(..., weights_only=True))"}])
     if fmt == "torchscript":
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # TracerWarning, and TorchScript's own deprecation notice
-            traced = torch.jit.trace(net, example)
+        with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")  # kept: a TracerWarning says why a file may answer wrongly
+            traced = torch.jit.trace(net, traced_rows)
             buffer = io.BytesIO()
             torch.jit.save(traced, buffer)
-        return Artifact(fmt, buffer.getvalue(), inputs, [{"name": "output", "shape": _output_shape(net, example)}])
-    return Artifact(fmt, _torch_onnx(net, example), inputs, [])
+        said = _tracer_warnings(caught)
+        _check_export(fmt, net, traced, example, said)
+        output = {"name": "output", "shape": _output_shape(net, traced_rows)}
+        return Artifact(fmt, buffer.getvalue(), inputs, [{**output, "tracer_warnings": said} if said else output])
+    data = _torch_onnx(net, traced_rows)
+    inputs = _onnx_batch_free(net, data)
+    runner = _onnx_runner(data)
+    if runner is not None:
+        _check_export(fmt, net, runner, example, [])
+    return Artifact(fmt, data, inputs, [])
+
+
+TRACE_ROWS = 4  # rows traced; torch.export specialises a batch of 1, so at least 2 keep the batch dimension free
+CHECK_BATCHES = (3, 1)  # batch sizes besides the traced one (and all the example rows) a file must answer alike
+_ADVICE = ("a forward that keeps the batch dimension free and branches on no input value (x.flatten(1) or "
+           "x.reshape(x.shape[0], -1), not len(x); torch.where, not if), or the state_dict format")
+
+
+def _tracer_warnings(caught: list[Any]) -> list[str]:
+    """The distinct TracerWarnings of a trace, first lines (the others, such
+    as torch.jit's own deprecation notice, say nothing of this net)."""
+    import torch
+
+    said = [str(w.message).splitlines()[0] for w in caught if issubclass(w.category, torch.jit.TracerWarning)]
+    return list(dict.fromkeys(said))[:5]
+
+
+def _check_export(fmt: str, net: Any, exported: Any, example: Any, said: list[str]) -> None:
+    """Refuse (DataError on ``format``) a file that answers a batch unlike
+    the eager net: the traced rows, all ``example`` rows, and batches of
+    ``CHECK_BATCHES`` rows. A batch the eager net itself cannot take is not
+    the file's fault and is skipped."""
+    import torch
+
+    traced = len(example[:TRACE_ROWS])
+    sizes = dict.fromkeys(k for k in (traced, len(example), *CHECK_BATCHES) if k <= len(example))
+    for size in sizes:
+        rows = example[:size]
+        with torch.no_grad():
+            try:
+                want = net(rows).cpu().numpy()
+            except Exception:  # noqa: BLE001 - her forward's own limits; infer would fail alike
+                continue
+            try:
+                got = np.asarray(exported(rows))
+                problem = None if got.shape == want.shape else f"answers shape {list(got.shape)}"
+            except Exception as error:  # noqa: BLE001 - a size baked in fails in many ways
+                lines = [line.strip() for line in str(error).splitlines() if line.strip()] or [""]
+                cause = lines[-1].removeprefix(f"{type(error).__name__}: ")[:200]  # TorchScript's cause is last
+                problem = f"fails ({type(error).__name__}: {cause})"
+        if problem is None and not _close(got, want):
+            worst = float(np.abs(got - want).max())
+            problem = f"answers other outputs than the net (by up to {worst:.3g})"
+        if problem is not None:
+            what = ("the batch size is fixed: " if size != traced and not problem.startswith("answers other")
+                    else "outputs differ: ")
+            warned = f"; TracerWarning: {' | '.join(said)}" if said else ""
+            raise DataError("format", (
+                f"{fmt!r} of {type(net).__name__}: {what}traced on a batch of {traced}, its file {problem} on a "
+                f"batch of {size} of the task's rows where the net answers shape {list(want.shape)}{warned}"),
+                _ADVICE)
+
+
+def _close(got: np.ndarray, want: np.ndarray) -> bool:
+    """Equal up to float32 rounding of a differently fused graph, relative to the outputs' scale."""
+    scale = max(1.0, float(np.abs(want).max(initial=0.0)))
+    return bool(np.allclose(got, want, rtol=1e-3, atol=1e-4 * scale))
+
+
+def _onnx_batch_free(net: Any, data: bytes) -> list[dict[str, Any]]:
+    """The card's inputs of an ONNX file, read from its graph; a graph whose
+    batch dimension is a number (torch.export made it one where ``forward``
+    read it as a Python int, ``len(x)``) is refused."""
+    import onnx
+
+    inputs = _tensor_rows(onnx.load_from_string(data).graph.input)
+    fixed = [row for row in inputs if row["shape"] and row["shape"][0] is not None]
+    if fixed:
+        raise DataError("format", (
+            f"'onnx' of {type(net).__name__}: the batch size is fixed: the graph's input {fixed[0]['name']!r} has "
+            f"shape {fixed[0]['shape']}"), _ADVICE)
+    return inputs
+
+
+def _onnx_runner(data: bytes) -> Any:
+    """A function of a batch that runs the ONNX file with onnxruntime; None
+    where the service has no onnxruntime (it needs only onnx to export):
+    its graph's free batch dimension is then all that is checked."""
+    try:
+        import onnxruntime
+    except ImportError:
+        return None
+    session = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"])
+    name = session.get_inputs()[0].name
+    return lambda rows: session.run(None, {name: rows.numpy()})[0]
 
 
 def _output_shape(net: Any, example: Any) -> list[Any]:
@@ -573,26 +670,61 @@ def with_onnx_outputs(artifact: Artifact) -> Artifact:
 # ---------------------------------------------------------------- a task's best model
 
 
-def torch_example(program: Any) -> np.ndarray:
-    """An input batch for tracing a net of a task whose input is one tensor."""
+EXAMPLE_ROWS = 64  # the task's rows a torch export is traced on (the first TRACE_ROWS) and checked against
+MIN_EXAMPLE_ROWS = 8  # fewer real rows are topped up with random ones in their range
+
+
+def torch_example(program: Any, X: Any = None) -> np.ndarray:
+    """Rows to trace a net of a task whose input is one tensor on, and to
+    check its file against: up to ``EXAMPLE_ROWS`` of the task's own rows
+    ``X`` (a forward that branches on its input's values takes the branch
+    it takes on real data, which zeros may not), topped up to
+    ``MIN_EXAMPLE_ROWS`` with random rows in their range ([0, 1] without rows)."""
     tensors = program.input.tensors
     if len(tensors) != 1 or program.input.recursive:
         raise DataError("format", "a torch format for a task whose input is not one tensor",
                         "a task with one input tensor (export the state_dict of others)")
-    return np.zeros((TORCH_EXAMPLE_ROWS, *tensors[0].shape), dtype=np.float32)
+    shape = tuple(tensors[0].shape)
+    rows = np.zeros((0, *shape), dtype=np.float32) if X is None else np.asarray(X, dtype=np.float32)[:EXAMPLE_ROWS]
+    if len(rows) >= MIN_EXAMPLE_ROWS:
+        return rows
+    finite = rows[np.isfinite(rows)]
+    low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+    extra = np.random.default_rng(0).uniform(low, high, (MIN_EXAMPLE_ROWS - len(rows), *shape))
+    return np.concatenate([rows, extra.astype(np.float32)])
+
+
+def task_rows(store: Any, blobs: Any, job: Any) -> Any:
+    """The input rows of the dataset version ``job`` trained on, its
+    validation rows first; None where they are no one array or cannot be read."""
+    from ..datasets import load
+    from ..errors import StorageError
+    from ..execution.holdout import validation_mask
+
+    try:
+        data = load(store, blobs, store.get_dataset_version(job.dataset_version_id))
+    except StorageError:
+        return None
+    if not isinstance(data.X, np.ndarray) or not len(data.X):
+        return None
+    held_out = validation_mask(data.split_keys)
+    return np.concatenate([data.X[held_out][:EXAMPLE_ROWS], data.X[~held_out][:EXAMPLE_ROWS]])
 
 
 def torch_artifact_of(store: Any, blobs: Any, task_id: int, job_id: int, fmt: str,
                       deadline: Any = None) -> Artifact:
-    """``torch_artifact`` of a torch job's best checkpoint, by ids: what the
-    torch executor's ``call`` runs where the torch jobs run (a user's own
-    net by ``deadline``, ``own_model_calls.request_deadline``)."""
+    """``torch_artifact`` of a torch job's best checkpoint, by ids, traced on
+    and checked against the rows it trained on: what the torch executor's
+    ``call`` runs where the torch jobs run (a user's own net by
+    ``deadline``, ``own_model_calls.request_deadline``)."""
     from ..datasets import program_of
     from ..jobspec import parse_job
     from . import models, user_models
 
     task, job = store.get_task(task_id), store.get_job(job_id)
-    example = torch_example(program_of(task)) if fmt != "state_dict" else _state_dict_example(program_of(task))
+    program = program_of(task)
+    example = (_state_dict_example(program) if fmt == "state_dict" else
+               torch_example(program, task_rows(store, blobs, job)))
     if parse_job(job.model, job.config).is_user_model:  # her module, built and traced in a child within her limit
         from .own_model_calls import own_net_artifact_of
 
@@ -605,7 +737,7 @@ def _state_dict_example(program: Any) -> np.ndarray:
     """The card's input shape of a state dict (any task input: no tracing)."""
     tensors = program.input.tensors
     shape = tensors[0].shape if len(tensors) == 1 and not program.input.recursive else ()
-    return np.zeros((TORCH_EXAMPLE_ROWS, *shape), dtype=np.float32)
+    return np.zeros((2, *shape), dtype=np.float32)
 
 
 def sklearn_inputs(store: Any, task: Any) -> SklearnInputs:

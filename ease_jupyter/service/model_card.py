@@ -4,7 +4,9 @@ After Mitchell et al., "Model Cards for Model Reporting" (FAT* 2019): what
 the model takes and returns, what data it was trained and validated on, how
 well it did, and where it came from. Here that is the task's schema (its
 ease.ml program, and its table schema for a table task), the class names,
-the preprocessing inside the model, the job's metrics with the size of the
+the preprocessing inside the model and what is done to inputs before the
+model sees them (how the client reads image files, the range of values
+trained on), the job's metrics with the size of the
 validation split they were measured on, the dataset version, the training
 config, and the provenance ids (the job, the dataset version, and the
 feed/refine/train edges that lead to the model), so that the model can be
@@ -16,6 +18,8 @@ from __future__ import annotations
 import datetime
 import json
 from typing import Any, Iterable, Mapping
+
+import numpy as np
 
 from ..datasets import program_of
 from ..jobspec import best_point, parse_job, recorded_point
@@ -49,6 +53,7 @@ def model_card(store: Store, blobs: BlobStore, task: Task, job: Job, artifact: A
         "inputs": artifact.inputs,
         "outputs": _named_columns(artifact.outputs, names),
         "preprocessing": artifact.preprocessing,
+        "input_preprocessing": [] if schema is not None else input_preprocessing(store, blobs, task, version),
         "metrics": {
             "name": "accuracy" if classification else "r2 (clipped to [0, 1])",
             "value": job.accuracy,
@@ -65,6 +70,38 @@ def model_card(store: Store, blobs: BlobStore, task: Task, job: Job, artifact: A
         "provenance": {"job_id": job.id, "dataset_version_id": version.id,
                        "edge_ids": [e.id for e in store.lineage(Node(NodeKind.MODEL, job.id), direction="backward")]},
     }
+
+
+IMAGE_FILES = {
+    "step": "image files",
+    "where": "the client, before the service (task.feed of an image folder, task.infer of image files)",
+    "does": ("Pillow: turned upright (EXIF orientation); RGB for an input [H, W, 3], grey (mode 'L') for "
+             "[H, W] or [H, W, 1]; resized to W x H; float32 scaled to [0, 1] (8-bit pixels / 255, deeper "
+             "images by their format's white)"),
+    "feed_the_file": "the same: values in [0, 1], not raw 0-255 pixels",
+}
+
+
+def input_preprocessing(store: Store, blobs: BlobStore, task: Task, version: Any) -> list[dict[str, Any]]:
+    """What happens to inputs before they reach the model, outside its file
+    (the card's ``preprocessing`` is what is inside): a user feeding the
+    file must do the same, or it answers wrongly without an error. For an
+    image task, how the client reads image files; for an array task, the
+    range of the values the model was trained on, so that a file fed raw
+    pixels where it saw [0, 1] can be told from the card."""
+    from ..datasets import load
+
+    program = program_of(task)
+    tensors = program.input.tensors
+    if len(tensors) != 1 or program.input.recursive:
+        return []
+    shape = tuple(tensors[0].shape)
+    steps = [IMAGE_FILES] if len(shape) == 2 or (len(shape) == 3 and shape[2] in (1, 3)) else []
+    X = load(store, blobs, version).X
+    finite = X[np.isfinite(X)] if isinstance(X, np.ndarray) and np.issubdtype(X.dtype, np.number) else ()
+    if len(finite):
+        steps.append({"step": "values seen in training", "min": float(finite.min()), "max": float(finite.max())})
+    return steps
 
 
 def best_config(tags: Mapping[str, str], metrics: Iterable[Metric]) -> str | None:
