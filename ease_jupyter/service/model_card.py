@@ -21,12 +21,16 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from ..datasets import program_of
+from ..datasets import load, program_of
 from ..jobspec import best_point, parse_job, recorded_point
 from ..store import BlobStore, Job, Metric, Node, NodeKind, Store, Task
 from .validation import validation_size
 
 CARD_VERSION = 1
+# The most input numbers the card reads for its "values seen in training":
+# the card is made in the service's process, which must not load a large
+# dataset version whole for one line of it (2**25 float32 values: 128 MiB).
+RANGE_MAX_VALUES = 2**25
 
 
 def model_card(store: Store, blobs: BlobStore, task: Task, job: Job, artifact: Any) -> dict[str, Any]:
@@ -89,14 +93,16 @@ def input_preprocessing(store: Store, blobs: BlobStore, task: Task, version: Any
     image task, how the client reads image files; for an array task, the
     range of the values the model was trained on, so that a file fed raw
     pixels where it saw [0, 1] can be told from the card."""
-    from ..datasets import load
-
     program = program_of(task)
     tensors = program.input.tensors
     if len(tensors) != 1 or program.input.recursive:
         return []
     shape = tuple(tensors[0].shape)
     steps = [IMAGE_FILES] if len(shape) == 2 or (len(shape) == 3 and shape[2] in (1, 3)) else []
+    if version.n_examples * int(np.prod(shape)) > RANGE_MAX_VALUES:
+        steps.append({"step": "values seen in training", "min": None, "max": None,
+                      "note": f"not read: more than {RANGE_MAX_VALUES} input values"})
+        return steps
     X = load(store, blobs, version).X
     finite = X[np.isfinite(X)] if isinstance(X, np.ndarray) and np.issubdtype(X.dtype, np.number) else ()
     if len(finite):

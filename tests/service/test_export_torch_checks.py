@@ -165,3 +165,16 @@ def test_the_card_says_what_is_done_to_inputs_before_the_model(trained, tmp_path
     assert steps["values seen in training"] == {"step": "values seen in training", "min": float(X.min()),
                                                 "max": float(X.max())}
     assert json.loads((tmp_path / "m.pth.card.json").read_text())["input_preprocessing"] == card["input_preprocessing"]
+
+
+def test_the_card_reads_no_large_dataset_for_its_value_range(trained, tmp_path, monkeypatch):
+    """The card is made in the service's process: past a bound on the input
+    values it says the range was not read, and loads nothing for it."""
+    from ease_jupyter.service import model_card
+
+    task, _ = trained["flat"]
+    monkeypatch.setattr(model_card, "RANGE_MAX_VALUES", 10)
+    monkeypatch.setattr(model_card, "load", lambda *a: pytest.fail("loaded the dataset version"))
+    card = task.export(tmp_path / "m.pth", format="state_dict")
+    steps = {step["step"]: step for step in card["input_preprocessing"]}
+    assert steps["values seen in training"]["min"] is None and "not read" in steps["values seen in training"]["note"]
