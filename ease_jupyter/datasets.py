@@ -38,6 +38,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
 import numpy as np
 
 from .errors import DataError, StaleParentError
+from .npy_bytes import load_npy, load_npz
 from .execution.row_keys import DIGEST_DTYPE, input_digests, row_digests, split_keys
 from . import row_identity
 from .schema import CheckedData, Program, check_data, check_inputs, parse, to_jsonable
@@ -409,7 +410,7 @@ def _members(blobs: BlobStore, version: DatasetVersion, task: Task | None = None
 
 
 def _array(blobs: BlobStore, digest: str, what: str) -> np.ndarray:
-    return np.load(io.BytesIO(blobs.get_referenced(digest, what)), allow_pickle=False)
+    return load_npy(blobs.get_referenced(digest, what))
 
 
 def _example_ids(field: str, ids: Iterable[int] | None, known: int) -> np.ndarray:
@@ -496,17 +497,16 @@ def _input_bytes(X: Any) -> bytes:
 def _get_inputs(blobs: BlobStore, digest: str, what: str) -> Any:
     data = blobs.get_referenced(digest, what)
     if data.startswith(_NPY_MAGIC):
-        return np.load(io.BytesIO(data), allow_pickle=False)
+        return load_npy(data)
     if data.startswith(_NPZ_MAGIC):
-        with np.load(io.BytesIO(data), allow_pickle=False) as archive:
-            return _archive_parts(archive, what)
+        return _archive_parts(load_npz(data), what)
     return json.loads(data)
 
 
-def _archive_parts(archive: Any, what: str) -> tuple[np.ndarray, ...]:
+def _archive_parts(archive: dict[str, np.ndarray], what: str) -> tuple[np.ndarray, ...]:
     """The arrays of a stored ``.npz``, in order: entry ``arr_i`` as it is,
     ``utf8_i`` with ``offsets_i`` as the unicode array they encode."""
-    names, parts = set(archive.files), []
+    names, parts = set(archive), []
     while True:
         i = len(parts)
         if f"arr_{i}" in names:

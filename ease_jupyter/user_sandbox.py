@@ -232,9 +232,9 @@ def _decode(reply: bytes, what: str, returns: str) -> Any:
         text = body.decode("utf-8", "replace")
         raise UserModelError(f"{what} raised:\n{text[-MAX_TRACEBACK_CHARS:]}")
     if kind == _ARRAY and returns == "array":
-        import numpy as np
+        from ease_jupyter.npy_bytes import load_npy
 
-        return np.load(io.BytesIO(body), allow_pickle=False)
+        return load_npy(body)
     if kind == _OBJECT and returns == "object":
         return pickle.loads(body)
     raise UserModelError(f"{what}: its process answered {kind!r}, expected a {returns} reply")

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from ease_jupyter.errors import DataError
+from ease_jupyter.npy_bytes import load_npz
 
 __all__ = [
     "STAGED_CACHE_BYTES",
@@ -193,8 +194,8 @@ class _StagedCache:
             if url in self._items:
                 self._items.move_to_end(url)
                 return self._items[url]
-        with np.load(io.BytesIO(read_bytes(url)), allow_pickle=False) as npz:
-            arrays = (npz["X"], npz["y"])
+        npz = load_npz(read_bytes(url))
+        arrays = (npz["X"], npz["y"])
         with self._lock:
             self._items[url] = arrays
             self._items.move_to_end(url)

@@ -30,6 +30,7 @@ import numpy as np
 
 from ..datasets import string_parts, strings_from_parts
 from ..errors import DataError, InvalidStateError, NotFoundError, QuotaExceededError
+from ..npy_bytes import load_npy
 from ..schema.table import TableColumn, TableData
 from ..store.space import storage_full
 
@@ -46,7 +47,7 @@ def to_npy_bytes(array: Any) -> bytes:
 
 def from_npy_bytes(field: str, data: bytes) -> np.ndarray:
     try:
-        return np.load(io.BytesIO(data), allow_pickle=False)
+        return load_npy(data)
     except Exception:  # noqa: BLE001 - any unreadable payload is the caller's data
         raise DataError(field, "bytes that are not a .npy array", ".npy bytes (numpy.save, no pickles)") from None
 

@@ -616,8 +616,6 @@ class BlobStore(abc.ABC):
         return self.put_bytes(buffer.getvalue())
 
     def get_array(self, digest: str) -> Any:
-        import io
+        from ease_jupyter.npy_bytes import load_npy
 
-        import numpy as np
-
-        return np.load(io.BytesIO(self.get_bytes(digest)), allow_pickle=False)
+        return load_npy(self.get_bytes(digest))
