@@ -32,7 +32,7 @@ Profiling (ACAI §4.2.2). A job with a profiling plan (``easeml.profile.plan``,
 the first job of a family the profiler has no record of) first trains its
 first config for one epoch on each planned subsample
 (``profile_runs.profile_torch``; a user's factory as MOP units of one
-partition on the job's engine, under her job's deadline,
+partition on the job's engine, within her job's limit,
 ``profile_runs.profile_in_units``) and records the runs
 (``easeml.profile.runs``) before its workload; the workload's own seconds
 are ``easeml.profile.full_seconds`` and the job's cost is their sum with the
@@ -143,7 +143,7 @@ def run_torch_job(store: Store, blobs: BlobStore, engine: Any, job_id: int, *,
             raise TypeError(f"job {job_id} is a {spec.engine.value} job, not a torch workload")
         cand = candidate_of(task, spec, blobs)  # a user model's is loaded here (user_models.py)
         own = _own_model(spec)
-        lrs, epochs = list(spec.lrs), spec.epochs
+        epochs = spec.epochs
         trial_params = {s.id: dict(s.params) for s in pick_procedure(cand.name, spec.points(), max_epochs=epochs).start()}
         trial_lr = {t: float(p["lr"]) for t, p in trial_params.items()}
         trial_label = {t: point_label(p) for t, p in trial_params.items()}  # lr=0.01 (and a user grid's options)
@@ -175,16 +175,19 @@ def run_torch_job(store: Store, blobs: BlobStore, engine: Any, job_id: int, *,
                 if own is None:
                     runs = profile_torch(cand, first_trial, first_params, X, y, data.split_keys, plan,
                                          seed=seed, hooks=Hooks(precision=precision))
-                else:  # her forward runs only in units, under her deadline, as her training's
+                else:  # her forward runs only in units, within her limit, as her training's
                     def profiling_epoch(train: tuple[Any, Any], validation: tuple[Any, Any]) -> None:
                         runner = MOPRunner(engine, pick_procedure(cand.name, [first_params], max_epochs=1), [cand],
                                            *train, validation=validation, seed=seed, n_partitions=1,
                                            hooks=Hooks(precision=precision), blob_url=blob_url,
                                            **own.runner_options(profiling=True))
-                        PoolDriver.shared(engine, seed=seed).run(runner, owner=str(task.owner_id))
+                        try:
+                            PoolDriver.shared(engine, seed=seed).run(runner, owner=str(task.owner_id))
+                        finally:
+                            own.charge(runner)
 
                     runs = profile_in_units(plan, X, y, data.split_keys, profiling_epoch, seed=seed,
-                                            deadline=own.deadline, name=cand.name)
+                                            limit_spent=own.spent_all, name=cand.name)
                 store.set_tag("job", job_id, TAG_RUNS, json.dumps(runs))
                 started += time.monotonic() - profiling_started  # the workload's own seconds leave them out
             seen = _existing_metrics(store, job_id)
@@ -206,7 +209,7 @@ def run_torch_job(store: Store, blobs: BlobStore, engine: Any, job_id: int, *,
             def on_unit(rec: UnitRecord) -> None:
                 with _job_record():
                     if own is not None:
-                        own.check()  # a user model past its job's limit fails the workload here
+                        own.check(runner_box[0].time_used)  # a user model past its job's limit fails the workload here
                     # Cerebro §5.6: checkpoint between units, so that only unfinished units run again.
                     if rec.kind != "train":
                         return
@@ -311,23 +314,38 @@ class _ModelSizes:
             self._check_model(smallest)
 
 
-@dataclass(frozen=True)
+@dataclass
 class _OwnModel:
-    """What changes for a job of a user's own model: its deadline, checked
+    """What changes for a job of a user's own model: its limit is a budget
+    of running time, shared by her profiling runs and her workload
+    (``MOPRunner.time_budget``: the seconds her units run on workers, not
+    the time they wait for one behind other owners' units). It is checked
     after every unit (``check``, from the job's ``on_unit``: past it, the
-    workload ends there with ``UserModelTimeout``) and made the deadline of
-    every unit (``MOPRunner.deadline``: a unit still running then, e.g. in a
-    ``forward`` that never returns, is given up on and its worker replaced
-    by the engine, and the job fails with ``UserModelTimeout``), and no
-    retries of a unit that raised (her code fails the same way again)."""
+    workload ends there with ``UserModelTimeout``) and bounds every unit (a
+    unit still running when it is spent, e.g. in a ``forward`` that never
+    returns, is given up on and its worker replaced by the engine, and the
+    job fails with ``UserModelTimeout``); a unit that raised is not retried
+    (her code fails the same way again)."""
 
     name: str
     limit: float
-    deadline: float
+    used: float = 0.0  # seconds charged by her job's finished runs (profiling)
 
-    def check(self) -> None:
-        if time.time() > self.deadline:
-            raise user_models.UserModelTimeout(f"{self.name}: the job ran past its limit of {self.limit:g} s")
+    def charge(self, runner: MOPRunner) -> None:
+        """Add a finished run's running time to what her job has used."""
+        self.used += runner.time_used
+
+    def spent_all(self) -> bool:
+        return self.used >= self.limit
+
+    def check(self, running: float) -> None:
+        """Fail her job once it has run more than her limit, with ``running``
+        seconds of the current run's units on top of what earlier runs used."""
+        if self.used + running > self.limit:
+            self.spent()
+
+    def spent(self) -> None:
+        raise user_models.UserModelTimeout(f"{self.name}: the job ran past its limit of {self.limit:g} s")
 
     def timed_out(self, during: str = "") -> None:
         raise user_models.UserModelTimeout(
@@ -336,16 +354,16 @@ class _OwnModel:
 
     def runner_options(self, *, profiling: bool = False) -> dict[str, Any]:
         """The runner's options for her workload, or for one of her job's
-        profiling runs (``profiling``: the same guard, its error says so)."""
+        profiling runs (``profiling``: the same guard, its error says so):
+        the budget her job has left."""
         on_deadline = functools.partial(self.timed_out, " of a profiling run") if profiling else self.timed_out
-        return {"max_unit_retries": 0, "unit_timeout": self.limit + 60.0, "deadline": self.deadline,
-                "on_deadline": on_deadline}
+        return {"max_unit_retries": 0, "unit_timeout": self.limit + 60.0,
+                "time_budget": max(self.limit - self.used, 0.0), "on_deadline": on_deadline,
+                "on_budget_spent": self.spent}
 
 
 def _own_model(spec: TorchWorkload) -> _OwnModel | None:
-    if spec.code is None:
-        return None
-    return _OwnModel(spec.model, float(spec.limit), time.time() + float(spec.limit))
+    return None if spec.code is None else _OwnModel(spec.model, float(spec.limit))
 
 
 def _has_cuda() -> bool:

@@ -127,28 +127,28 @@ def split_subsample(X: np.ndarray, y: np.ndarray, split_keys: Any, n: int, *,
 
 def profile_in_units(runs: Sequence[ProfileRun], X: np.ndarray, y: np.ndarray, split_keys: Any,
                      run_epoch: Callable[[tuple[Any, Any], tuple[Any, Any]], Any], *, seed: int = 0,
-                     deadline: float | None = None, name: str = "") -> list[dict[str, Any]]:
+                     limit_spent: Callable[[], bool] | None = None, name: str = "") -> list[dict[str, Any]]:
     """Do the planned runs of a user's torch factory as MOP units:
     ``run_epoch(train, validation)`` trains its first config for one epoch
     on each run's subsample (:func:`split_subsample`) as her training does,
     and each run's wall seconds are its cost. Returns the measured ones as
     ``{"n", "threads": 1, "seconds", "epochs": 1}``. A run that fails once
-    ``deadline`` (a ``time.time()``) passed fails the job with its error (a
-    unit that hung until the engine gave up on it): her limit is spent;
-    any other failed run is left out.
+    ``limit_spent()`` is true fails the job with its error (a unit that hung
+    until the engine gave up on it): her limit is spent; any other failed
+    run is left out.
 
     A warm-up epoch on the smallest subsample there is (two training and two
     held-out rows) comes first, untimed: it starts the sandboxed child her
     net is built in and imports torch there (seconds, on a worker's first
     unit), which would otherwise be counted in the first, smallest run and
     bend the fitted law's slope. Its failure is logged and the runs go on
-    (one past ``deadline`` fails the job). An engine with several workers
+    (one that spent her limit fails the job). An engine with several workers
     may still start a cold child for a later run on another worker."""
     if runs:
         try:
             run_epoch(*split_subsample(X, y, split_keys, 1, seed=seed))
         except Exception:  # noqa: BLE001 - a warm-up must not fail the job, unless it spent her limit
-            if deadline is not None and time.time() > deadline:
+            if limit_spent is not None and limit_spent():
                 raise
             log.warning("profiling warm-up of %s failed", name, exc_info=True)
     done = []
@@ -159,7 +159,7 @@ def profile_in_units(runs: Sequence[ProfileRun], X: np.ndarray, y: np.ndarray, s
             run_epoch(train, validation)
             seconds = time.perf_counter() - started
         except Exception:  # noqa: BLE001 - a profiling run must not fail the job, unless it spent her limit
-            if deadline is not None and time.time() > deadline:
+            if limit_spent is not None and limit_spent():
                 raise
             log.warning("profiling run %s of %s failed; no record of it", run, name, exc_info=True)
             continue

@@ -23,15 +23,18 @@ the worker that runs the job (:func:`user_candidate`).
 Isolation. The calls into user code that may hang (loading it, an
 estimator's clone + set_params + fit, its predict, the factory with a first
 forward pass) run in a child process of the job (``user_sandbox``), killed at
-the job's deadline: a model that hangs there fails its job with a
-``UserModelTimeout`` and nothing of it runs on; the job's children end with
-it (``JobScope``, held by the candidate's builder). An error is re-raised
+the job's deadline (an estimator's: its job's start plus its limit; a net's
+build: its limit from the build's start, since a net's job is charged the
+running time of its units, not their wait for a worker): a model that hangs
+there fails its job with a ``UserModelTimeout`` and nothing of it runs on;
+the job's children end with it (``JobScope``, held by an estimator's
+builder; a net's child ends once the net is built). An error is re-raised
 with the user's own traceback (``UserModelError``), and an output of the
 wrong shape is a ``DataError`` naming the model. A timeout, not a sandbox:
 unpickling what the child returns (her estimator, her net), pickling her
 estimator to send it, and ``forward`` during training (autograd cannot cross
 processes) run her code in the worker (docs/models.md lists them). A training
-unit still running at the job's deadline is given up on by the engine, which
+unit still running when the job's limit is spent is given up on by the engine, which
 replaces its worker (a fresh thread of a local engine; a restarted Dask
 worker process), and the job fails with ``UserModelTimeout``.
 
@@ -64,6 +67,7 @@ from ..user_sandbox import (
     UserModelError,
     UserModelTimeout,
     build_net,
+    close_job,
     fit_estimator,
     load_code,
     predict_with,
@@ -269,18 +273,19 @@ def net_shapes(task: Task) -> tuple[tuple[int, ...], tuple[int, ...]]:
 
 def user_candidate(task: Task, spec: JobSpec, blobs: BlobStore, *, started: float | None = None) -> Candidate:
     """The candidate of a job that trains a user model (``spec.code``): its
-    code loaded here, where the job runs, and every call into it bounded by
-    the job's deadline (``started`` + ``spec.limit``)."""
+    code loaded here, where the job runs. An estimator's every call is
+    bounded by the job's deadline (``started`` + ``spec.limit``); a net's by
+    the running time of the job's units (``NetBuilder``)."""
     code = blobs.get_referenced(spec.code, f"task {task.name!r}: the code of user model {spec.model!r}")
-    deadline = (time.time() if started is None else started) + float(spec.limit)
-    scope = JobScope(deadline)  # the job's children end when its candidate is dropped, at the job's end
     classification = _classification(task)
     if spec.engine is Engine.SKLEARN:
+        deadline = (time.time() if started is None else started) + float(spec.limit)
+        scope = JobScope(deadline)  # the job's children end when its candidate is dropped, at the job's end
         build: Callable[[ModelConfig], Any] = EstimatorBuilder(spec.model, code, deadline, scope)
         workload = Workload.FLAT_CLASSIFICATION if classification else Workload.FLAT_REGRESSION
     else:
         inp, out = net_shapes(task)
-        build = NetBuilder(spec.model, code, inp, out, classification, deadline, scope)
+        build = NetBuilder(spec.model, code, inp, out, classification, float(spec.limit))
         workload = Workload.GENERAL_CLASSIFICATION if classification else Workload.TENSOR_RECOVERY
     configs = tuple(ModelConfig.of(spec.model, p) for p in spec.points())
     return Candidate(spec.model, "user", workload, spec.engine, configs, 1.0, (), build)
@@ -380,7 +385,13 @@ def unwrap(model: Any) -> Any:
 class NetBuilder:
     """The user's net for one config: ``factory(input_shape, output_shape,
     **options)``, the options being the config's less the training ones
-    (``lr``, ``batch_size``, ...), wrapped as a zoo net (``UserNet``)."""
+    (``lr``, ``batch_size``, ...), wrapped as a zoo net (``UserNet``).
+
+    It is built where a unit runs, each time in a child of its own, bounded
+    by her whole ``limit`` and closed once the net is built: her job's limit
+    is the running time of its units, which the pool driver charges
+    (``mop._OwnModel``), so no wall-clock deadline set when her job started
+    may end a unit that waited for a worker behind other users' units."""
 
     # Built in the job's child process (``run_user_code``): no draws from this
     # process's global generator, so ``units.build_net`` takes no lock for it.
@@ -391,16 +402,20 @@ class NetBuilder:
     input_shape: tuple[int, ...]
     output_shape: tuple[int, ...]
     classification: bool
-    deadline: float
-    scope: JobScope | None = None  # held while the job's candidate lives
+    limit: float
 
     def __call__(self, config: ModelConfig) -> Any:
-        factory = run_user_code(load_code, self.code, deadline=self.deadline, what=f"loading user model {self.name!r}")
-        if not callable(factory):
-            raise DataError("factory", type(factory).__name__, "a function that builds a torch nn.Module")
-        options = {k: v for k, v in config.options.items() if k not in TRAIN_OPTIONS}
-        return user_net(self.name, factory, self.input_shape, self.output_shape, self.classification,
-                        options, self.deadline)
+        deadline = time.time() + self.limit
+        try:
+            factory = run_user_code(load_code, self.code, deadline=deadline,
+                                    what=f"loading user model {self.name!r}")
+            if not callable(factory):
+                raise DataError("factory", type(factory).__name__, "a function that builds a torch nn.Module")
+            options = {k: v for k, v in config.options.items() if k not in TRAIN_OPTIONS}
+            return user_net(self.name, factory, self.input_shape, self.output_shape, self.classification,
+                            options, deadline)
+        finally:
+            close_job(deadline)
 
 
 def user_net(name: str, factory: Callable[..., Any], input_shape: tuple[int, ...], output_shape: tuple[int, ...],
@@ -429,7 +444,7 @@ def user_net(name: str, factory: Callable[..., Any], input_shape: tuple[int, ...
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             # in the worker, on its thread: a forward that never returns is given up on with its unit at
-            # the job's deadline, and its worker replaced (``MOPRunner.deadline``, ``mop._OwnModel``)
+            # the job's limit, and its worker replaced (``MOPRunner.time_budget``, ``mop._OwnModel``)
             try:
                 out = self.net(x)
             except Exception as error:  # noqa: BLE001 - her own traceback, for her

@@ -127,25 +127,30 @@ def _plain(input_shape, output_shape):
 
 
 class _JumpingClock:
-    """``time`` as service/mop.py sees it: true until ``jump`` seconds are
-    added (its ``time.time()`` is the own-model check's only clock there)."""
+    """``time`` as the pool driver sees it: true until ``jump`` is set, then
+    every ``monotonic()`` is ``jump`` seconds later than the one before (so
+    each of her units runs past her limit on the driver's clock, which
+    charges her job's time budget)."""
 
     def __init__(self):
         self.jump = 0.0
+        self._extra = 0.0
 
     def time(self):
-        return time.time() + self.jump
+        return time.time()
 
     def monotonic(self):
-        return time.monotonic()
+        self._extra += self.jump
+        return time.monotonic() + self._extra
 
 
 def test_a_job_past_its_limit_between_units_ends_at_the_next_unit(tmp_path, digits_images, monkeypatch):
     """Her limit passes while her units run fine, each one well within it:
     the check after each unit (``_OwnModel.check``, from the job's
     ``on_unit``) ends her job at the next unit with the check's own error,
-    long before the runner's deadline. Her clock is made to jump past her
-    limit once her job has set its deadline, so no timing decides it."""
+    long before the runner's deadline. The pool driver's clock is made to
+    jump past her limit during each unit, so no timing decides it."""
+    from ease_jupyter.execution.mop import pool_driver
     from ease_jupyter.service import mop
 
     clock = _JumpingClock()
@@ -157,7 +162,7 @@ def test_a_job_past_its_limit_between_units_ends_at_the_next_unit(tmp_path, digi
             clock.jump = own.limit + 1.0
         return own
 
-    monkeypatch.setattr(mop, "time", clock)
+    monkeypatch.setattr(pool_driver, "time", clock)
     monkeypatch.setattr(mop, "_own_model", own_model_then_her_limit_passes)
     running = start(tmp_path, torch=True, torch_epochs=2, mop_partitions=2, allow_user_models=True, workers=1)
     try:
@@ -175,6 +180,58 @@ def test_a_job_past_its_limit_between_units_ends_at_the_next_unit(tmp_path, digi
         assert (job.finished_at - job.started_at).total_seconds() < 120  # not at her (real) limit
         progress = store.tags("job", job.id).get(mop.PROGRESS_TAG)
         assert progress is None or json.loads(progress)["trained_units"] == 0  # its first unit was not taken in
+    finally:
+        running.thread.stop()
+
+
+class _LateWallClock:
+    """``time`` whose ``time()`` runs ``late`` seconds ahead once it is set
+    (the wall clock after her units waited that long for a worker); every
+    other clock is the true one."""
+
+    def __init__(self):
+        self.late = 0.0
+
+    def time(self):
+        return time.time() + self.late
+
+    def __getattr__(self, name):
+        return getattr(time, name)
+
+
+def test_time_her_units_wait_for_a_worker_is_not_charged_to_her_limit(tmp_path, digits_images, monkeypatch):
+    """Her limit is the running time of her units: once her job has started,
+    the wall clock of every module that bounds her calls jumps far past her
+    limit (as if her units had waited that long behind other users'), and
+    her job still builds her net in each unit and trains to the end."""
+    from ease_jupyter import user_sandbox
+    from ease_jupyter.service import mop, user_models
+
+    clock = _LateWallClock()
+    own_model = mop._own_model
+
+    def own_model_then_the_wall_clock_jumps(spec):
+        own = own_model(spec)
+        if own is not None:
+            clock.late = own.limit + 60.0
+        return own
+
+    for module in (mop, user_models, user_sandbox):
+        monkeypatch.setattr(module, "time", clock)
+    monkeypatch.setattr(mop, "_own_model", own_model_then_the_wall_clock_jumps)
+    running = start(tmp_path, torch=True, torch_epochs=2, mop_partitions=2, allow_user_models=True, workers=1)
+    try:
+        running.user("ada")
+        X, y = digits_images
+        store = running.service.store
+        ada = running.client("ada").task("digits-ada", input=[8, 8, 1], output=[10])
+        ada.add_model(_plain, name="plain", grid={"lr": [0.1]}, limit=30.0)
+        ada.feed(X, y)
+        assert until(lambda: _finished(store, ada, "plain"), 400, every=0.2), ada.jobs()
+        job = min(_finished(store, ada, "plain"), key=lambda j: j.id)
+        assert clock.late == 90.0  # her job started, and the wall clock jumped past her limit then
+        assert job.status is JobStatus.SUCCEEDED, job.error
+        assert json.loads(store.tags("job", job.id)[mop.PROGRESS_TAG])["epoch"] == 2
     finally:
         running.thread.stop()
 
@@ -207,7 +264,11 @@ def _dask(n_workers):
     LocalEngine,  # a fresh worker thread; the hung one is abandoned
     pytest.param(_dask, marks=pytest.mark.slow),  # the worker process is restarted by its nanny
 ])
-def test_a_hung_unit_is_given_up_at_its_workloads_deadline_and_its_worker_replaced(digits_images, make):
+@pytest.mark.parametrize("her_limit", [
+    lambda: {"deadline": time.time() + 3.0},  # a wall-clock deadline
+    lambda: {"time_budget": 3.0},  # seconds her units run (a user model's limit)
+])
+def test_a_hung_unit_is_given_up_at_its_workloads_deadline_and_its_worker_replaced(digits_images, make, her_limit):
     with make(1) as engine:
         first = engine.workers()
         pids = set(engine.worker_pids().values()) if make is _dask else set()
@@ -218,7 +279,7 @@ def test_a_hung_unit_is_given_up_at_its_workloads_deadline_and_its_worker_replac
 
         started = time.monotonic()
         hung = _runner(engine, digits_images, (0.1,), hooks=Hooks(train_fn=_hang), max_unit_retries=0,
-                       deadline=time.time() + 3.0, on_deadline=timed_out)
+                       on_deadline=timed_out, **her_limit())
         f_hung = driver.submit(hung, owner="ada")
         time.sleep(0.5)
         f_ok = driver.submit(_runner(engine, digits_images, (0.1, 0.05)), owner="bob")
@@ -264,3 +325,20 @@ def test_a_forward_that_raises_in_the_worker_gives_her_own_traceback():
     net = user_net("raises_later", _raises_in_training, (4,), (3,), True, {}, time.time() + 60)
     with pytest.raises(UserModelError, match=r"(?s)raises_later\.forward raised:.*in forward.*my forward broke"):
         net(torch.zeros(2, 4))  # its first call ran in the child process; this one runs here
+
+
+def test_her_profiling_runs_and_her_workload_share_one_budget():
+    from types import SimpleNamespace
+
+    from ease_jupyter.service import mop
+    from ease_jupyter.user_sandbox import UserModelTimeout
+
+    own = mop._own_model(TorchWorkload("plain", (0.1,), 1, (), "c" * 64, 10.0))
+    assert own.runner_options()["time_budget"] == 10.0
+    own.charge(SimpleNamespace(time_used=4.0))  # a profiling run's units ran 4 s
+    assert own.runner_options()["time_budget"] == 6.0 and not own.spent_all()
+    own.check(5.5)  # 4 + 5.5 s: within her 10 s
+    with pytest.raises(UserModelTimeout, match="ran past its limit of 10 s"):
+        own.check(6.5)
+    own.charge(SimpleNamespace(time_used=7.0))
+    assert own.spent_all() and own.runner_options()["time_budget"] == 0.0

@@ -41,10 +41,18 @@ placement forgets it and re-places its partitions, and its unit in flight
 (of whichever workload) goes back to that workload's Q. An error of one
 workload (a unit that keeps failing, no worker left for its partitions, a
 listener's ``StopRun``) fails that workload only. A workload with a deadline of its own
-(``MOPRunner.deadline``, a user's model's time limit) gives each unit no
-later engine deadline, so the engine gives up on a unit that hangs then and
-replaces its worker; the workload fails (``on_deadline``'s error) and its
-lost unit is not run again. A unit whose device failed
+(``MOPRunner.deadline``) gives each unit no later engine deadline, so the
+engine gives up on a unit that hangs then and replaces its worker; the
+workload fails (``on_deadline``'s error) and its lost unit is not run again.
+A workload with a time budget (``MOPRunner.time_budget``, a user's model's
+time limit) is charged the time its units run, not the time they wait in Q
+behind other owners' units: from each unit's submit to its end (done,
+failed, lost or withdrawn), counting time with several of its units in
+flight once (the union: the time her code is running), with the driver's
+``clock``. Each unit gets at most the budget left as its engine deadline; a
+unit lost with the budget spent fails the workload with ``on_deadline``'s
+error as above (her code was running then), and a workload whose budget is
+spent with no unit running fails with ``on_budget_spent``'s. A unit whose device failed
 (``DeviceFailedError``) goes back to Q the same way and its worker leaves
 the pool for good, as a lost one; a unit that ran out of device memory
 (``DeviceOutOfMemoryError``) runs again with half its trial's batch size,
@@ -77,7 +85,7 @@ import weakref
 from collections import Counter
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from ease_jupyter.errors import DeviceFailedError, DeviceOutOfMemoryError
 from ease_jupyter.execution.engine.base import (
@@ -154,6 +162,9 @@ class _Entry:
     future: Future = field(default_factory=Future)
     failures: Counter = field(default_factory=Counter)  # unit -> times its function raised, this phase
     partial: bool = False  # its current phase is partial
+    running: int = 0  # its units in flight
+    since: float = 0.0  # the driver's clock when the first of them was submitted
+    used: float = 0.0  # seconds with a unit of it in flight, before ``since``
 
 
 _drivers: "weakref.WeakKeyDictionary[Engine, PoolDriver]" = weakref.WeakKeyDictionary()
@@ -167,10 +178,14 @@ class PoolDriver:
         engine: where units run; the driver reads its event stream.
         seed: seeds the pool's random choices.
         weights: owner -> weight (1 for owners not named).
+        clock: seconds, for charging workloads' time budgets (default
+            ``time.monotonic``).
     """
 
-    def __init__(self, engine: Engine, *, seed: int = 0, weights: Mapping[str, float] | None = None):
+    def __init__(self, engine: Engine, *, seed: int = 0, weights: Mapping[str, float] | None = None,
+                 clock: Callable[[], float] | None = None):
         self.engine = engine
+        self._clock = clock or time.monotonic
         self._seed = int(seed)
         self._weights = dict(weights or {})
         self._pool = SharedPoolScheduler((), seed=self._seed, weights=self._weights)
@@ -384,6 +399,14 @@ class PoolDriver:
                 if left <= 0:
                     self._past_deadline(entry)
                 timeout = min(timeout, left)
+            if runner.time_budget is not None:  # nor the running time it has left
+                left = runner.time_budget - self._used(entry)
+                if left <= 0:
+                    if entry.running:  # that unit's engine deadline is now: its loss ends the workload
+                        self._pool.requeue(entry.name, unit)
+                        return
+                    self._budget_spent(entry)
+                timeout = min(timeout, left)
             h = self.engine.submit_pinned(fn, key, *args, worker=worker, timeout=timeout)
         except EngineError as error:  # the engine saw the worker go first
             runner._faults.note(f"could not submit {unit} to {worker}: {error}")
@@ -395,6 +418,20 @@ class PoolDriver:
             self._fail(entry, error)
             return
         self._inflight[h] = (entry.name, kind, unit, worker)
+        if entry.running == 0:
+            entry.since = self._clock()
+        entry.running += 1
+
+    def _used(self, entry: _Entry) -> float:
+        """Seconds with a unit of ``entry`` in flight so far (its time budget's charge)."""
+        return entry.used + (self._clock() - entry.since if entry.running else 0.0)
+
+    def _unit_ended(self, entry: _Entry) -> None:
+        """One unit of ``entry`` left flight (done, failed, lost, withdrawn): charge its time."""
+        entry.running -= 1
+        if entry.running == 0:
+            entry.used += self._clock() - entry.since
+        entry.runner.time_used = self._used(entry)
 
     def _on_event(self, ev: Any) -> None:
         if isinstance(ev, WorkerLost):
@@ -409,6 +446,7 @@ class PoolDriver:
         name, kind, unit, worker = entry_of
         entry = self._active[name]
         runner = entry.runner
+        self._unit_ended(entry)
         if isinstance(ev, UnitDone):
             self._warm.add(worker)
             self._pool.complete(name, unit, worker)
@@ -444,6 +482,9 @@ class PoolDriver:
             if runner.deadline is not None and time.time() >= runner.deadline - DEADLINE_SLACK:
                 self._guard(entry, self._past_deadline, entry)  # given up on, its worker replaced: not run again
                 return
+            if runner.time_budget is not None and self._used(entry) >= runner.time_budget - DEADLINE_SLACK:
+                self._guard(entry, self._past_deadline, entry)  # it ran until its budget was spent: the same
+                return
             running = self._pool.running.get(worker)
             if running is not None and running.workload == name and running.unit == unit:
                 self._pool.requeue(name, unit)
@@ -454,6 +495,14 @@ class PoolDriver:
         if entry.runner.on_deadline is not None:
             entry.runner.on_deadline()
         raise RunnerError(f"workload {entry.name!r}: past its deadline, expected its units to finish before it")
+
+    def _budget_spent(self, entry: _Entry) -> None:
+        """Raise the error of a workload whose time budget ran out with none
+        of its units running (``MOPRunner.on_budget_spent``)."""
+        if entry.runner.on_budget_spent is not None:
+            entry.runner.on_budget_spent()
+        raise RunnerError(f"workload {entry.name!r}: its units ran {self._used(entry):.1f} s, "
+                          f"expected at most its time budget of {entry.runner.time_budget:g} s")
 
     # -- workers (§5.5-5.6) -------------------------------------------------------------------------
     def _lose_worker(self, worker: str, reason: str, *, drop: bool = False) -> None:
@@ -474,6 +523,7 @@ class PoolDriver:
                     if name == a.workload and unit == a.unit:
                         del self._inflight[h]
                         self.engine.cancel(h)
+                        self._unit_ended(self._active[name])
                         self._active[name].runner._requeued += 1
         for entry in list(self._active.values()):
             placement = entry.runner._placement

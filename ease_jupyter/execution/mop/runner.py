@@ -195,7 +195,18 @@ class MOPRunner:
             its worker replaced (the engine's own rule for a unit past its
             deadline), and the run fails instead of running it again.
         on_deadline: raises the error the run fails with once ``deadline``
-            passed (default: a ``RunnerError``).
+            passed, or once ``time_budget`` ran out while a unit of it was
+            running (default: a ``RunnerError``).
+        time_budget: seconds the run's units may run on workers, counted
+            by the pool driver from each unit's submit to its end (the
+            union: time with any of its units in flight counts once), so
+            that time waiting in the pool's queue behind other owners is
+            not charged. Each unit's engine deadline is at most what is
+            left; a unit still running when it runs out is given up on as
+            at ``deadline`` (``on_deadline``), and a run with none left and
+            no unit running fails with ``on_budget_spent``'s error.
+        on_budget_spent: raises the error of a run whose ``time_budget``
+            ran out between its units (default: a ``RunnerError``).
         visit_order: a previous run's ``visit_log`` to replay.
         on_metrics: called with each :class:`EpochMetrics` as it is known.
         on_unit: called with each completed unit's :class:`UnitRecord`, after
@@ -244,6 +255,8 @@ class MOPRunner:
         max_unit_retries: int = 2,
         deadline: float | None = None,
         on_deadline: Callable[[], None] | None = None,
+        time_budget: float | None = None,
+        on_budget_spent: Callable[[], None] | None = None,
         visit_order: Mapping[tuple[str, int], Sequence[int]] | None = None,
         on_metrics: Callable[[EpochMetrics], None] | None = None,
         on_unit: Callable[[UnitRecord], None] | None = None,
@@ -286,6 +299,12 @@ class MOPRunner:
             raise EaseMLError(f"deadline: found {deadline!r}, expected a time.time() in seconds or None")
         self.deadline = None if deadline is None else float(deadline)
         self.on_deadline = on_deadline
+        if time_budget is not None and not (isinstance(time_budget, (int, float)) and math.isfinite(time_budget)):
+            raise EaseMLError(f"time_budget: found {time_budget!r}, expected a number of seconds or None")
+        self.time_budget = None if time_budget is None else float(time_budget)
+        self.on_budget_spent = on_budget_spent
+        #: Seconds its units have run on workers so far (``time_budget``; the pool driver counts them).
+        self.time_used = 0.0
         self.visit_order = dict(visit_order) if visit_order is not None else None
         self.on_metrics = on_metrics
         self.on_unit = on_unit
