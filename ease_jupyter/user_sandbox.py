@@ -421,13 +421,24 @@ def predict_with(estimator: Any, X: Any) -> Any:
 
 
 def build_net(factory: Callable[..., Any], input_shape: tuple[int, ...], output_shape: tuple[int, ...],
-              options: dict[str, Any]) -> Any:
+              options: dict[str, Any], seed: int | None = None) -> Any:
     """``factory(input_shape, output_shape, **options)``, checked to be an
     ``nn.Module`` and run once on a batch of two zero examples, so that a
-    factory or a forward pass that hangs does so here, where it can be killed."""
+    factory or a forward pass that hangs does so here, where it can be killed.
+    With ``seed``, torch's, numpy's and ``random``'s global generators are
+    seeded with it first: the child's own are random (``user_zygote._reseed``),
+    and her net's first weights must be the same in every run of its trial."""
     import torch
     from torch import nn
 
+    if seed is not None:
+        import random
+
+        import numpy as np
+
+        torch.manual_seed(seed)
+        np.random.seed(seed % 2**32)
+        random.seed(seed)
     net = factory(input_shape, output_shape, **options)
     if isinstance(net, nn.Module):
         was_training = net.training

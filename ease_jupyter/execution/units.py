@@ -90,7 +90,7 @@ that was killed, the driver). Every net this module builds is built while
 holding :data:`GLOBAL_RNG` (``build_net``), and the driver builds a trial's
 initial weights under it from the trial's seed, so those weights never
 depend on what other threads do meanwhile (a user's net is built in its own
-child process, without the lock). A net that itself draws from the
+child process, without the lock, under the same seed: ``build_net``). A net that itself draws from the
 global generator while it trains (dropout) is reproducible only where one
 unit runs per process (a Dask worker process with one thread).
 """
@@ -524,8 +524,13 @@ def build_net(hooks: "Hooks", spec: UnitSpec, *, seed: int | None = None) -> Any
     initial weights are drawn while no other thread uses the generator. A
     builder whose class says ``draws_global_rng = False`` (a user's net,
     built in its own child process) is built without the lock: user code
-    must never hold up the other units of the process."""
+    must never hold up the other units of the process. Such a builder has
+    ``with_seed(seed)``, a copy that seeds its own process's generators with
+    ``seed`` before it builds the net."""
     if not getattr(spec.builder, "draws_global_rng", True):
+        if seed is not None:
+            # this process's generator never reaches her child: the seed must travel with the builder
+            spec = replace(spec, builder=spec.builder.with_seed(seed))
         return hooks.model_fn(spec)
     import torch
 

@@ -52,7 +52,7 @@ import json
 import math
 import time
 import traceback
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from types import MappingProxyType
 from typing import Any, Callable, ClassVar, Iterable, Mapping
 
@@ -391,7 +391,12 @@ class NetBuilder:
     by her whole ``limit`` and closed once the net is built: her job's limit
     is the running time of its units, which the pool driver charges
     (``mop._OwnModel``), so no wall-clock deadline set when her job started
-    may end a unit that waited for a worker behind other users' units."""
+    may end a unit that waited for a worker behind other users' units.
+
+    ``seed``: the child seeds its generators with it before her factory
+    runs, so a trial's first weights are the same in every run, as a zoo
+    net's (``units.build_net`` sets it for a trial's first build only; a
+    later build of the trial loads its checkpoint's weights)."""
 
     # Built in the job's child process (``run_user_code``): no draws from this
     # process's global generator, so ``units.build_net`` takes no lock for it.
@@ -403,6 +408,10 @@ class NetBuilder:
     output_shape: tuple[int, ...]
     classification: bool
     limit: float
+    seed: int | None = None
+
+    def with_seed(self, seed: int) -> "NetBuilder":
+        return replace(self, seed=int(seed))
 
     def __call__(self, config: ModelConfig) -> Any:
         deadline = time.time() + self.limit
@@ -413,13 +422,13 @@ class NetBuilder:
                 raise DataError("factory", type(factory).__name__, "a function that builds a torch nn.Module")
             options = {k: v for k, v in config.options.items() if k not in TRAIN_OPTIONS}
             return user_net(self.name, factory, self.input_shape, self.output_shape, self.classification,
-                            options, deadline)
+                            options, deadline, self.seed)
         finally:
             close_job(deadline)
 
 
 def user_net(name: str, factory: Callable[..., Any], input_shape: tuple[int, ...], output_shape: tuple[int, ...],
-             classification: bool, options: Mapping[str, Any], deadline: float) -> Any:
+             classification: bool, options: Mapping[str, Any], deadline: float, seed: int | None = None) -> Any:
     import torch
     import torch.nn.functional as F
     from torch import nn
@@ -435,7 +444,7 @@ def user_net(name: str, factory: Callable[..., Any], input_shape: tuple[int, ...
             self.task = "classification" if classification else "regression"
             self._name = name
             # built, and run once, in the job's child process: a factory or net that hangs there is killed
-            net = run_user_code(build_net, factory, tuple(input_shape), tuple(output_shape), dict(options),
+            net = run_user_code(build_net, factory, tuple(input_shape), tuple(output_shape), dict(options), seed,
                                 deadline=deadline, what=f"{name}(input_shape, output_shape, **{dict(options)}) "
                                 f"and {name}.forward on a first batch")
             if not isinstance(net, nn.Module):

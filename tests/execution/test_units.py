@@ -245,6 +245,9 @@ def test_a_builder_that_draws_nothing_here_is_built_without_the_generators_lock(
     class OwnBuilder:
         draws_global_rng = False
 
+        def with_seed(self, seed):
+            return self
+
         def __call__(self, config):
             return LENET(config)
 
