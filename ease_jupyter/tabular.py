@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import math
 import os
-import unicodedata
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -38,7 +37,7 @@ import numpy as np
 from .errors import DataError
 from .schema import parse
 from .schema._arrays import native
-from .schema.table import Column, ColumnKind, TableSchema, class_name, sorted_names
+from .schema.table import Column, ColumnKind, TableSchema, class_name, nfc, sorted_names
 from .zoo.preprocess import IDENTIFIER_MIN_DISTINCT, IDENTIFIER_SHARE, identifiers_left_out
 
 __all__ = ["TEXT_MIN_WORDS", "IMAGE_SUFFIXES", "IdentifierColumnWarning", "is_table", "read_table",
@@ -423,7 +422,7 @@ def read_image_folder(folder: Any, program: str, field: str = "X") -> tuple[np.n
     for folder_ in classes:
         files = _files(folder_)
         paths += files
-        labels += [unicodedata.normalize("NFC", folder_.name)] * len(files)
+        labels += [nfc(folder_.name)] * len(files)
     if not paths:
         raise DataError(field, f"the folder {str(root)!r} with no images", "at least one image")
     return read_images(paths, shape, field), labels

@@ -18,6 +18,11 @@ scalar) are kept as class names: ``class_indices`` maps them to indices
 with the task's class list (the first labels establish it, sorted; later
 labels may add names while the task has room for more classes).
 
+Text in Unicode NFC. A string label (``class_name``) and a string
+column's values (``TableColumn.of``) are normalised to NFC (``nfc``) where
+they enter, so that "é" typed on macOS (decomposed, NFD) and on Linux
+(composed) is one class, one category and one row.
+
 Pure: numpy only, no I/O.
 """
 
@@ -26,6 +31,7 @@ from __future__ import annotations
 import enum
 import json
 import math
+import unicodedata
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -36,7 +42,7 @@ from .limits import MAX_CLASSES, program_from_shapes
 from .types import Program
 
 __all__ = ["ColumnKind", "Column", "TableSchema", "TableColumn", "TableData", "WIRE_TYPES", "MAX_COLUMNS",
-           "class_indices", "class_name", "sorted_names"]
+           "class_indices", "class_name", "sorted_names", "nfc", "nfc_strings"]
 
 MAX_COLUMNS = 10_000
 MAX_NAME_CHARS = 200
@@ -66,12 +72,46 @@ class Column:
     kind: ColumnKind
 
 
+# ---------------------------------------------------------------- text
+
+
+def nfc(text: str) -> str:
+    """``text`` in Unicode NFC: one spelling for text that looks the same
+    (macOS writes "é" as "e" and a combining accent, most other systems as
+    one character)."""
+    return text if text.isascii() else unicodedata.normalize("NFC", text)
+
+
+def nfc_strings(values: np.ndarray) -> np.ndarray:
+    """A 1-d unicode array with every value in NFC (``values`` itself when all are already)."""
+    if values.size == 0 or values.dtype.itemsize == 0:
+        return values
+    # Only values with a character beyond ASCII can change: found without a Python loop.
+    codes = np.ascontiguousarray(values, dtype=values.dtype.newbyteorder("=")).view(np.uint32)
+    rows = np.flatnonzero((codes.reshape(len(values), -1) > 127).any(axis=1))
+    fixed = {i: unicodedata.normalize("NFC", text) for i, text in zip(rows.tolist(), values[rows].tolist())
+             if not unicodedata.is_normalized("NFC", text)}
+    if not fixed:
+        return values
+    # a new array, not assignment in place: NFC can make a value longer than the array's width
+    items = values.tolist()
+    for i, text in fixed.items():
+        items[i] = text
+    return np.array(items, dtype=str)
+
+
 # ---------------------------------------------------------------- class names
 
 
 def class_name(value: Any, field: str) -> Any:
     """A label as a class name: a JSON scalar (str, int, float, bool);
-    numpy scalars become Python ones; a missing label is an error."""
+    numpy scalars become Python ones, strings NFC (``nfc``); a missing
+    label is an error."""
+    name = _scalar_name(value, field)
+    return nfc(name) if isinstance(name, str) else name
+
+
+def _scalar_name(value: Any, field: str) -> Any:
     if isinstance(value, np.generic):
         value = value.item()
     if value is None or (isinstance(value, float) and math.isnan(value)) or _pandas_missing(value):
@@ -121,7 +161,7 @@ def class_indices(names: Sequence[Any] | None, labels: Any, max_classes: int | N
         raise DataError(field, "0 examples", "at least one example")
     values = [class_name(v, f"{field}[{i}]") for i, v in enumerate(array.tolist())]
     known = tuple(names or ())
-    index = {(type(n), n): i for i, n in enumerate(known)}
+    index = _index_of(known)
     new = sorted_names([v for v in values if (type(v), v) not in index])
     if new:
         limit = max_classes if max_classes is not None else MAX_CLASSES
@@ -132,9 +172,18 @@ def class_indices(names: Sequence[Any] | None, labels: Any, max_classes: int | N
                                 f"one of the task's {len(known)} classes {list(known)!r}")
             raise DataError(field, f"{len(new)} distinct labels", f"at most {limit}, the task's number of classes")
         known = known + new
-        index = {(type(n), n): i for i, n in enumerate(known)}
+        index = _index_of(known)
     out = np.fromiter((index[(type(v), v)] for v in values), dtype=np.int64, count=len(values))
     return out, known
+
+
+def _index_of(names: Sequence[Any]) -> dict[tuple[type, Any], int]:
+    # The first index of a name: a class list stored before names were NFC may
+    # hold two spellings of one name, which now read alike; labels take the first.
+    index: dict[tuple[type, Any], int] = {}
+    for i, n in enumerate(names):
+        index.setdefault((type(n), n), i)
+    return index
 
 
 # ---------------------------------------------------------------- table data
@@ -161,7 +210,7 @@ class TableColumn:
         if type_ == "string":
             if values.size and values.dtype.kind != "U":
                 raise DataError(where, f"values of dtype {values.dtype}", "unicode strings")
-            values = values.astype(str) if values.size == 0 else values
+            values = values.astype(str) if values.size == 0 else nfc_strings(values)
             mask = np.zeros(len(values), dtype=bool) if missing is None else np.asarray(missing)
             if mask.shape != values.shape or mask.dtype != bool:
                 raise DataError(f"{where}.missing", f"a mask of shape {mask.shape} and dtype {mask.dtype}",
@@ -226,10 +275,16 @@ class TableSchema:
             seen.add(column.name)
         _check_column_name(self.target, "table.target")
         if self.classes is not None:
-            names = tuple(class_name(c, f"table.classes[{i}]") for i, c in enumerate(self.classes))
-            if len(names) < 2 or len(names) > MAX_CLASSES or len(sorted_names(names)) != len(names):
-                raise DataError("table.classes", f"{len(names)} classes ({len(sorted_names(names))} distinct)",
+            given = tuple(_scalar_name(c, f"table.classes[{i}]") for i, c in enumerate(self.classes))
+            if len(given) < 2 or len(given) > MAX_CLASSES or len(sorted_names(given)) != len(given):
+                raise DataError("table.classes", f"{len(given)} classes ({len(sorted_names(given))} distinct)",
                                 f"2 to {MAX_CLASSES} distinct class names (a target with one value cannot be learnt)")
+            names = tuple(nfc(c) if isinstance(c, str) else c for c in self.classes)
+            # A schema stored before names were NFC may hold two spellings of one name
+            # as two classes: it keeps them as given, so its class indices keep their
+            # meaning (labels in either spelling take the first: class_indices).
+            if len(sorted_names(names)) == len(names):
+                object.__setattr__(self, "classes", names)
 
     @property
     def names(self) -> tuple[str, ...]:

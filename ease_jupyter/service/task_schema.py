@@ -19,7 +19,7 @@ import numpy as np
 from ..datasets import program_of
 from ..errors import AlreadyExistsError, DataError
 from ..schema import CheckedData, check_data, parse
-from ..schema.table import TableData, TableSchema, class_indices
+from ..schema.table import TableData, TableSchema, class_indices, nfc
 from ..store import Store, Task
 from ..zoo import Candidate
 from ..zoo.preprocess import TableBuilder, to_frame
@@ -44,9 +44,11 @@ def schema_in(tags: Any) -> TableSchema | None:
 
 
 def names_in(tags: Any) -> list[Any] | None:
-    """The class names from a task's tags already read (None: none yet)."""
+    """The class names from a task's tags already read (None: none yet),
+    strings in NFC as labels are mapped (names stored before labels were
+    normalised read so too, and answer in NFC)."""
     text = tags.get(CLASSES_TAG)
-    return None if text is None else list(json.loads(text))
+    return None if text is None else [nfc(n) if isinstance(n, str) else n for n in json.loads(text)]
 
 
 def class_names(store: Store, task: Task) -> list[Any] | None:
