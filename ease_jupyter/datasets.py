@@ -362,12 +362,27 @@ def _refine_once(store: Store, blobs: BlobStore, task: Task, keep: Iterable[int]
 def load(store: Store, blobs: BlobStore, version: DatasetVersion) -> LoadedData:
     """Assemble the active examples of ``version`` from the feed chunks
     (``StoreCorruptError`` naming the task and version if a blob is missing)."""
+    return _load(store, blobs, version, None)
+
+
+def load_first(store: Store, blobs: BlobStore, version: DatasetVersion, rows: int) -> LoadedData:
+    """Like :func:`load`, of the first active examples only: the feed chunks
+    are read in order until at least ``rows`` of them are in hand (all of
+    them where the version has fewer), so a few rows of a large version
+    cost a few chunks' reads, not the whole version's."""
+    return _load(store, blobs, version, rows)
+
+
+def _load(store: Store, blobs: BlobStore, version: DatasetVersion, enough: int | None) -> LoadedData:
     task = store.get_task(version.task_id)
     members = _members(blobs, version, task)
     xs: list[Any] = []
     ys: list[np.ndarray] = []
     keys: list[np.ndarray] = []
+    ids_read: list[np.ndarray] = []
     for chunk in store.list_chunks(version.task_id, up_to_version=version.id):
+        if enough is not None and sum(map(len, ys)) >= enough:
+            break
         ids = np.arange(chunk.first_example_id, chunk.first_example_id + chunk.count)
         rows = np.flatnonzero(np.isin(ids, members))
         if rows.size == 0:
@@ -377,12 +392,14 @@ def load(store: Store, blobs: BlobStore, version: DatasetVersion) -> LoadedData:
         xs.append(_take(chunk_X, rows))
         ys.append(chunk_y[rows])
         keys.append(split_keys(_chunk_digests(task, chunk, chunk_X, chunk_y)[0][rows]))
+        ids_read.append(ids[rows])
     X = _concat(xs)
     if isinstance(X, list):
         # JSON gave back plain lists and string keys; the checker restores the
         # canonical records (float32 leaves) that feed originally checked.
         X = check_inputs(program_of(task), X).X
-    return LoadedData(version=version, example_ids=members, X=X, y=np.concatenate(ys),
+    example_ids = members if enough is None else np.concatenate(ids_read) if ids_read else members[:0]
+    return LoadedData(version=version, example_ids=example_ids, X=X, y=np.concatenate(ys),
                       split_keys=np.concatenate(keys))
 
 

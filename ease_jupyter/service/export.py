@@ -672,6 +672,7 @@ def with_onnx_outputs(artifact: Artifact) -> Artifact:
 
 EXAMPLE_ROWS = 64  # the task's rows a torch export is traced on (the first TRACE_ROWS) and checked against
 MIN_EXAMPLE_ROWS = 8  # fewer real rows are topped up with random ones in their range
+READ_ROWS = 8 * EXAMPLE_ROWS  # rows read for them: enough for EXAMPLE_ROWS validation rows, as a rule
 
 
 def torch_example(program: Any, X: Any = None) -> np.ndarray:
@@ -695,14 +696,16 @@ def torch_example(program: Any, X: Any = None) -> np.ndarray:
 
 
 def task_rows(store: Any, blobs: Any, job: Any) -> Any:
-    """The input rows of the dataset version ``job`` trained on, its
-    validation rows first; None where they are no one array or cannot be read."""
-    from ..datasets import load
+    """Input rows of the dataset version ``job`` trained on, validation rows
+    first, read from its first feed chunks only (``READ_ROWS`` rows or more:
+    about a fifth of them are validation rows); None where they are no one
+    array or cannot be read."""
+    from ..datasets import load_first
     from ..errors import StorageError
     from ..execution.holdout import validation_mask
 
     try:
-        data = load(store, blobs, store.get_dataset_version(job.dataset_version_id))
+        data = load_first(store, blobs, store.get_dataset_version(job.dataset_version_id), READ_ROWS)
     except StorageError:
         return None
     if not isinstance(data.X, np.ndarray) or not len(data.X):
