@@ -362,7 +362,7 @@ def _refine_once(store: Store, blobs: BlobStore, task: Task, keep: Iterable[int]
 def load(store: Store, blobs: BlobStore, version: DatasetVersion) -> LoadedData:
     """Assemble the active examples of ``version`` from the feed chunks
     (``StoreCorruptError`` naming the task and version if a blob is missing)."""
-    return _load(store, blobs, version, None)
+    return _load(store, blobs, version)
 
 
 def load_first(store: Store, blobs: BlobStore, version: DatasetVersion, rows: int) -> LoadedData:
@@ -370,12 +370,21 @@ def load_first(store: Store, blobs: BlobStore, version: DatasetVersion, rows: in
     are read in order until at least ``rows`` of them are in hand (all of
     them where the version has fewer), so a few rows of a large version
     cost a few chunks' reads, not the whole version's."""
-    return _load(store, blobs, version, rows)
+    return _load(store, blobs, version, enough=rows)
 
 
-def _load(store: Store, blobs: BlobStore, version: DatasetVersion, enough: int | None) -> LoadedData:
+def load_span(store: Store, blobs: BlobStore, version: DatasetVersion, start: int, stop: int) -> LoadedData:
+    """Like :func:`load`, of the active examples at positions ``start`` to
+    ``stop`` (in example-id order) only, read from the feed chunks that hold
+    them: a page of a large version costs that page's chunks."""
+    return _load(store, blobs, version, span=slice(start, stop))
+
+
+def _load(store: Store, blobs: BlobStore, version: DatasetVersion, *, enough: int | None = None,
+          span: slice | None = None) -> LoadedData:
     task = store.get_task(version.task_id)
     members = _members(blobs, version, task)
+    wanted = members if span is None else members[span]
     xs: list[Any] = []
     ys: list[np.ndarray] = []
     keys: list[np.ndarray] = []
@@ -383,8 +392,10 @@ def _load(store: Store, blobs: BlobStore, version: DatasetVersion, enough: int |
     for chunk in store.list_chunks(version.task_id, up_to_version=version.id):
         if enough is not None and sum(map(len, ys)) >= enough:
             break
+        if wanted.size == 0 or chunk.first_example_id > wanted[-1]:
+            break
         ids = np.arange(chunk.first_example_id, chunk.first_example_id + chunk.count)
-        rows = np.flatnonzero(np.isin(ids, members))
+        rows = np.flatnonzero(np.isin(ids, wanted))
         if rows.size == 0:
             continue
         what = f"{version_name(task, version)}: the examples {chunk.first_example_id} to {ids[-1]}"
@@ -398,7 +409,7 @@ def _load(store: Store, blobs: BlobStore, version: DatasetVersion, enough: int |
         # JSON gave back plain lists and string keys; the checker restores the
         # canonical records (float32 leaves) that feed originally checked.
         X = check_inputs(program_of(task), X).X
-    example_ids = members if enough is None else np.concatenate(ids_read) if ids_read else members[:0]
+    example_ids = np.concatenate(ids_read) if ids_read else wanted[:0]
     return LoadedData(version=version, example_ids=example_ids, X=X, y=np.concatenate(ys),
                       split_keys=np.concatenate(keys))
 

@@ -16,6 +16,7 @@ import tempfile
 import time
 from collections import Counter
 from concurrent.futures import Future
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +96,13 @@ def edge_json(edge: Edge) -> dict[str, Any]:
     node = lambda n: None if n is None else {"kind": n.kind.value, "id": n.id}  # noqa: E731
     return {"id": edge.id, "kind": edge.kind.value, "src": node(edge.src), "dst": node(edge.dst),
             "job_id": edge.job_id, "created_at": _iso(edge.created_at)}
+
+
+def _rows(data: datasets.LoadedData, page: slice) -> datasets.LoadedData:
+    """``data``'s rows in ``page``."""
+    X = data.X[page] if isinstance(data.X, (np.ndarray, list)) else tuple(column[page] for column in data.X)
+    return replace(data, example_ids=data.example_ids[page], X=X, y=data.y[page],
+                   split_keys=None if data.split_keys is None else data.split_keys[page])
 
 
 def _row_bytes(data: datasets.LoadedData) -> int:
@@ -473,24 +481,34 @@ class Service:
         after the last)."""
         task = self._task(caller, name)
         match = self._version(task, number)
-        data = datasets.load(self.store, self.blobs, match)
-        total = len(data.example_ids)
+        total = match.n_examples
         start = 0 if offset is None else offset
         if not 0 <= start <= total:
             raise DataError("offset", str(start), f"a position from 0 to {total}, the version's examples")
         if limit is not None and limit < 1:
             raise DataError("limit", str(limit), "at least 1 row")
-        rows = max(1, EXAMPLES_PAGE_BYTES // max(_row_bytes(data), 1))
-        page = slice(start, min(total, start + min(rows, limit or rows)))
+        data = self._page(match, start, min(total, start + (limit or total)))
         out = {"version": version_json(match), "offset": start, "total": total,
-               "next_offset": page.stop if page.stop < total else None,
-               "example_ids": arrays.encode(data.example_ids[page]), "y": arrays.encode(data.y[page])}
+               "next_offset": start + len(data.y) if start + len(data.y) < total else None,
+               "example_ids": arrays.encode(data.example_ids), "y": arrays.encode(data.y)}
         if isinstance(data.X, np.ndarray):
-            out["X"] = arrays.encode(data.X[page])
+            out["X"] = arrays.encode(data.X)
         schema = task_schema.table_schema(self.store, task)
         if schema is not None:
-            out["table"] = task_schema.table_json(schema, tuple(column[page] for column in data.X), arrays.encode)
+            out["table"] = task_schema.table_json(schema, data.X, arrays.encode)
         return out
+
+    def _page(self, version: DatasetVersion, start: int, stop: int) -> datasets.LoadedData:
+        """The examples at positions ``start`` to at most ``stop`` that fit in
+        ``EXAMPLES_PAGE_BYTES`` (at least one), read from the chunks that hold
+        them: the first row's size bounds how many are read, and the page is
+        cut again at its own rows' size."""
+        if start == stop:  # an empty page, shaped as the version's rows
+            return _rows(datasets.load_span(self.store, self.blobs, version, 0, 1), slice(0, 0))
+        first = datasets.load_span(self.store, self.blobs, version, start, start + 1)
+        rows = max(1, EXAMPLES_PAGE_BYTES // max(_row_bytes(first), 1))
+        data = datasets.load_span(self.store, self.blobs, version, start, min(stop, start + rows))
+        return _rows(data, slice(0, max(1, EXAMPLES_PAGE_BYTES // max(_row_bytes(data), 1))))
 
     # ------------------------------------------------------------ results
     def jobs(self, caller: User, name: str) -> list[dict[str, Any]]:

@@ -137,6 +137,29 @@ def test_a_versions_examples_come_in_pages_that_the_client_puts_back_together(sv
         assert answer.status == 400 and answer.body["error"]["field"] == field
 
 
+def test_a_page_of_examples_reads_only_the_feeds_that_hold_it(svc, monkeypatch):
+    """A page costs its own feed chunks, not the whole version: with a later
+    feed's blob gone, the pages before it still answer, and the page that
+    needs it says which examples are unreadable."""
+    from ease_jupyter.service import core
+
+    rng = np.random.default_rng(1)
+    task = svc.client("alice").task("chunks", input=[4], output=[3])
+    for _ in range(3):
+        task.feed(rng.normal(size=(10, 4)).astype("float32"), rng.integers(0, 3, 10), mode="append")
+    store, blobs = svc.service.store, svc.service.blobs
+    (chunks,) = [t for t in store.list_tasks() if t.name == "chunks"]
+    version = store.latest_dataset_version(chunks.id)
+    blobs.delete(store.list_chunks(version.task_id, up_to_version=version.id)[-1].x_blob)
+    monkeypatch.setattr(core, "EXAMPLES_PAGE_BYTES", 15 * (16 + 8 + 8))  # 15 rows a page
+    first = svc.call("GET", "/tasks/chunks/examples", "alice").body
+    assert (first["offset"], first["total"], first["next_offset"]) == (0, 30, 15)
+    second = svc.call("GET", "/tasks/chunks/examples?offset=15&limit=5", "alice")
+    assert second.status == 200 and second.body["next_offset"] == 20
+    broken = svc.call("GET", "/tasks/chunks/examples?offset=15", "alice")
+    assert broken.status >= 500 and "examples 20 to 29" in json.dumps(broken.body), broken.body
+
+
 def test_health_answers_while_every_read_thread_is_busy(svc):
     import threading
 
