@@ -788,7 +788,7 @@ def sklearn_artifact_of(store: Any, blobs: Any, task_id: int, job_id: int, fmt: 
     except ExportProcessDied as error:
         raise UserModelCallError(f"{job.model}.export", (
             f"task {task.name!r}: exporting as {fmt} its best model (job {job.id}, {job.model}): the process "
-            f"converting it ended before it answered ({error.how}; out of memory, say); a fresh process takes "
+            f"converting it ended before it answered ({error.how}); a fresh process takes "
             "the next export; try again")) from None
 
 

@@ -126,12 +126,14 @@ def _serve(conn: Connection, parent_pid: int, recycle_bytes: int) -> None:
 def _how(exitcode: int | None) -> str:
     if exitcode is None:
         return "still running when given up on"
+    if exitcode == -signal.SIGKILL:
+        return "killed by SIGKILL: out of memory, say"
     if exitcode < 0:
         try:
             return f"killed by {signal.Signals(-exitcode).name}"
         except ValueError:
             return f"killed by signal {-exitcode}"
-    return f"exit code {exitcode}"
+    return f"exit code {exitcode}: it failed, and the service's log says why"
 
 
 @dataclass(eq=False)

@@ -181,7 +181,7 @@ def test_a_killed_process_is_a_typed_error_and_a_fresh_one_takes_the_next_call()
         first = pool.run(os.getpid)
         with pytest.raises(ExportProcessDied) as error:
             pool.run(signal.raise_signal, signal.SIGKILL, wait=120.0)  # as the kernel kills one out of memory
-        assert error.value.how == "killed by SIGKILL"
+        assert error.value.how == "killed by SIGKILL: out of memory, say"
         second = pool.run(os.getpid, wait=120.0)
         assert second not in (first, os.getpid()) and _gone(first)
     finally:
