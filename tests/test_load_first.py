@@ -13,16 +13,22 @@ from ease_jupyter.schema import format_program, program_from_shapes
 from ease_jupyter.store import InMemoryStore, MemoryBlobStore
 
 
-@pytest.fixture
-def fed():
-    """A version from four feeds of 10 rows each, with rows 3 and 12 refined away."""
+def _fed(feeds: int, rows: int, seed: int = 0):
+    """(store, blobs, task) of a task fed ``feeds`` times ``rows`` rows, each feed a chunk."""
     store, blobs = InMemoryStore(), MemoryBlobStore()
     owner = store.create_user("ada", None)
     task = store.create_task(owner.id, "t", format_program(program_from_shapes([2], [3])))
-    rng = np.random.default_rng(0)
-    for _ in range(4):
-        datasets.feed(store, blobs, task, rng.normal(size=(10, 2)).astype("float32"), rng.integers(0, 3, 10),
+    rng = np.random.default_rng(seed)
+    for _ in range(feeds):
+        datasets.feed(store, blobs, task, rng.normal(size=(rows, 2)).astype("float32"), rng.integers(0, 3, rows),
                       mode="append")
+    return store, blobs, task
+
+
+@pytest.fixture
+def fed():
+    """A version from four feeds of 10 rows each, with rows 3 and 12 refined away."""
+    store, blobs, task = _fed(4, 10)
     return store, blobs, datasets.refine(store, blobs, task, drop=[3, 12])
 
 
@@ -52,13 +58,7 @@ def test_a_torch_export_reads_its_example_rows_from_the_first_chunks_only():
 
     from ease_jupyter.service import export
 
-    store, blobs = InMemoryStore(), MemoryBlobStore()
-    owner = store.create_user("ada", None)
-    task = store.create_task(owner.id, "t", format_program(program_from_shapes([2], [3])))
-    rng = np.random.default_rng(1)
-    for _ in range(4):
-        datasets.feed(store, blobs, task, rng.normal(size=(export.READ_ROWS // 2 + 1, 2)).astype("float32"),
-                      rng.integers(0, 3, export.READ_ROWS // 2 + 1), mode="append")
+    store, blobs, task = _fed(4, export.READ_ROWS // 2 + 1, seed=1)
     version = store.list_dataset_versions(task.id)[-1]
     blobs.delete(store.list_chunks(task.id, up_to_version=version.id)[-1].x_blob)  # a chunk it need not read
     rows = export.task_rows(store, blobs, SimpleNamespace(dataset_version_id=version.id))

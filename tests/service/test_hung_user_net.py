@@ -6,6 +6,7 @@ her deadline and a fresh worker takes the place of the one it held."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 
@@ -126,6 +127,24 @@ def _plain(input_shape, output_shape):
     return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), output_shape[0]))
 
 
+@contextlib.contextmanager
+def _her_first_plain_job(tmp_path, digits_images, limit):
+    """(store, job): ada's first job of her plain net with ``limit``, on a
+    service of one worker, once it has finished; the service stops after."""
+    running = start(tmp_path, torch=True, torch_epochs=2, mop_partitions=2, allow_user_models=True, workers=1)
+    try:
+        running.user("ada")
+        X, y = digits_images
+        store = running.service.store
+        ada = running.client("ada").task("digits-ada", input=[8, 8, 1], output=[10])
+        ada.add_model(_plain, name="plain", grid={"lr": [0.1]}, limit=limit)
+        ada.feed(X, y)
+        assert until(lambda: _finished(store, ada, "plain"), 400, every=0.2), ada.jobs()
+        yield store, min(_finished(store, ada, "plain"), key=lambda j: j.id)
+    finally:
+        running.thread.stop()
+
+
 class _JumpingClock:
     """``time`` as the pool driver sees it: true until ``jump`` is set, then
     every ``monotonic()`` is ``jump`` seconds later than the one before (so
@@ -164,24 +183,13 @@ def test_a_job_past_its_limit_between_units_ends_at_the_next_unit(tmp_path, digi
 
     monkeypatch.setattr(pool_driver, "time", clock)
     monkeypatch.setattr(mop, "_own_model", own_model_then_her_limit_passes)
-    running = start(tmp_path, torch=True, torch_epochs=2, mop_partitions=2, allow_user_models=True, workers=1)
-    try:
-        running.user("ada")
-        X, y = digits_images
-        store = running.service.store
-        ada = running.client("ada").task("digits-ada", input=[8, 8, 1], output=[10])
-        ada.add_model(_plain, name="plain", grid={"lr": [0.1]}, limit=600.0)
-        ada.feed(X, y)
-        assert until(lambda: _finished(store, ada, "plain"), 400, every=0.2), ada.jobs()
-        job = min(_finished(store, ada, "plain"), key=lambda j: j.id)  # her first: the one whose clock jumped
+    with _her_first_plain_job(tmp_path, digits_images, 600.0) as (store, job):  # the one whose clock jumped
         assert job.status is JobStatus.FAILED, "her job went on past her limit"
         assert "UserModelTimeout" in job.error and "plain: the job ran past its limit of 600 s" in job.error, job.error
         assert "still running" not in job.error  # the check ended it, not the runner's deadline
         assert (job.finished_at - job.started_at).total_seconds() < 120  # not at her (real) limit
         progress = store.tags("job", job.id).get(mop.PROGRESS_TAG)
         assert progress is None or json.loads(progress)["trained_units"] == 0  # its first unit was not taken in
-    finally:
-        running.thread.stop()
 
 
 class _LateWallClock:
@@ -219,21 +227,10 @@ def test_time_her_units_wait_for_a_worker_is_not_charged_to_her_limit(tmp_path, 
     for module in (mop, user_models, user_sandbox):
         monkeypatch.setattr(module, "time", clock)
     monkeypatch.setattr(mop, "_own_model", own_model_then_the_wall_clock_jumps)
-    running = start(tmp_path, torch=True, torch_epochs=2, mop_partitions=2, allow_user_models=True, workers=1)
-    try:
-        running.user("ada")
-        X, y = digits_images
-        store = running.service.store
-        ada = running.client("ada").task("digits-ada", input=[8, 8, 1], output=[10])
-        ada.add_model(_plain, name="plain", grid={"lr": [0.1]}, limit=30.0)
-        ada.feed(X, y)
-        assert until(lambda: _finished(store, ada, "plain"), 400, every=0.2), ada.jobs()
-        job = min(_finished(store, ada, "plain"), key=lambda j: j.id)
+    with _her_first_plain_job(tmp_path, digits_images, 30.0) as (store, job):
         assert clock.late == 90.0  # her job started, and the wall clock jumped past her limit then
         assert job.status is JobStatus.SUCCEEDED, job.error
         assert json.loads(store.tags("job", job.id)[mop.PROGRESS_TAG])["epoch"] == 2
-    finally:
-        running.thread.stop()
 
 
 # -- the driver alone: a workload's deadline bounds its units ---------------------------------------
