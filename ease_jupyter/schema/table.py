@@ -18,10 +18,14 @@ scalar) are kept as class names: ``class_indices`` maps them to indices
 with the task's class list (the first labels establish it, sorted; later
 labels may add names while the task has room for more classes).
 
-Text in Unicode NFC. A string label (``class_name``) and a string
-column's values (``TableColumn.of``) are normalised to NFC (``nfc``) where
-they enter, so that "é" typed on macOS (decomposed, NFD) and on Linux
-(composed) is one class, one category and one row.
+Text in Unicode NFC. A string label (``class_name``), a string column's
+values (``TableColumn.of``) and column names (``TableData.of``, a declared
+``TableSchema``) are normalised to NFC (``nfc``) where they enter, so that
+"é" typed on macOS (decomposed, NFD) and on Linux (composed) is one class,
+one category, one row and one column. A schema read back as stored
+(``from_dict(..., stored=True)``) keeps its names as they were spelt: its
+fitted pipelines select their columns by those names. It matches a table's
+columns by their NFC names all the same.
 
 Pure: numpy only, no I/O.
 """
@@ -31,8 +35,9 @@ from __future__ import annotations
 import enum
 import json
 import math
+import re
 import unicodedata
-from dataclasses import dataclass
+from dataclasses import InitVar, dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -201,7 +206,7 @@ class TableColumn:
     @staticmethod
     def of(name: str, type_: Any, values: Any, missing: Any = None, field: str = "X") -> "TableColumn":
         """A checked column (DataError naming ``field[name]``)."""
-        where = f"{field}[{name!r}]"
+        where = f"{field}[{nfc(name) if isinstance(name, str) else name!r}]"
         if type_ not in _TYPE_WORDS:
             raise DataError(f"{where}.type", repr(type_)[:80], "'number', 'bool' or 'string'")
         values = np.asarray(values)
@@ -238,6 +243,15 @@ class TableData:
 
     @staticmethod
     def of(columns: Mapping[str, TableColumn], field: str = "X") -> "TableData":
+        """The columns keyed by their names in NFC; two names alike in NFC are a DataError."""
+        named: dict[str, TableColumn] = {}
+        for name, column in columns.items():
+            key = nfc(name)
+            if key in named:
+                raise DataError(f"{field}[{key!r}]", "a column name used twice (in two Unicode spellings, "
+                                "NFC and NFD, that look alike)", "unique column names")
+            named[key] = column
+        columns = named
         lengths = {name: len(c.values) for name, c in columns.items()}
         if not lengths:
             raise DataError(field, "a table with no columns", "at least one column")
@@ -247,33 +261,49 @@ class TableData:
                 raise DataError(f"{field}[{name!r}]", f"{length} rows", f"{n}, like the other columns")
         if n == 0:
             raise DataError(field, "0 rows", "at least one row")
-        return TableData(dict(columns), n)
+        return TableData(columns, n)
 
 
 # ---------------------------------------------------------------- the schema
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class TableSchema:
     """A table task's columns (in order), its target and its classes
-    (None for a numeric target: regression)."""
+    (None for a numeric target: regression).
+
+    Column names and the target are taken in NFC; ``stored=True`` keeps them
+    as given (a schema stored before names were NFC: its models' pipelines
+    select columns by the stored names). Two schemas are equal when their
+    names are, in NFC."""
 
     columns: tuple[Column, ...]
     target: str
     classes: tuple[Any, ...] | None = None
+    stored: InitVar[bool] = False
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, stored: bool) -> None:
         if not self.columns:
             raise DataError("table.columns", "no feature columns", "at least one column besides the target")
         if len(self.columns) > MAX_COLUMNS:
             raise DataError("table.columns", f"{len(self.columns)} columns", f"at most {MAX_COLUMNS}")
-        seen: set[str] = set()
         for i, column in enumerate(self.columns):
             _check_column_name(column.name, f"table.columns[{i}].name")
-            if column.name in seen or column.name == self.target:
-                raise DataError(f"table.columns[{i}].name", repr(column.name), "a name used once (and not the target's)")
-            seen.add(column.name)
         _check_column_name(self.target, "table.target")
+        # Names alike in NFC are one name (a stored schema may hold two spellings:
+        # it still reads, and ``check`` refuses its feeds).
+        spell = (lambda name: name) if stored else nfc
+        target = spell(self.target)
+        seen: dict[str, int] = {}
+        for i, column in enumerate(self.columns):
+            key = spell(column.name)
+            if key in seen or key == target:
+                raise DataError(f"table.columns[{i}].name", _twice(column.name, self.columns, seen.get(key)),
+                                "a name used once (and not the target's)")
+            seen[key] = i
+        if not stored:
+            object.__setattr__(self, "columns", tuple(Column(nfc(c.name), c.kind) for c in self.columns))
+            object.__setattr__(self, "target", target)
         if self.classes is not None:
             given = tuple(_scalar_name(c, f"table.classes[{i}]") for i, c in enumerate(self.classes))
             if len(given) < 2 or len(given) > MAX_CLASSES or len(sorted_names(given)) != len(given):
@@ -285,6 +315,16 @@ class TableSchema:
             # meaning (labels in either spelling take the first: class_indices).
             if len(sorted_names(names)) == len(names):
                 object.__setattr__(self, "classes", names)
+
+    def _key(self) -> tuple[Any, ...]:
+        return (tuple((nfc(c.name), c.kind) for c in self.columns), nfc(self.target), self.classes)
+
+    def __eq__(self, other: object) -> bool:
+        # A schema stored with NFD names is the one declared again from the same table.
+        return self._key() == other._key() if isinstance(other, TableSchema) else NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._key())
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -308,7 +348,9 @@ class TableSchema:
         return json.dumps(self.to_dict(), sort_keys=True)
 
     @staticmethod
-    def from_dict(data: Any, field: str = "table") -> "TableSchema":
+    def from_dict(data: Any, field: str = "table", stored: bool = False) -> "TableSchema":
+        """A schema from its JSON object; ``stored``: as the service stored it
+        (names kept as spelt, see the class), else a declaration (names in NFC)."""
         if not isinstance(data, Mapping):
             raise DataError(field, type(data).__name__, "an object with columns, target and classes")
         columns = data.get("columns")
@@ -325,29 +367,38 @@ class TableSchema:
         classes = data.get("classes")
         if classes is not None and not isinstance(classes, list):
             raise DataError(f"{field}.classes", type(classes).__name__, "a list of class names, or null")
-        return TableSchema(tuple(parsed), data.get("target"), None if classes is None else tuple(classes))
+        return TableSchema(tuple(parsed), data.get("target"), None if classes is None else tuple(classes), stored)
 
     @staticmethod
-    def from_json(text: str, field: str = "table") -> "TableSchema":
+    def from_json(text: str, field: str = "table", stored: bool = False) -> "TableSchema":
         try:
             data = json.loads(text)
         except ValueError:
             raise DataError(field, "text that is not JSON", "a table schema as JSON") from None
-        return TableSchema.from_dict(data, field)
+        return TableSchema.from_dict(data, field, stored)
 
     # -- data
 
     def check(self, table: TableData, field: str = "X") -> None:
         """DataError naming the first column that is missing, extra, or of
-        another type than this schema's."""
+        another type than this schema's. Columns match by their names in NFC
+        (``TableData`` keys them so)."""
+        seen: set[str] = set()
         for column in self.columns:
-            found = table.columns.get(column.name)
+            key = nfc(column.name)
+            if key in seen:  # a schema stored with two spellings of one name: no table can give both
+                raise DataError(f"{field}[{key!r}]", "a task with two columns of this name in two Unicode "
+                                "spellings (NFC and NFD)", "a task declared again, with unique column names")
+            seen.add(key)
+            found = table.columns.get(key)
             if found is None:
-                raise DataError(f"{field}[{column.name!r}]", "no such column",
+                raise DataError(f"{field}[{key!r}]", "no such column",
                                 f"{_KIND_WORDS[column.kind]} (the task's columns: {list(self.names)!r})")
             if found.type != WIRE_TYPES[column.kind] and not found.missing.all():
-                raise DataError(f"{field}[{column.name!r}]", _TYPE_WORDS[found.type], _KIND_WORDS[column.kind])
-        extra = [name for name in table.columns if name not in self.kinds()]
+                if found.type == "string" and column.kind is ColumnKind.NUMERIC:
+                    raise _strings_for_numbers(f"{field}[{key!r}]", found)
+                raise DataError(f"{field}[{key!r}]", _TYPE_WORDS[found.type], _KIND_WORDS[column.kind])
+        extra = [name for name in table.columns if name not in seen]
         if extra:
             raise DataError(f"{field}[{extra[0]!r}]", "a column the task does not have",
                             f"only the task's columns {list(self.names)!r}")
@@ -359,7 +410,7 @@ class TableSchema:
         self.check(table)
         values, masks = [], []
         for column in self.columns:
-            found = table.columns[column.name]
+            found = table.columns[nfc(column.name)]
             if WIRE_TYPES[column.kind] == "string":
                 text = found.values if found.type == "string" else np.full(table.n, "")
                 text = np.where(found.missing, "", text) if text.size else text.astype(str)
@@ -386,6 +437,40 @@ class TableSchema:
             else:
                 out[column.name] = np.asarray(values, dtype=np.float64)
         return out
+
+
+def _twice(name: str, columns: Sequence[Column], first: int | None) -> str:
+    """What a refused repeated name is: the name, and where two spellings look alike, which column it repeats."""
+    if first is None or columns[first].name == name:
+        return repr(name)
+    return f"{name!r}, the name of column {first} in another Unicode spelling (NFC and NFD look alike)"
+
+
+# A number written with thousands separators: 12,345 or 1,234,567.5
+_THOUSANDS = re.compile(r"[+-]?\d{1,3}(,\d{3})+(\.\d*)?")
+
+
+def _strings_for_numbers(where: str, found: TableColumn) -> DataError:
+    """The DataError for strings fed to a numeric column, naming the first
+    value that is not a number, and how pandas reads such a CSV as numbers."""
+    present = np.flatnonzero(~found.missing).tolist()
+    row = next((i for i in present if not _is_number(found.values[i])), present[0])
+    value = str(found.values[row])
+    shown = repr(value if len(value) <= 40 else value[:40] + "...")
+    if _THOUSANDS.fullmatch(value.strip()):
+        hint = "for numbers with thousands separators, read the CSV with thousands=','"
+    else:
+        hint = f"if {shown} marks a missing value, read the CSV with na_values=[{shown}]"
+    return DataError(where, f"a column of strings (row {row}: {shown})",
+                     f"a numeric column ({hint}), or declare the column categorical")
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _check_column_name(name: Any, field: str) -> None:

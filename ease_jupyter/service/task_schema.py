@@ -38,9 +38,10 @@ def table_schema(store: Store, task: Task) -> TableSchema | None:
 
 
 def schema_in(tags: Any) -> TableSchema | None:
-    """The table schema from a task's tags already read (None: a tensor task)."""
+    """The table schema from a task's tags already read (None: a tensor task),
+    its names as stored: a task's fitted pipelines select columns by them."""
     text = tags.get(TABLE_TAG)
-    return None if text is None else TableSchema.from_json(text, field=TABLE_TAG)
+    return None if text is None else TableSchema.from_json(text, field=TABLE_TAG, stored=True)
 
 
 def names_in(tags: Any) -> list[Any] | None:
