@@ -24,6 +24,14 @@ waiting process that imports, while idle, the libraries this process uses
 (``user_zygote``), so later children do not import scikit-learn or torch
 again.
 
+Output. What her code prints (Python's ``print`` and anything written to
+the process's stdout or stderr, C libraries' too) goes to a file of the
+child's own, not to the log of the service or worker, which other
+people read. Each call starts it empty; a call that raises sends its last
+``OUTPUT_TAIL_CHARS`` characters back above her traceback, so she sees what
+her code printed before the error. The output of a call that returns is
+dropped.
+
 Threads. A job's thread count (the provisioner's, made real by
 ``service/threads.py``) limits the thread pools of the worker thread that
 runs it, which a child process does not inherit: left alone, her ``fit``
@@ -59,6 +67,7 @@ REAP_SECONDS = 5.0  # how often the parent looks for such children
 END_SECONDS = 5.0  # a child whose pipes closed is killed if still running after this; its exit code waited for as long
 MAX_REPLY_BYTES = 4 << 30  # a reply longer than this (a fitted model, predictions) is refused
 MAX_TRACEBACK_CHARS = 20_000
+OUTPUT_TAIL_CHARS = 4_000  # of her printed output, sent back with the error of a call that raised
 CHILD_ENV_KEYS = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "TZ", "OMP_NUM_THREADS",
                   "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS",
                   "CUDA_VISIBLE_DEVICES")
@@ -451,6 +460,45 @@ def build_net(factory: Callable[..., Any], input_shape: tuple[int, ...], output_
 # -- the child ---------------------------------------------------------------------------------------
 
 
+class _Output:
+    """This child's stdout and stderr (file descriptors 1 and 2, so C
+    libraries' writes too), sent to a file of its own working folder, whose
+    name is removed at once: the folder stays empty for her code."""
+
+    def __init__(self) -> None:
+        path = os.path.join(os.getcwd(), "output.txt")
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
+        os.unlink(path)
+        self._flush()
+        os.dup2(self.fd, 1)
+        os.dup2(self.fd, 2)
+        for stream in (sys.stdout, sys.stderr):  # her prints in the order she made them, C writes among them
+            if stream is not None and hasattr(stream, "reconfigure"):
+                stream.reconfigure(line_buffering=True)
+
+    @staticmethod
+    def _flush() -> None:
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()
+
+    def clear(self) -> None:
+        self._flush()
+        os.ftruncate(self.fd, 0)
+
+    def before(self, traceback_text: str) -> str:
+        """``traceback_text``, below the end of what the call printed (if it printed anything)."""
+        self._flush()
+        size = os.fstat(self.fd).st_size
+        start = max(0, size - 4 * OUTPUT_TAIL_CHARS)  # UTF-8: at most 4 bytes a character
+        text = os.pread(self.fd, size - start, start).decode("utf-8", "replace")
+        printed = text[-OUTPUT_TAIL_CHARS:].rstrip()
+        if not printed:
+            return traceback_text
+        cut = f" (its last {OUTPUT_TAIL_CHARS:,} characters)" if start or len(text) > OUTPUT_TAIL_CHARS else ""
+        return f"printed before the error{cut}:\n{printed}\n\n{traceback_text}"
+
+
 def _user_traceback(error: BaseException) -> str:
     """The traceback from the user's frames on (this module's own frames dropped)."""
     tb = error.__traceback__
@@ -532,18 +580,20 @@ def child_main() -> None:
 
     threading.Thread(target=end_at_deadline, daemon=True).start()
     pools = _ChildThreads()
+    output = _Output()
     while True:
         try:
             (size,) = _HEADER.unpack(_child_read(inbox, _HEADER.size))
             request = _child_read(inbox, size)
         except (EOFError, OSError):
             return
+        output.clear()
         try:
             fn, args, kwargs, returns, threads = pickle.loads(request)
             value = pools.run(threads, fn, *args, **kwargs)
             reply = _ARRAY + _array_bytes(value) if returns == "array" else _OBJECT + cloudpickle.dumps(value)
         except BaseException as error:  # noqa: BLE001 - sent to the parent with her traceback
-            reply = _ERROR + _user_traceback(error).encode("utf-8", "replace")
+            reply = _ERROR + (output.before(_user_traceback(error))).encode("utf-8", "replace")
         try:
             _child_write(outbox, reply)
         except OSError:

@@ -593,3 +593,46 @@ def test_children_started_at_once_by_many_threads_each_get_their_own():
     finally:
         for i in range(6):
             user_sandbox.close_job(base + i)
+
+
+def _prints_then_raises(lines, ok=False):
+    import os
+    import sys
+
+    for line in lines:
+        print(line)
+    sys.stderr.write("to stderr\n")
+    os.write(1, b"written by C code\n")  # as a C library writes: fd 1, past Python's buffer
+    if ok:
+        return 1
+    raise ValueError("her error")
+
+
+def test_what_her_code_printed_comes_back_above_her_traceback_and_not_into_the_log():
+    deadline = time.time() + 60
+    with pytest.raises(UserModelError) as error:
+        run_user_code(_prints_then_raises, ["first line", "second line"], deadline=deadline, what="fit")
+    text = str(error.value)
+    assert "printed before the error:\nfirst line\nsecond line\nto stderr\nwritten by C code\n\nTraceback" in text
+    assert text.rstrip().endswith("ValueError: her error")
+    pid = run_user_code(_pid, deadline=deadline, what="pid")
+    for fd in (1, 2):  # her stdout and stderr are a file of her child's own folder, not the worker's log
+        link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        assert "/easeml-user-model-" in link and link.endswith("/output.txt (deleted)"), link
+    assert run_user_code(_prints_then_raises, ["from a call that returned"], True, deadline=deadline, what="ok") == 1
+    with pytest.raises(UserModelError) as later:  # each call starts with nothing printed
+        run_user_code(_prints_then_raises, [], deadline=deadline, what="fit")
+    assert "from a call that returned" not in str(later.value) and "to stderr" in str(later.value)
+    user_sandbox.close_job(deadline)
+
+
+def test_long_output_comes_back_cut_to_its_end_with_the_whole_traceback():
+    deadline = time.time() + 60
+    lines = [f"line {i}" for i in range(3000)]
+    with pytest.raises(UserModelError) as error:
+        run_user_code(_prints_then_raises, lines, deadline=deadline, what="fit")
+    text = str(error.value)
+    shown = text.split("printed before the error (its last 4,000 characters):\n", 1)[1].split("\n\nTraceback")[0]
+    assert len(shown) <= user_sandbox.OUTPUT_TAIL_CHARS and shown.endswith("line 2999\nto stderr\nwritten by C code")
+    assert "line 0\n" not in text and text.rstrip().endswith("ValueError: her error")
+    user_sandbox.close_job(deadline)
