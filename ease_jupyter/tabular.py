@@ -22,10 +22,20 @@ folders, turned into what goes over the wire (the notebook side of
   file names: ``zoo.preprocess.identifier_columns``) is one the models
   leave out of their features; declaring or feeding such a table warns
   (``IdentifierColumnWarning``), naming the column and why.
+* A categorical or text column goes as its values' category text
+  (``zoo.preprocess.category_text``, which an exported model applies too):
+  8000 and 8000.0 are "8000" whether the column is of ints, floats,
+  categories or objects, so one category has one spelling.
+* Column names are text: a column named 0 (``pd.read_csv(header=None)``)
+  is the task's "0", and ``target=0`` or ``target="0"`` names it.
+* ``Decimal`` values (``pd.read_sql`` of a NUMERIC column) are numbers;
+  dates, times, durations, periods and intervals are refused as datetime64
+  columns are, naming the column and what to do.
 """
 
 from __future__ import annotations
 
+import decimal
 import math
 import os
 import warnings
@@ -38,7 +48,7 @@ from .errors import DataError
 from .schema import parse
 from .schema._arrays import native
 from .schema.table import Column, ColumnKind, TableSchema, class_name, nfc, sorted_names
-from .zoo.preprocess import IDENTIFIER_MIN_DISTINCT, IDENTIFIER_SHARE, identifiers_left_out
+from .zoo.preprocess import IDENTIFIER_MIN_DISTINCT, IDENTIFIER_SHARE, category_text, identifiers_left_out
 
 __all__ = ["TEXT_MIN_WORDS", "IMAGE_SUFFIXES", "IdentifierColumnWarning", "is_table", "read_table",
            "infer_schema", "column_wire", "table_wire", "split_target", "labels_wire", "read_image_folder",
@@ -94,8 +104,25 @@ def read_table(path: Any, field: str = "X") -> Any:
 # ---------------------------------------------------------------- kinds
 
 
-def _wire_type(series: Any, field: str) -> str:
-    """"number", "bool" or "string": what a column is on the wire."""
+# Objects that are neither numbers nor text, by pandas' name for a column of
+# them (infer_dtype): refused as a datetime64 column is, rather than taken as
+# categories (every date its own one), with what to turn them into.
+_NOT_CATEGORIES = {
+    "date": ("dates", "convert dates to numbers first"),
+    "datetime": ("dates", "convert dates to numbers first"),
+    "time": ("times of day", "convert times to numbers first, e.g. hours since midnight"),
+    "timedelta": ("durations", "convert durations to numbers first, e.g. .dt.total_seconds()"),
+    "period": ("periods", "convert periods to numbers first, e.g. .dt.year, or to text with .astype(str)"),
+    "interval": ("intervals", "convert intervals to numbers first, e.g. their .mid, or to text with .astype(str)"),
+}
+_NUMBERS = (int, float, np.integer, np.floating)
+
+
+def _wire_type(series: Any, field: str, features: bool = True) -> str:
+    """"number", "bool" or "string": what a column is on the wire. Of a
+    feature column (``features``; labels keep the rules they had), ``Decimal``
+    values are numbers and objects that are dates, times, durations, periods
+    or intervals are a DataError naming the column and what to do."""
     pd = _pandas()
     dtype = series.dtype
     if pd.api.types.is_bool_dtype(dtype):
@@ -108,11 +135,18 @@ def _wire_type(series: Any, field: str) -> str:
         raise DataError(field, f"a {dtype} column", "numbers, booleans or strings (convert dates to numbers first)")
     values = series.dropna()
     if isinstance(dtype, pd.CategoricalDtype):
-        return "string"
+        return "string"  # its categories, whatever they are (pd.cut's intervals, say)
+    if features and len(values):
+        inferred = pd.api.types.infer_dtype(values, skipna=True)
+        if inferred in _NOT_CATEGORIES:
+            what, do = _NOT_CATEGORIES[inferred]
+            first = type(values.iloc[0])
+            raise DataError(field, f"a column of {what} ({first.__module__}.{first.__qualname__})",
+                            f"numbers, booleans or strings ({do})")
     if len(values) and all(isinstance(v, (bool, np.bool_)) for v in values):
         return "bool"
-    if len(values) and all(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
-                           for v in values):
+    numbers = (*_NUMBERS, decimal.Decimal) if features else _NUMBERS
+    if len(values) and all(isinstance(v, numbers) and not isinstance(v, (bool, np.bool_)) for v in values):
         return "number"
     if len(values) == 0:
         return "number"  # all missing: any kind takes it
@@ -129,17 +163,21 @@ def _kind(series: Any, field: str) -> ColumnKind:
     return ColumnKind.TEXT if len(words) and float(words.mean()) >= TEXT_MIN_WORDS else ColumnKind.CATEGORICAL
 
 
-def infer_schema(like: Any, target: str, kinds: Mapping[str, str] | None = None) -> TableSchema:
+def infer_schema(like: Any, target: Any, kinds: Mapping[Any, str] | None = None) -> TableSchema:
     """A table task's schema from example data (a DataFrame or a CSV/Parquet
     path): every column but ``target`` is a feature, of the kind its dtype
     says (``kinds`` overrides by name: "numeric", "boolean", "categorical",
     "text"); the target's distinct values are the class names, except for a
     float target: regression (an integer target with missing values reads
-    as float in pandas: fill or cast it to classify)."""
+    as float in pandas: fill or cast it to classify). Columns are named by
+    their labels as text (``_name``), and ``target`` and ``kinds`` name them
+    by either: 4 or "4" for a headerless CSV's fifth column."""
     frame = _unique_columns(_frame(like, "like", columns=()), "like")
-    if not isinstance(target, str) or target not in frame.columns:
-        raise DataError("target", repr(target)[:80], f"one of the columns {[str(c) for c in frame.columns]!r}")
-    kinds = dict(kinds or {})
+    given = target
+    target = _name(target)
+    if target not in frame.columns:
+        raise DataError("target", repr(given)[:80], f"one of the columns {list(frame.columns)!r}")
+    kinds = {_name(name): kind for name, kind in (kinds or {}).items()}
     columns = []
     for name in frame.columns:
         if name == target:
@@ -148,12 +186,12 @@ def infer_schema(like: Any, target: str, kinds: Mapping[str, str] | None = None)
         if name in kinds:
             if kinds[name] not in {k.value for k in ColumnKind}:
                 raise DataError(f"kinds[{name!r}]", repr(kinds.pop(name))[:80], ", ".join(k.value for k in ColumnKind))
-            columns.append(Column(str(name), ColumnKind(kinds.pop(name))))
+            columns.append(Column(name, ColumnKind(kinds.pop(name))))
         else:
-            columns.append(Column(str(name), _kind(frame[name], field)))
+            columns.append(Column(name, _kind(frame[name], field)))
     if kinds:
         raise DataError(f"kinds[{next(iter(kinds))!r}]", "a column the data does not have",
-                        f"one of {[str(c) for c in frame.columns if c != target]!r}")
+                        f"one of {[c for c in frame.columns if c != target]!r}")
     y = frame[target]
     pd = _pandas()
     if pd.api.types.is_float_dtype(y.dtype):
@@ -192,14 +230,30 @@ def _frame(X: Any, field: str, columns: Sequence[str] | None = None) -> Any:
     say: ``df.iloc[0]`` is a Series whose index holds the columns)."""
     pd = _pandas()
     if _is_path(X):
-        return read_table(X, field)
+        return _named(read_table(X, field))
     if isinstance(X, pd.Series):
         if columns is None or str(X.name) in columns:
-            return X.to_frame()
+            return _named(X.to_frame())
         raise _series_error(X, field, columns)
     if isinstance(X, pd.DataFrame):
-        return X
+        return _named(X)
     raise DataError(field, type(X).__name__, "a pandas DataFrame or Series, or a CSV or Parquet path")
+
+
+def _name(label: Any) -> str:
+    """A column's name in the task: its label as text (0 -> "0")."""
+    return label if isinstance(label, str) else str(label)
+
+
+def _named(frame: Any) -> Any:
+    """``frame`` with its column names as text (``_name``), as the task and
+    the wire have them: a headerless CSV's columns 0, 1, ... are "0", "1", ...
+    (a shallow copy: the caller's frame keeps its names)."""
+    if all(isinstance(c, str) for c in frame.columns):
+        return frame
+    named = frame.copy(deep=False)
+    named.columns = [_name(c) for c in frame.columns]
+    return named
 
 
 def _series_error(series: Any, field: str, columns: Sequence[str]) -> DataError:
@@ -235,18 +289,21 @@ def column_wire(series: Any, encode: Encode, field: str, kind: ColumnKind | None
     ``kind``: the task's kind of the column, when it is declared. A column of
     numbers declared categorical or text (zip codes, integer-coded classes)
     goes as their text (8000, not 8000.0); one of text declared numeric
-    (numbers read as strings, ``Decimal``) goes as numbers where every value is one."""
+    (numbers read as strings) goes as numbers where every value is one. Every
+    column that goes as strings goes as its values' category text
+    (``category_text``: 8000.0 is "8000" in a float, ``category`` or object
+    column alike), the spelling an exported model gives them too."""
     wire = _wire_type(series, field)
     pd = _pandas()
-    if kind in (ColumnKind.CATEGORICAL, ColumnKind.TEXT) and wire in ("number", "bool"):
-        series = series.map(_category_text, na_action="ignore").astype(object)
-        wire = "string"
-    elif kind is ColumnKind.NUMERIC and wire == "string":
+    if kind is ColumnKind.NUMERIC and wire == "string":
         try:
             series = pd.to_numeric(series, errors="raise")
             wire = "number"
         except (ValueError, TypeError):  # text that is not numbers: the service names the column and the value
             pass
+    if wire == "string" or kind in (ColumnKind.CATEGORICAL, ColumnKind.TEXT):
+        series = category_text()(series.to_frame()).iloc[:, 0]
+        wire = "string"
     missing = series.isna().to_numpy(dtype=bool)
     out: dict[str, Any] = {"name": str(series.name), "type": wire}
     if wire == "string":
@@ -258,13 +315,6 @@ def column_wire(series: Any, encode: Encode, field: str, kind: ColumnKind | None
         numbers[present] = series[present].to_numpy(dtype=float) if present.any() else []
         out["values"] = encode(numbers)
     return out
-
-
-def _category_text(value: Any) -> str:
-    """A number's text as a category: ``8000`` for 8000.0, as it was written."""
-    if isinstance(value, (float, np.floating)) and float(value).is_integer():
-        return str(int(value))
-    return str(value)
 
 
 def table_wire(X: Any, encode: Encode, field: str = "X", table: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -302,7 +352,7 @@ def labels_wire(y: Any) -> Any:
     pd = _pandas()
     if isinstance(y, (pd.Series, pd.Categorical, pd.Index)) or (isinstance(y, pd.DataFrame) and y.shape[1] == 1):
         series = y.iloc[:, 0] if isinstance(y, pd.DataFrame) else pd.Series(y)
-        wire = _wire_type(series, "y")
+        wire = _wire_type(series, "y", features=False)
         if wire == "number" and not series.isna().any():
             values = series.to_numpy()
             if values.dtype.kind not in "biuf":  # objects, or a nullable/pyarrow dtype numpy keeps as objects

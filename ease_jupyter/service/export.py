@@ -289,6 +289,12 @@ def _score_output(plain: Any, name: str, n_columns: int | None = None) -> dict[s
 def sklearn_artifact(estimator: Any, fmt: str, inputs: SklearnInputs, classification: bool) -> Artifact:
     """``estimator`` (fitted) as a joblib or an ONNX file."""
     check_format(fmt, Engine.SKLEARN)
+    if fmt == "joblib" and inputs.columns:
+        # A table's file takes the DataFrame as its owner has it, as task.infer does:
+        # int column names, numbers in a categorical column (ONNX takes strings: the card spells them).
+        from ..zoo.preprocess import exported
+
+        estimator = exported(estimator)
     data, needs_cloudpickle = plain_pickle(estimator)
     plain = pickle.loads(data)
     steps = _describe_steps(plain)

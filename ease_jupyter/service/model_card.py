@@ -6,7 +6,7 @@ well it did, and where it came from. Here that is the task's schema (its
 ease.ml program, and its table schema for a table task), the class names,
 the preprocessing inside the model and what is done to inputs before the
 model sees them (how the client reads image files, the range of values
-trained on), the job's metrics with the size of the
+trained on, how it spells a table's categories), the job's metrics with the size of the
 validation split they were measured on, the dataset version, the training
 config, and the provenance ids (the job, the dataset version, and the
 feed/refine/train edges that lead to the model), so that the model can be
@@ -57,7 +57,8 @@ def model_card(store: Store, blobs: BlobStore, task: Task, job: Job, artifact: A
         "inputs": artifact.inputs,
         "outputs": _named_columns(artifact.outputs, names),
         "preprocessing": artifact.preprocessing,
-        "input_preprocessing": [] if schema is not None else input_preprocessing(store, blobs, task, version),
+        "input_preprocessing": (table_input_preprocessing(schema, artifact.format) if schema is not None
+                                else input_preprocessing(store, blobs, task, version)),
         "metrics": {
             "name": "accuracy" if classification else "r2 (clipped to [0, 1])",
             "value": job.accuracy,
@@ -84,6 +85,34 @@ IMAGE_FILES = {
              "images by their format's white)"),
     "feed_the_file": "the same: values in [0, 1], not raw 0-255 pixels",
 }
+
+
+def table_input_preprocessing(schema: Any, fmt: str) -> list[dict[str, Any]]:
+    """How the client spells a table's categorical and text values before
+    the model sees them (``zoo.preprocess.category_text``, and NFC): a file
+    fed a number where it learnt its text answers as for an unseen category,
+    without an error. A joblib file spells numbers so itself; an ONNX graph
+    takes strings, which must be spelled so."""
+    from ..schema.table import ColumnKind
+
+    columns = [c.name for c in schema.columns if c.kind in (ColumnKind.CATEGORICAL, ColumnKind.TEXT)]
+    if not columns:
+        return []
+    joblib = fmt == "joblib"
+    return [{
+        "step": "category text",
+        "where": ("the client, before the service (task.feed, task.infer); the file's own first step of each "
+                  "categorical or text column group (category_text) spells numbers so too" if joblib
+                  else "the client, before the service (task.feed, task.infer)"),
+        "applies_to": columns,
+        "does": ("each value as the text it stands for: a whole number as its integer's digits ('8000' for 8000 "
+                 "and for 8000.0, in an int, float, category or object column alike), any other value as "
+                 "Python's str ('0.5', 'True', text as it is), in Unicode NFC; a missing value stays missing"),
+        "feed_the_file": ("the DataFrame as you have it (numbers too): the file spells them itself; text as given, "
+                          "so in NFC (unicodedata.normalize('NFC', s))" if joblib
+                          else "strings spelled so: '8000', not '8000.0'; '0.5'; 'True'; '' for a missing value; "
+                               "text in NFC (unicodedata.normalize('NFC', s))"),
+    }]
 
 
 def input_preprocessing(store: Store, blobs: BlobStore, task: Task, version: Any) -> list[dict[str, Any]]:

@@ -54,6 +54,17 @@ scikit-learn (and numpy) classes appear in the preprocessing, besides the
 ``ColumnTransformer`` subclass above, which an export writes as its
 parent, so the exported pipeline loads with scikit-learn alone.
 
+Exported as a file (``exported``), the fitted pipeline gets two more steps,
+so that it takes the DataFrame its owner has as ``task.infer`` does, not
+only the rows the client sends: ``names`` (column names as text, as the
+client sends them: a headerless CSV's columns 0, 1, ... are the schema's
+"0", "1", ...) and, first in each categorical or text column group,
+``category_text``, the client's own spelling of a value as a category
+(8000 and 8000.0 are "8000"), so that numbers reach the one-hot encoder as
+the text it was fitted on. Both are made of pandas' and the standard
+library's functions, so the file still loads with scikit-learn alone; the
+service's own pipelines have neither (the rows they get are already so).
+
 scikit-learn and pandas are imported when a pipeline or frame is built
 (``IdentifierFreeColumnTransformer`` is made then, on first use).
 """
@@ -66,8 +77,9 @@ from typing import Any, Callable, Sequence
 from ease_jupyter.schema.table import ColumnKind, TableSchema
 
 __all__ = ["IDENTIFIER_MIN_DISTINCT", "IDENTIFIER_SHARE", "TEXT_FEATURES", "TEXT_TOKEN_PATTERN",
-           "IdentifierFreeColumnTransformer", "ascii_lowercase", "identifier_columns", "identifiers_left_out",
-           "missing_as_nan", "preprocessor", "table_pipeline", "to_frame", "TableBuilder"]
+           "IdentifierFreeColumnTransformer", "ascii_lowercase", "category_text", "exported", "identifier_columns",
+           "identifiers_left_out", "missing_as_nan", "names_as_text", "preprocessor", "table_pipeline", "to_frame",
+           "TableBuilder"]
 
 TEXT_FEATURES = 1000  # words of a text column's TF-IDF vocabulary
 # Two or more characters, none of them an ASCII control, space, punctuation or
@@ -186,6 +198,103 @@ def missing_as_nan() -> Any:
     import operator
 
     return operator.methodcaller("fillna", float("nan"))
+
+
+def category_text() -> Any:
+    """A function of a DataFrame: the frame (of objects) with every present
+    value as the text that stands for it as a category (missing values stay
+    missing):
+
+    * a whole float (8000.0, ``np.float32(8000)``): its integer's digits,
+      "8000", as the int 8000 has them, so a number is one category whether
+      it comes from an int, a float (pandas makes an int column with a
+      missing value float) or a ``category`` column;
+    * any other value: ``str(value)`` (text as it is, "0.5", "True").
+
+    The client sends every categorical or text column so
+    (``tabular.column_wire``), and an exported pipeline does the same to the
+    frame it is given (``exported``). Made of pandas' and the standard
+    library's functions only, which pickle by name, so an exported file
+    loads without ease_jupyter; a column whose values are all text (every
+    column of the rows the service stores) costs one look (``infer_dtype``)."""
+    import functools
+    import operator
+
+    import pandas as pd
+    from pandas.api.types import infer_dtype, is_float
+
+    call = operator.methodcaller
+
+    def then(*steps: Any) -> Any:
+        """steps[-1](... steps[0](frame)): ``reduce`` over ``pipe``, picklable where a lambda is not."""
+        return functools.partial(functools.reduce, pd.DataFrame.pipe, steps)
+
+    def each(function: Any, **options: Any) -> Any:
+        """``function`` of every value (``Series.map``, in every pandas since 2.0)."""
+        return call("apply", call("map", function, **options))
+
+    def columns(test: str) -> Any:
+        """The frame's columns whose values are all text (test "eq") or not ("ne")."""
+        names = then(call("apply", infer_dtype, skipna=True), call(test, "string"), call("__getitem__", call("copy")),
+                     operator.attrgetter("index"))
+        return call("__getitem__", names)
+
+    floats = then(call("where", each(is_float)), call("astype", float))  # the floats, NaN elsewhere
+    whole = then(call("mod", 1), call("eq", 0))  # of floats: whole and finite
+    as_integers = then(floats, call("where", whole), each(functools.partial(operator.mod, "%d"), na_action="ignore"))
+    numbers = then(call("mask", then(floats, whole), as_integers), each(str, na_action="ignore"))
+    # Text columns are kept as they are (their missing values NaN); the others go value by value.
+    return then(call("astype", object), call("where", then(columns("eq"), call("notna")), then(columns("ne"), numbers)))
+
+
+def names_as_text() -> Any:
+    """An exported table pipeline's first step's function:
+    ``DataFrame.rename(columns=str)``, so that columns named 0, 1, ...
+    (``pd.read_csv(path, header=None)``) are found under the names the task
+    gives them, "0", "1", ..., as the client sends them."""
+    import operator
+
+    return operator.methodcaller("rename", columns=str)
+
+
+def exported(model: Any) -> Any:
+    """A fitted table pipeline (``table_pipeline``'s) as an export writes it:
+    its fitted steps as they are, behind a ``names_as_text`` step and with a
+    ``category_text`` step first in each categorical or text column group,
+    so that it takes the DataFrame its owner has (int column names, numbers
+    in a categorical column) as ``task.infer`` does. ``model`` itself is left
+    as it is; anything but such a pipeline is returned unchanged."""
+    import copy
+
+    import pandas as pd
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import FunctionTransformer
+
+    steps = getattr(model, "steps", None)
+    if not (isinstance(model, Pipeline) and steps and steps[0][0] == "preprocess"
+            and hasattr(steps[0][1], "transformers_") and hasattr(steps[0][1], "feature_names_in_")):
+        return model
+
+    def step(function: Any, columns: Any, fitted: bool) -> Any:
+        made = FunctionTransformer(function, feature_names_out="one-to-one")
+        # fitted on no rows: it learns nothing but the column names, which get_feature_names_out reads
+        return made.fit(pd.DataFrame(columns=[str(c) for c in columns])) if fitted else made
+
+    def with_text(groups: Sequence[Any], fitted: bool) -> list[Any]:
+        out = []
+        for name, group, columns in groups:
+            if isinstance(group, Pipeline) and (name == CATEGORICAL or name.startswith("text_")):
+                group = Pipeline([("category_text", step(category_text(), columns, fitted)), *group.steps])
+            out.append((name, group, columns))
+        return out
+
+    preprocess = copy.copy(steps[0][1])
+    preprocess.transformers = with_text(preprocess.transformers, fitted=False)
+    preprocess.transformers_ = with_text(preprocess.transformers_, fitted=True)
+    out = copy.copy(model)
+    out.steps = [("names", step(names_as_text(), preprocess.feature_names_in_, fitted=True)),
+                 ("preprocess", preprocess), *steps[1:]]
+    return out
 
 
 def preprocessor(schema: TableSchema) -> Any:
