@@ -232,7 +232,7 @@ def _frame(X: Any, field: str, columns: Sequence[str] | None = None) -> Any:
     if _is_path(X):
         return _named(read_table(X, field))
     if isinstance(X, pd.Series):
-        if columns is None or str(X.name) in columns:
+        if columns is None or _name(X.name) in columns:
             return _named(X.to_frame())
         raise _series_error(X, field, columns)
     if isinstance(X, pd.DataFrame):
@@ -241,15 +241,16 @@ def _frame(X: Any, field: str, columns: Sequence[str] | None = None) -> Any:
 
 
 def _name(label: Any) -> str:
-    """A column's name in the task: its label as text (0 -> "0")."""
-    return label if isinstance(label, str) else str(label)
+    """A column's name in the task: its label as text (0 -> "0"), in Unicode
+    NFC, as the service matches names (a macOS header's NFD "ö" is "ö")."""
+    return nfc(label if isinstance(label, str) else str(label))
 
 
 def _named(frame: Any) -> Any:
     """``frame`` with its column names as text (``_name``), as the task and
     the wire have them: a headerless CSV's columns 0, 1, ... are "0", "1", ...
-    (a shallow copy: the caller's frame keeps its names)."""
-    if all(isinstance(c, str) for c in frame.columns):
+    and in NFC (a shallow copy: the caller's frame keeps its names)."""
+    if all(isinstance(c, str) and c == _name(c) for c in frame.columns):
         return frame
     named = frame.copy(deep=False)
     named.columns = [_name(c) for c in frame.columns]
@@ -321,7 +322,7 @@ def table_wire(X: Any, encode: Encode, field: str = "X", table: Mapping[str, Any
     """``{"table": [column, ...]}`` for a DataFrame, Series or CSV/Parquet path;
     ``table``: the task's schema (``TableSchema.to_dict``), whose kinds say
     how a column goes where its values could go either way."""
-    kinds = {c["name"]: ColumnKind(c["kind"]) for c in (table or {}).get("columns", ())}
+    kinds = {_name(c["name"]): ColumnKind(c["kind"]) for c in (table or {}).get("columns", ())}
     frame = _unique_columns(_frame(X, field, list(kinds) if table is not None else None), field)
     return {"table": [column_wire(frame[c], encode, f"{field}[{str(c)!r}]", kinds.get(str(c)))
                       for c in frame.columns]}
@@ -331,6 +332,7 @@ def split_target(X: Any, y: Any, target: str | None, columns: Sequence[str] | No
     """(features, labels) of a table fed with its target column in it;
     ``columns``: the task's feature columns (a Series X must be one)."""
     frame = _frame(X, "X", columns)
+    target = None if target is None else _name(target)
     if y is None:
         if target is None or target not in frame.columns:
             raise DataError("y", "nothing", f"labels, or a {target!r} column in X" if target else "labels")
@@ -485,8 +487,9 @@ def inputs_for(X: Any, info: Mapping[str, Any], encode: Encode, field: str = "X"
     table = info.get("table")
     if table is not None:
         frame = _frame(X, field, _feature_names(table))
-        if table.get("target") in frame.columns:  # rows as fed, labels and all: the labels are not inputs
-            frame = frame.drop(columns=[table["target"]])
+        target = _name(table.get("target"))
+        if target in frame.columns:  # rows as fed, labels and all: the labels are not inputs
+            frame = frame.drop(columns=[target])
         return table_wire(frame, encode, field, table)
     if _is_path(X):
         root = Path(X)
@@ -505,7 +508,7 @@ def feed_parts(X: Any, y: Any, info: Mapping[str, Any], encode: Encode) -> tuple
     table = info.get("table")
     if table is not None:
         features, labels = split_target(X, y, table.get("target"), _feature_names(table))
-        _warn_identifiers(features, {c["name"]: ColumnKind(c["kind"]) for c in table["columns"]}, "X")
+        _warn_identifiers(features, {_name(c["name"]): ColumnKind(c["kind"]) for c in table["columns"]}, "X")
         return table_wire(features, encode, table=table), labels_wire(labels)
     if _is_path(X):
         root = Path(X)
@@ -526,7 +529,7 @@ def feed_parts(X: Any, y: Any, info: Mapping[str, Any], encode: Encode) -> tuple
 
 
 def _feature_names(table: Mapping[str, Any]) -> list[str]:
-    return [c["name"] for c in table.get("columns", ())]
+    return [_name(c["name"]) for c in table.get("columns", ())]
 
 
 def _check_series(X: Any, info: Mapping[str, Any], field: str) -> None:
