@@ -125,7 +125,8 @@ def test_grid_tasks_run_on_the_services_dask_cluster(tmp_path, iris):
         assert task.wait(timeout=240)
         store = r.service.store
         jobs = store.list_jobs(task.refresh()["id"])
-        assert jobs and all(j.status is JobStatus.SUCCEEDED for j in jobs)
+        assert jobs and all(j.status is JobStatus.SUCCEEDED for j in jobs), [
+            (j.id, j.model, j.status, j.error) for j in jobs if j.status is not JobStatus.SUCCEEDED]
         for job in jobs:
             cost = json.loads(store.tags("job", job.id)[GRID_COST_TAG])
             assert 0 < cost["reserved_bytes"] < cost["fixed_bytes"]

@@ -105,7 +105,9 @@ def test_a_net_that_hangs_in_training_fails_its_job_at_its_limit_and_no_one_else
     assert hung.status is JobStatus.FAILED
     assert "UserModelTimeout" in hung.error and "later: a training unit" in hung.error, hung.error
     took = (hung.finished_at - hung.started_at).total_seconds()
-    assert LIMIT - 1 <= took < LIMIT + 10, took  # her limit decides, not the units' 300 s floor
+    # Her limit (the running time of her units; their waits behind other units are not charged)
+    # decides, not the units' 300 s floor.
+    assert LIMIT - 1 <= took < 100, took
 
     # A torch pick of bob's, started on the same engine while hers hung, finished.
     def overlapping():
