@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import errno
 import http.client
 import ipaddress
 import json
 import os
 import select
+import socket
 import threading
 import time
 import urllib.error
@@ -84,8 +86,9 @@ def _raise_for(status: int, payload: dict[str, Any]) -> None:
     field, found, expected = err.get("field"), err.get("found"), err.get("expected")
     if code == "program_syntax":
         _, line, column = (str(field).split(":") + ["0", "0"])[:3]
-        raise ProgramSyntaxError(message, line=int(line or 0), column=int(column or 0), found=str(found),
-                                 expected=str(expected))
+        line_number, column_number = int(line or 0), int(column or 0)
+        raise ProgramSyntaxError(_bare_syntax_message(message, line_number, column_number, str(found), str(expected)),
+                                 line=line_number, column=column_number, found=str(found), expected=str(expected))
     if code in (UserModelCallError.code, UserModelCallTimeout.code):  # her own model's failure, her traceback
         raise (UserModelCallTimeout if code == UserModelCallTimeout.code else UserModelCallError)(str(field), message)
     storage_error = _STORAGE_ERRORS.get(code)
@@ -104,6 +107,18 @@ def _raise_for(status: int, payload: dict[str, Any]) -> None:
     if code == "invalid_state":
         raise InvalidStateError(message)
     raise ServiceError(status, code, message)
+
+
+def _bare_syntax_message(message: str, line: int, column: int, found: str, expected: str) -> str:
+    """The service's ``ProgramSyntaxError`` message without the location and
+    the found/expected part that its ``str`` added: ProgramSyntaxError adds
+    them again, and they must show once."""
+    prefix, suffix = f"line {line}, column {column}: ", f" (found {found!r}, expected {expected})"
+    if message.startswith(prefix):
+        message = message[len(prefix):]
+    if message.endswith(suffix):
+        message = message[:-len(suffix)]
+    return message
 
 
 def _decode(value: dict[str, Any]) -> np.ndarray:
@@ -159,6 +174,33 @@ def _hub_token_for(url: str) -> str | None:
     hub_hosts = {urllib.parse.urlparse(os.environ[name]).hostname for name in HUB_URL_SETTINGS
                  if os.environ.get(name)}
     return token if _loopback(parts.hostname) or parts.hostname in hub_hosts - {None} else None
+
+
+_API_PATH = "/api/v1"
+
+
+def service_url(url: str) -> str:
+    """The service's base URL as ``Client`` keeps it, from the forms people
+    copy: ``http://host:port``, ``http://host:port/api/v1`` (what
+    ``easeml serve`` prints: the API's own path, which every request adds
+    again) or ``host:port`` (no scheme: http). Another scheme than http(s),
+    or no host, is a DataError on ``url``."""
+    text = str(url).strip()
+    if "://" not in text:
+        text = "http://" + text  # "127.0.0.1:8000" would otherwise be a path, or "localhost:8000" a scheme
+    parts = urllib.parse.urlsplit(text)
+    expected = ("the service's URL: http(s)://HOST:PORT, optionally with its base path "
+                "(e.g. http://127.0.0.1:8000 or http://127.0.0.1:8000/api/v1, as `easeml serve` prints it)")
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise DataError("url", repr(str(url)), expected)
+    try:
+        parts.port  # noqa: B018 - raises for a port that is no number
+    except ValueError:
+        raise DataError("url", f"{str(url)!r}, whose port is no number", expected) from None
+    path = parts.path.rstrip("/")
+    if path.endswith(_API_PATH):
+        path = path[:-len(_API_PATH)]
+    return urllib.parse.urlunsplit((parts.scheme.lower(), parts.netloc, path, parts.query, "")).rstrip("/")
 
 
 # Methods a server may receive twice with the same effect (RFC 9110, 9.2.2):
@@ -275,10 +317,18 @@ class _Sent:
     packed_bytes: int = 0
 
 
+# Set by the magics at ``%load_ext ease_jupyter``: () -> (url, token) of the
+# kernel's ``%easeml connect URL``, or None. A function rather than a value: it
+# answers only inside the shell that connected, so it never outlives it.
+kernel_default: Callable[[], tuple[str, str] | None] | None = None
+
+
 class Client:
     """A connection to the scheduler service as one user.
 
-    The token is ``token``, else ``$EASEML_TOKEN``, else (in a JupyterHub
+    The URL is ``url``, else that of the kernel's ``%easeml connect URL``
+    (with its token), else ``$EASEML_URL``, else the embedded service. The
+    token is ``token``, else ``$EASEML_TOKEN``, else (in a JupyterHub
     single-user server, for a URL under the hub's ``/services/``)
     ``$JUPYTERHUB_API_TOKEN``; with no URL anywhere it is the embedded
     service's own.
@@ -289,6 +339,8 @@ class Client:
 
     def __init__(self, url: str | None = None, token: str | None = None, *, data_dir: str | os.PathLike[str] | None = None,
                  timeout: float = 120.0, register: bool = True):
+        if not url and kernel_default is not None and (connected := kernel_default()) is not None:
+            url, token = connected[0], token or connected[1]
         url = url or _setting(URL_ENV)
         token = token or _setting(TOKEN_ENV)
         self._embedded: tuple[Any, bool] | None = None  # (data dir, token came from it) when embedded
@@ -298,6 +350,8 @@ class Client:
             url, embedded_token = ensure_embedded(data_dir)
             self._embedded = (data_dir, token is None)
             token = token or embedded_token
+        else:
+            url = service_url(url)
         if token is None:
             token = _hub_token_for(url)
         if token is None:
@@ -320,23 +374,56 @@ class Client:
 
     # ------------------------------------------------------------ transport
     def request(self, method: str, path: str, body: Any = None, *, raw: bytes | None = None,
-                params: dict[str, Any] | None = None, binary: bool = False) -> Any:
-        """The answer's JSON (its bytes with ``binary``); errors as our exceptions."""
+                params: dict[str, Any] | None = None, binary: bool = False, start: bool = True) -> Any:
+        """The answer's JSON (its bytes with ``binary``); errors as our exceptions.
+
+        With the embedded service, a request that finds it stopped (idle
+        shutdown, ``easeml stop``) starts it again and is sent once more;
+        ``start=False`` never starts it (what runs on its own, like the
+        notifications under each cell, must not keep bringing it back): it
+        only follows a service of the data dir that runs already, else
+        raises ``ConnectionRefusedError``."""
         try:
             return self._request(method, path, body, raw=raw, params=params, binary=binary)
-        except (ConnectionRefusedError, urllib.error.URLError) as error:
+        except (ConnectionRefusedError, socket.gaierror, urllib.error.URLError) as error:
             refused = isinstance(getattr(error, "reason", error), ConnectionRefusedError)
-            if self._embedded is None or not refused:
-                raise
-        # The embedded service stopped (idle shutdown, or killed): start it again and retry once.
-        from .service.embedded import ensure_embedded
+            if self._embedded is None or not refused or (not start and not self._follow_running_embedded()):
+                unreachable = self._unreachable(error)
+                if unreachable is error:
+                    raise
+                raise unreachable from error
+        if start:  # The embedded service stopped: start it again and retry once.
+            from .service.embedded import ensure_embedded
 
-        data_dir, own_token = self._embedded
-        url, token = ensure_embedded(data_dir)
-        self.url = url.rstrip("/")
-        if own_token:
-            self.token = token
+            self._use_embedded(*ensure_embedded(self._embedded[0]))
         return self._request(method, path, body, raw=raw, params=params, binary=binary)
+
+    def _use_embedded(self, url: str, token: str) -> None:
+        self.url = url.rstrip("/")
+        if self._embedded is not None and self._embedded[1]:  # the token came from the service file
+            self.token = token
+
+    def _follow_running_embedded(self) -> bool:
+        """Point at the embedded service that runs now in the data dir (it may
+        have been started again elsewhere, on another port); False when none
+        answers. Starts nothing."""
+        from .service.embedded import data_dir_of, is_alive, read_service_file
+
+        assert self._embedded is not None
+        info = read_service_file(data_dir_of(self._embedded[0]))
+        if not info or info["url"].rstrip("/") == self.url or not is_alive(info["url"], info["token"]):
+            return False
+        self._use_embedded(info["url"], info["token"])
+        return True
+
+    def _unreachable(self, error: BaseException) -> BaseException:
+        """``error`` as one that names the URL it tried; others as they are."""
+        reason = getattr(error, "reason", error)
+        if isinstance(reason, ConnectionRefusedError):
+            return ConnectionRefusedError(errno.ECONNREFUSED, f"Connection refused: nothing answers at {self.url}")
+        if isinstance(reason, socket.gaierror):
+            return ConnectionError(f"{self.url}: no such host ({reason.strerror or reason})")
+        return error
 
     def _request(self, method: str, path: str, body: Any = None, *, raw: bytes | None = None,
                  params: dict[str, Any] | None = None, binary: bool = False) -> Any:
@@ -498,8 +585,9 @@ class Client:
     def leaderboard(self) -> list[dict[str, Any]]:
         return self.request("GET", "/leaderboard")
 
-    def whoami(self) -> dict[str, Any]:
-        return self.request("GET", "/whoami")
+    def whoami(self, *, start: bool = True) -> dict[str, Any]:
+        """Who the token is; ``start=False``: never start the embedded service (``request``)."""
+        return self.request("GET", "/whoami", start=start)
 
     def add_user(self, name: str, *, admin: bool = False) -> dict[str, Any]:
         """Admins only: a new user; its ``token`` is shown only here."""
@@ -558,7 +646,14 @@ class Client:
         states, plus every ``decision`` of the scheduler (other users
         anonymised, as in ``scheduler()``); see EventStream. ``timeout``:
         the most seconds to wait for the stream to open; ``passive``: a
-        stream that only listens, which keeps no idle service running."""
+        stream that only listens, which keeps no idle service running.
+        It never starts the embedded service; where that was started again
+        on another port, it follows it there."""
+        try:
+            return EventStream(self, timeout, passive=passive)
+        except ConnectionRefusedError:
+            if self._embedded is None or not self._follow_running_embedded():
+                raise
         return EventStream(self, timeout, passive=passive)
 
 
@@ -724,6 +819,10 @@ class Task:
         made = _Sent()  # every upload this feed creates, a table's columns too
         try:
             X, y = tabular.feed_parts(X, y, self._schema_info(), self.client._encoder(made))
+            if y is None:  # the service would refuse it too, in terms of its wire format
+                raise DataError("y", "nothing", f"labels, one per example of X: task.feed(X, y) (in a notebook: "
+                                f"%easeml feed {self.name} X y); only a table task takes them from X, as its "
+                                f"target column, and an image folder from its subfolders")
             body = {"X": self.client._encoder(made)(X), "y": self.client._encoder(made, "y")(y)}
             if mode is not None:
                 body["mode"] = mode

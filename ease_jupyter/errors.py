@@ -15,12 +15,16 @@ class ProgramSyntaxError(EaseMLError, ValueError):
     """A malformed ease.ml program (pvldb Fig. 3).
 
     ``line`` and ``column`` are 1-based; ``found`` is the offending text and
-    ``expected`` describes what the grammar allows there.
+    ``expected`` describes what the grammar allows there. ``message`` is the
+    bare sentence; ``of`` names what the line counts in, where that is not
+    the program itself (``"the cell"``: a ``%%easeml task`` cell).
     """
 
-    def __init__(self, message: str, *, line: int, column: int, found: str, expected: str):
-        self.line, self.column, self.found, self.expected = line, column, found, expected
-        super().__init__(f"line {line}, column {column}: {message} (found {found!r}, expected {expected})")
+    def __init__(self, message: str, *, line: int, column: int, found: str, expected: str, of: str | None = None):
+        self.message, self.line, self.column, self.found, self.expected = message, line, column, found, expected
+        self.of = of
+        where = f"line {line}, column {column}" + (f" of {of}" if of else "")
+        super().__init__(f"{where}: {message} (found {found!r}, expected {expected})")
 
 
 class DataError(EaseMLError, ValueError):

@@ -1,7 +1,9 @@
 """IPython magics: ``%load_ext ease_jupyter``, then ``%easeml ...``.
 
-Thin over ``Client``: the line is parsed by IPython's ``magic_arguments`` and
-routed to one function per subcommand in ``commands.py``.
+Thin over ``Client``: the line is parsed by IPython's ``magic_arguments``
+parser (intermixed: options may come before, between or after the command's
+words) and routed to one function per subcommand in ``commands.py``.
+``%easeml``, ``--help`` and ``COMMAND --help`` print help (``usage.py``).
 """
 
 from __future__ import annotations
@@ -9,11 +11,13 @@ from __future__ import annotations
 from typing import Any
 
 from IPython.core.magic import Magics, line_cell_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import argument, magic_arguments
+from IPython.utils.process import arg_split
 
 from .commands import ROUTER, Session
 from .display import Result
 from .errors import shorten
+from .usage import help_text, wants_help
 
 __all__ = ["EaseMLMagics", "Result", "load_ipython_extension"]
 
@@ -27,11 +31,12 @@ class EaseMLMagics(Magics):
     @magic_arguments()
     @argument("command", choices=sorted(ROUTER), help="what to do (see above)")
     @argument("name", nargs="?", help="task name (for connect: the service URL)")
-    @argument("values", nargs="*", help="notebook variables: X y for feed, X for infer")
+    @argument("values", nargs="*", default=[], help="notebook variables: X y for feed, X for infer")
     @argument("--input", help="input shape for a new task, e.g. 4 or 64,64,3")
     @argument("--output", help="output shape for a new task, e.g. 3")
     @argument("--program", help="an ease.ml program for a new task")
-    @argument("--from", dest="like", help="task: a DataFrame variable (or CSV/Parquet path) to infer a table task from")
+    @argument("--from", dest="like", metavar="DF_OR_PATH",
+              help="task: a DataFrame variable (or CSV/Parquet path) to infer a table task from")
     @argument("--target", help="task --from: the target column")
     @argument("--token", help="connect: the token (default $EASEML_TOKEN)")
     @argument("--keep", help="refine: ids to turn on, as 1,2,3 or a variable")
@@ -50,7 +55,8 @@ class EaseMLMagics(Magics):
     def easeml(self, line: str, cell: str | None = None) -> Result:
         """Declarative model selection on the shared ease.ml service.
 
-        %easeml connect [URL] [--token T]   connect (no URL: the embedded service)
+        %easeml connect [URL] [--token T]   connect; Client() follows it (no URL: $EASEML_URL,
+                                            else the embedded service)
         %easeml task NAME --input 4 --output 3   create or open a task
         %easeml task NAME --program "input: [4] output: [3]"
         %%easeml task NAME                  the cell body is the ease.ml program
@@ -76,11 +82,22 @@ class EaseMLMagics(Magics):
         Each returns a Result: shown as a table, with the raw answer in `.data`;
         status, refine (no ids) and provenance show a live widget (`.widget`).
 
+        Options may come anywhere on the line (`%easeml status --timeout 60
+        iris`). `%easeml --help` lists the commands, `%easeml COMMAND --help`
+        shows one command's options.
+
         An error shows as one line (and a hint where one is known); the cell
         still fails. `%easeml --debug ...` shows the full traceback, and
         `_easeml_error.error` holds that of the last failed line.
         """
-        args = unquote(parse_argstring(self.easeml, line))
+        parser = self.easeml.parser
+        words = arg_split(line)
+        if wants_help(words):
+            print(help_text(parser, words))
+            return None
+        # intermixed: `status --timeout 5 iris` as `status iris --timeout 5` (plain parsing ends the
+        # positionals at the first option and refuses the words after it)
+        args = unquote(parser.parse_intermixed_args(words))
         user_ns = self.shell.user_ns if self.shell is not None else {}
         try:
             if cell is not None and args.command != "task":
@@ -89,9 +106,9 @@ class EaseMLMagics(Magics):
                 return ROUTER["task"](self.session, args, user_ns, cell)
             return ROUTER[args.command](self.session, args, user_ns)
         except Exception as error:
-            user_ns["_easeml_error"] = Result.failed(error)
+            user_ns["_easeml_error"] = Result.failed(error, args.command)
             if not args.debug:
-                shorten(error)
+                shorten(error, args.command)
             raise
 
 
@@ -132,7 +149,10 @@ def unquote(args: Any) -> Any:
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    ipython.register_magics(EaseMLMagics)
+    from .. import client
     from .notifications import register  # notifications as a line under the next cell's output
 
-    register(ipython, ipython.magics_manager.registry["EaseMLMagics"].session)
+    ipython.register_magics(EaseMLMagics)
+    session = ipython.magics_manager.registry["EaseMLMagics"].session
+    client.kernel_default = session.default_in(ipython)  # Client() in the notebook follows `%easeml connect URL`
+    register(ipython, session)

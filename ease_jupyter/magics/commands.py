@@ -14,19 +14,53 @@ from typing import Any, Callable
 import numpy as np
 
 from ..client import Client, NoModelError, Task
-from ..errors import DataError, NotFoundError
+from ..errors import DataError, NotFoundError, ProgramSyntaxError
 from ..jobspec import describe_job
 from .display import Result
 
+SHOWN_ROWS = 20  # predictions shown by `infer` (all of them are in .data)
+
 
 class Session:
+    """The kernel's connection. ``%easeml connect URL`` also makes that URL
+    (and its token) the kernel's default: a ``Client()`` made in the notebook
+    with no URL connects there too (``default``, which ``client.py`` asks
+    through ``kernel_default``). ``%easeml connect`` with no URL goes back to
+    the kernel's own default: ``$EASEML_URL``, else the embedded service."""
+
     def __init__(self) -> None:
         self.client: Client | None = None
+        self.default: tuple[str, str] | None = None  # (url, token) of the last `connect URL`
 
     def get(self) -> Client:
         if self.client is None:
             self.client = Client()
         return self.client
+
+    def connect(self, url: str | None, token: str | None) -> tuple[Client, dict[str, Any]]:
+        """A client of ``url`` (None: the kernel's own default) that answered,
+        now the session's and the kernel's default; (client, whoami)."""
+        previous, self.default = self.default, None  # no URL: not the last `connect URL`'s service
+        try:
+            client = Client(url, token)
+            me = client.whoami()  # first: a connection that fails leaves the working one in place
+        except BaseException:
+            self.default = previous
+            raise
+        self.client = client
+        self.default = (client.url, client.token) if url is not None else None
+        return client, me
+
+    def default_in(self, shell: Any) -> Callable[[], tuple[str, str] | None]:
+        """``client.kernel_default`` for ``shell``: this session's default
+        while ``shell`` is the running IPython shell, so that it never
+        outlives its shell (a test's, say) in the process."""
+        def default() -> tuple[str, str] | None:
+            from IPython import get_ipython
+
+            return self.default if get_ipython() is shell else None
+
+        return default
 
 
 def _need(args: Any, what: str = "NAME") -> str:
@@ -118,21 +152,28 @@ def _version(task: Task, v: dict) -> Result:
 def connect(session: Session, args: Any, user_ns: dict) -> Result:
     if args.name is not None:
         _name_only(args, "URL")
-    client = Client(args.name, args.token)
-    me = client.whoami()  # first: a connection that fails leaves the working one in place
-    session.client = client
+    client, me = session.connect(args.name, args.token)
     return Result(f"connected to {client.url} as {me['name']}", me)
 
 
 def task(session: Session, args: Any, user_ns: dict, cell: str | None = None) -> Result:
     name = _name_only(args)
-    program = cell.strip() if cell and cell.strip() else args.program
+    in_cell = bool(cell and cell.strip())
+    # only the end trimmed: the lines of the program stay those of the cell (the parser skips blank lines)
+    program = cell.rstrip() if in_cell else args.program
     like = getattr(args, "like", None)
     if like is not None:  # a table task whose schema comes from a DataFrame (or a CSV/Parquet path)
         t = session.get().task(name, like=_table_source(user_ns, like), target=getattr(args, "target", None))
     else:
-        t = session.get().task(name, input=_shape(args.input, "--input"), output=_shape(args.output, "--output"),
-                               program=program)
+        try:
+            t = session.get().task(name, input=_shape(args.input, "--input"), output=_shape(args.output, "--output"),
+                                   program=program)
+        except ProgramSyntaxError as error:
+            if not in_cell:
+                raise
+            # counted as she sees the cell: its first line is `%%easeml task NAME`
+            raise ProgramSyntaxError(error.message, line=error.line + 1, column=error.column, found=error.found,
+                                     expected=error.expected, of="the cell") from error
     user_ns.setdefault("_easeml_tasks", {})[name] = t
     return Result(f"task {name}", t.info, [{"name": t.name, "program": t.program}])
 
@@ -216,8 +257,9 @@ def infer(session: Session, args: Any, user_ns: dict) -> Result:
     if len(args.values) != 1:
         raise ValueError("%easeml infer NAME X: expected one variable name")
     pred = session.get().task(name).infer(_value(user_ns, args.values[0], "X"))
-    shown = [{"row": i, "prediction": p} for i, p in enumerate(pred.tolist()[:20])]
-    return Result(f"{name}: {len(pred)} prediction(s)", pred, shown)
+    shown = [{"row": i, "prediction": p} for i, p in enumerate(pred.tolist()[:SHOWN_ROWS])]
+    cut = f", showing the first {SHOWN_ROWS} (all of them in .data)" if len(pred) > SHOWN_ROWS else ""
+    return Result(f"{name}: {len(pred)} prediction(s){cut}", pred, shown)
 
 
 def provenance(session: Session, args: Any, user_ns: dict) -> Result:
@@ -247,13 +289,19 @@ def cancel(session: Session, args: Any, user_ns: dict) -> Result:
     return Result(f"task {args.name} cancelled", info)
 
 
-def delete(session: Session, args: Any, user_ns: dict, ask: Callable[[str], str] = input) -> Result:
+def delete(session: Session, args: Any, user_ns: dict, ask: Callable[[str], str] | None = None) -> Result:
     """Delete a task for good, after asking (``--yes`` skips the question)."""
     name = _name_only(args)
     t = session.get().task(name)  # a task that does not exist is a NotFoundError before any question
     if not getattr(args, "yes", False):
-        answer = ask(f"Delete task {name!r} with all its dataset versions, models and stored data? "
-                     f"This cannot be undone. Type the task name to confirm: ")
+        try:
+            # `input` as it is now: a kernel puts its own there (one that asks the front end)
+            answer = (ask or input)(f"Delete task {name!r} with all its dataset versions, models and stored data? "
+                         f"This cannot be undone. Type the task name to confirm: ")
+        except (NotImplementedError, EOFError):  # IPython's StdinNotImplementedError: a front end without input
+            raise ValueError(f"%easeml delete {name}: cannot ask for a confirmation here (no input: a notebook "
+                             f"run headless, e.g. by nbclient or papermill); to delete without asking: "
+                             f"%easeml delete {name} --yes") from None
         if answer.strip() != name:
             return Result(f"task {name} not deleted (the answer was not {name!r})", {"deleted": False, "name": name})
     out = t.delete()

@@ -50,9 +50,9 @@ class Result:
         self.columns = list(columns) if columns else list(dict.fromkeys(k for r in self.rows for k in r))
 
     @classmethod
-    def failed(cls, error: BaseException) -> "Result":
+    def failed(cls, error: BaseException, command: str | None = None) -> "Result":
         """What a failed line leaves in the notebook as ``_easeml_error``."""
-        return cls(one_line(error), None, [], error=error)
+        return cls(one_line(error, command), None, [], error=error)
 
     @property
     def widget(self) -> Any:

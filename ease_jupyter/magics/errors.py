@@ -72,13 +72,20 @@ _NO_TASK = re.compile(r"task '([^']*)': user '[^']*' has no task by that name")
 _NO_MODEL = re.compile(r"task '([^']*)' has no trained model yet")
 
 
-def hint(error: BaseException) -> str | None:
-    """A next step for the errors where one is known, else None."""
+# Commands for which a task that does not exist needs no next step: there is nothing to undo.
+_NOTHING_TO_DECLARE = ("delete", "cancel")
+
+
+def hint(error: BaseException, command: str | None = None) -> str | None:
+    """A next step for the errors where one is known, else None; ``command``
+    is the ``%easeml`` subcommand that failed, where known."""
     if isinstance(error, DataError) and error.field.split("[")[0] in ("X", "y"):
         return _reshape_hint(error)
     if isinstance(error, AlreadyExistsError):
         return None  # the service's message says how to open or replace the task
     if isinstance(error, NotFoundError) and (found := _NO_TASK.search(str(error))):
+        if command in _NOTHING_TO_DECLARE:
+            return None  # the message says there is no such task; declaring one to delete it is no step
         return f"declare it first: %easeml task {found.group(1)} --input SHAPE --output SHAPE (or --program ...)"
     if isinstance(error, NotFoundError) and (found := _NO_MODEL.search(str(error))):
         return f"feed it, then wait for a model: %easeml status {found.group(1)} --timeout 120"
@@ -90,11 +97,11 @@ def hint(error: BaseException) -> str | None:
     return None
 
 
-def one_line(error: BaseException) -> str:
+def one_line(error: BaseException, command: str | None = None) -> str:
     """``DataError: X: found ..., expected ...`` and, on a second line, the hint."""
     message = " ".join(str(error).split()) or type(error).__name__
     text = f"{type(error).__name__}: {message}"
-    tip = hint(error)
+    tip = hint(error, command)
     return text + (f"\n  hint: {tip}" if tip else "")
 
 
@@ -102,12 +109,12 @@ def full_traceback(error: BaseException) -> str:
     return "".join(traceback.format_exception(type(error), error, error.__traceback__))
 
 
-def shorten(error: BaseException) -> bool:
+def shorten(error: BaseException, command: str | None = None) -> bool:
     """Make ``error`` render as ``one_line`` in IPython (it keeps its class
     and its traceback); False for errors that keep the full traceback."""
     if not isinstance(error, SHORT):
         return False
-    lines = one_line(error).splitlines()
+    lines = one_line(error, command).splitlines()
     error._render_traceback_ = lambda: lines  # type: ignore[attr-defined]  # IPython's hook, per instance
     return True
 

@@ -42,14 +42,20 @@ class NotificationFeed:
     Only her own: an admin's stream carries everyone's, which her notebook
     (and the .ipynb it is saved to) must not show."""
 
-    def __init__(self, client: Any, on_notification: Callable[[dict[str, Any]], None] | None = None):
+    def __init__(self, client: Any, on_notification: Callable[[dict[str, Any]], None] | None = None, *,
+                 user_id: int | None = None, timeout: float = 30.0):
+        """``user_id``: the client's user's id where it is known already;
+        ``timeout``: the most seconds to wait for the stream to open. Raises
+        when the service cannot be reached; never starts a stopped embedded
+        service (listening must not bring back one that stopped when idle or
+        by ``easeml stop``)."""
         self.client = client
         self._on = on_notification
         self._kept: deque[dict[str, Any]] = deque(maxlen=100)  # a long cell keeps the latest 100
         self._lock = threading.Lock()
-        self.user_id: int = client.whoami()["id"]  # raises when the service cannot be reached
-        # passive: listening keeps no idle (embedded) service from stopping; raises when it cannot be reached
-        self._stream = client.events(passive=True)
+        self.user_id: int = user_id if user_id is not None else client.whoami(start=False)["id"]
+        # passive: listening keeps no idle (embedded) service from stopping
+        self._stream = client.events(timeout, passive=True)
         self._thread = threading.Thread(target=self._read, name="easeml-notifications", daemon=True)
         self._thread.start()
 
@@ -78,15 +84,23 @@ class NotificationFeed:
         self._stream.close()
 
 
+# The most seconds the hook waits for a stream to open after a cell: it runs
+# after every cell, and a cell must not hang on a service that does not answer.
+HOOK_OPEN_SECONDS = 3.0
+
+
 class CellNotices:
     """IPython ``post_run_cell`` callback: print the notifications that came
     since the last cell, under this cell's output. Follows the client of
     ``session`` (``%easeml connect``), and opens a new stream when the old one
-    ended (the service restarted)."""
+    ended, only to a service that is up: it never starts the embedded
+    service (which stopped when idle, or by ``easeml stop``); the next
+    ``%easeml`` line that needs it does."""
 
     def __init__(self, session: Any):
         self.session = session
         self.feed: NotificationFeed | None = None
+        self._user: tuple[Any, int] | None = None  # (client, its user's id): asked once per client
 
     def __call__(self, result: Any = None) -> None:  # noqa: ARG002 - IPython passes the ExecutionResult
         client = getattr(self.session, "client", None)
@@ -101,7 +115,9 @@ class CellNotices:
         if feed is not None:
             feed.close()
         try:
-            self.feed = NotificationFeed(client)
+            user_id = self._user[1] if self._user is not None and self._user[0] is client else None
+            self.feed = NotificationFeed(client, user_id=user_id, timeout=HOOK_OPEN_SECONDS)
+            self._user = (client, self.feed.user_id)
         except Exception as error:  # noqa: BLE001 - a cell must never fail for want of notifications
             self.feed = None
             log.debug("no notification stream: %s", error)
