@@ -13,7 +13,8 @@ a status the sidebar can show:
 ``GET /easeml/notifications?after=N`` relays the user's notifications
 (``service/notify.py``) for the extension's toasts: a ``NotificationRelay``
 reads them from the service's event stream on a background thread, so the
-front end only polls its own server.
+front end only polls its own server. The relay never starts the embedded
+service; the other routes, which answer the user's sidebar, may.
 """
 
 from __future__ import annotations
@@ -39,8 +40,10 @@ class ServiceConnection:
 
     ``url``/``token``/``data_dir`` of ``None`` fall back to what ``Client()``
     does (``EASEML_URL``/``EASEML_TOKEN``, then the embedded service). When a
-    call cannot reach the service, the client is dropped and made once more,
-    which restarts an embedded service that went away.
+    call the user made cannot reach the service, the client is dropped and
+    made once more, which restarts an embedded service that went away.
+    ``start=False`` (what runs on its own, like the notification relay)
+    never starts the embedded service: it only follows one that runs.
     """
 
     def __init__(self, url: str | None = None, token: str | None = None, data_dir: str | None = None):
@@ -52,16 +55,40 @@ class ServiceConnection:
     def where(self) -> str:
         return self.last_url or os.environ.get("EASEML_URL") or "the embedded ease.ml service"
 
-    def client(self) -> Any:
+    def client(self, *, start: bool = True) -> Any:
         with self._lock:
             if self._client is None:
                 from ..client import Client
 
+                if not start and not self._nothing_to_start():
+                    raise ServiceUnavailable(f"{self.where()} does not run")
                 self._client = Client(self.url, self.token, data_dir=self.data_dir, timeout=30.0)
                 self.last_url = self._client.url
             return self._client
 
-    def call(self, fn: Callable[[Any], Any]) -> Any:
+    def _nothing_to_start(self) -> bool:
+        """Whether ``Client()`` would start nothing now: a URL is configured,
+        or the embedded service of the data dir answers (``Client()`` then
+        attaches to it)."""
+        from ..client import URL_ENV, _setting
+        from ..service.embedded import data_dir_of, is_alive, read_service_file
+
+        if self.url or _setting(URL_ENV):
+            return True
+        info = read_service_file(data_dir_of(self.data_dir))
+        return bool(info) and is_alive(info["url"], info["token"])
+
+    def call(self, fn: Callable[[Any], Any], *, start: bool = True) -> Any:
+        """``fn(client)``. ``start=False``: ``fn`` must pass ``start=False`` on
+        (or use ``events``) too; a failure then is not retried with a new
+        ``Client()``, which would start the embedded service again."""
+        if not start:
+            try:
+                return fn(self.client(start=False))
+            except (urllib.error.URLError, ConnectionError) as error:
+                if isinstance(error, urllib.error.HTTPError):
+                    raise
+                raise ServiceUnavailable(str(getattr(error, "reason", error))) from error
         try:
             return fn(self.client())
         except (urllib.error.URLError, ConnectionError) as error:
@@ -204,7 +231,12 @@ class NotificationRelay:
     """The user's notifications, read from the service's event stream on a
     daemon thread (opened on the first poll, opened again when it ends) and
     kept, numbered, for the front end to poll (``since``). Only her own
-    (``owner_id`` is her id): an admin's stream carries everyone's."""
+    (``owner_id`` is her id): an admin's stream carries everyone's.
+
+    It runs on its own, so it never starts the embedded service (which
+    stopped when idle, or by ``easeml stop``): it listens only while one
+    runs, started by her own sidebar request or elsewhere, and its stream is
+    passive, so listening keeps no idle service up."""
 
     KEEP = 200  # the latest notifications kept for polls
     RETRY_SECONDS = 5.0  # wait before reopening a stream that ended or could not open
@@ -231,9 +263,9 @@ class NotificationRelay:
         while not self._stopped.is_set():
             try:
                 # whose stream it is, asked each time: the client may have been made again
-                user_id = self.service.call(lambda client: client.whoami())["id"]
-                stream = self.service.call(lambda client: client.events())
-            except Exception:  # noqa: BLE001 - no service yet: the sidebar says why; try again
+                user_id = self.service.call(lambda client: client.whoami(start=False), start=False)["id"]
+                stream = self.service.call(lambda client: client.events(passive=True), start=False)
+            except Exception:  # noqa: BLE001 - none runs now (or none answers): look again later
                 self._stopped.wait(self.RETRY_SECONDS)
                 continue
             self.connected.set()
