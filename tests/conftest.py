@@ -43,3 +43,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     skip = pytest.mark.skip(reason="needs a CUDA GPU: torch.cuda.is_available() is False on this machine")
     for item in gpu_items:
         item.add_marker(skip)
+
+
+@pytest.fixture
+def embedded_data_dir(tmp_path, monkeypatch):
+    """A data dir of the test's own for the embedded service, with no
+    service URL or token from the environment; its service is stopped after."""
+    from ease_jupyter.service import embedded
+
+    for name in ("EASEML_URL", "EASEML_TOKEN", "KERNEL_EASEML_URL", "KERNEL_EASEML_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("EASEML_DATA_DIR", str(tmp_path / "data"))
+    yield tmp_path / "data"
+    embedded.stop(tmp_path / "data", timeout=10)

@@ -22,16 +22,7 @@ from service.conftest import start, until  # tests/ is on sys.path
 PLAIN_CELL_SECONDS = 2.0  # starting the service takes several seconds; a plain cell, milliseconds
 
 
-@pytest.fixture
-def data(tmp_path, monkeypatch):
-    for name in ("EASEML_URL", "EASEML_TOKEN", "KERNEL_EASEML_URL", "KERNEL_EASEML_TOKEN"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("EASEML_DATA_DIR", str(tmp_path / "data"))
-    yield tmp_path / "data"
-    embedded.stop(tmp_path / "data", timeout=10)
-
-
-def test_plain_cells_after_the_embedded_service_stopped_when_idle_start_nothing(data, monkeypatch):
+def test_plain_cells_after_the_embedded_service_stopped_when_idle_start_nothing(embedded_data_dir, monkeypatch):
     monkeypatch.setenv(embedded.IDLE_ENV, "2")  # the service the first magic starts stops after 2 idle seconds
     shell = InteractiveShell.instance()
     notices = None
@@ -41,15 +32,15 @@ def test_plain_cells_after_the_embedded_service_stopped_when_idle_start_nothing(
         assert shell.run_cell("%easeml task t --input 4 --output 3").success
         notices = shell._easeml_notices
         assert notices.feed is not None and notices.feed.alive  # listening (passively) since that cell
-        pid = embedded.read_service_file(data)["pid"]
+        pid = embedded.read_service_file(embedded_data_dir)["pid"]
         # listening does not keep it up
-        assert until(lambda: embedded.running(data) is None, 60, every=0.2), "still running"
+        assert until(lambda: embedded.running(embedded_data_dir) is None, 60, every=0.2), "still running"
         started = time.monotonic()
         for code in ("x = 1 + 1", "y = x * 2"):
             assert shell.run_cell(code).success
         assert time.monotonic() - started < PLAIN_CELL_SECONDS
-        assert embedded.running(data) is None and notices.feed is None  # nothing started, nothing listens
-        assert embedded.read_service_file(data)["pid"] == pid
+        assert embedded.running(embedded_data_dir) is None and notices.feed is None  # nothing started, nothing listens
+        assert embedded.read_service_file(embedded_data_dir)["pid"] == pid
     finally:
         if notices is not None:
             notices.close()

@@ -15,27 +15,10 @@ from click.testing import CliRunner
 from ease_jupyter.cli import main
 from ease_jupyter.lab.handlers import NotificationRelay, ServiceConnection
 from ease_jupyter.service import embedded
+from service.conftest import until  # tests/ is on sys.path
 
 RETRY = 0.3  # the relay's wait before it looks again (5 s in the server); short, so a start would show at once
 WATCH = 4.0  # seconds the tests watch for a start that must not come
-
-
-def until(predicate, timeout: float, every: float = 0.1) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(every)
-    return bool(predicate())
-
-
-@pytest.fixture
-def data(tmp_path, monkeypatch):
-    for name in ("EASEML_URL", "EASEML_TOKEN", "KERNEL_EASEML_URL", "KERNEL_EASEML_TOKEN"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("EASEML_DATA_DIR", str(tmp_path / "data"))
-    yield tmp_path / "data"
-    embedded.stop(tmp_path / "data", timeout=10)
 
 
 @pytest.fixture
@@ -54,7 +37,7 @@ def starts(monkeypatch):
 
 
 @pytest.fixture
-def relay(data, monkeypatch):
+def relay(embedded_data_dir, monkeypatch):
     monkeypatch.setattr(NotificationRelay, "RETRY_SECONDS", RETRY)
     made: list[NotificationRelay] = []
 
@@ -67,41 +50,44 @@ def relay(data, monkeypatch):
         one.stop()
 
 
-def test_the_first_poll_starts_no_service(data, starts, relay):
+def test_the_first_poll_starts_no_service(embedded_data_dir, starts, relay):
     notifications = relay(ServiceConnection())
     assert notifications.since(None) == {"notifications": [], "last": 0, "connected": False}
     time.sleep(WATCH)
-    assert starts == [] and embedded.running(data) is None
+    assert starts == [] and embedded.running(embedded_data_dir) is None
     assert notifications.since(None)["connected"] is False
 
 
-def test_the_relay_lets_the_embedded_service_stop_when_idle_and_starts_it_not_again(data, starts, relay, monkeypatch):
+def test_the_relay_lets_the_embedded_service_stop_when_idle_and_starts_it_not_again(embedded_data_dir, starts, relay,
+                                                                                      monkeypatch):
     monkeypatch.setenv(embedded.IDLE_ENV, "2")  # the service started below stops after 2 idle seconds
     service = ServiceConnection()
     service.call(lambda client: client.whoami())  # her sidebar's first request starts it
-    pid = embedded.read_service_file(data)["pid"]
+    pid = embedded.read_service_file(embedded_data_dir)["pid"]
     notifications = relay(service)
     notifications.start()
     assert notifications.connected.wait(30)
-    assert until(lambda: embedded.running(data) is None, 25), "listening kept the idle service up"
+    assert until(lambda: embedded.running(embedded_data_dir) is None, 25), "listening kept the idle service up"
     time.sleep(WATCH)
-    assert embedded.running(data) is None and len(starts) == 1
-    assert embedded.read_service_file(data)["pid"] == pid and not notifications.connected.is_set()
+    assert embedded.running(embedded_data_dir) is None and len(starts) == 1
+    assert embedded.read_service_file(embedded_data_dir)["pid"] == pid
+    assert not notifications.connected.is_set()
 
 
-def test_after_easeml_stop_the_relay_starts_nothing_and_follows_the_service_she_starts(data, starts, relay):
+def test_after_easeml_stop_the_relay_starts_nothing_and_follows_the_service_she_starts(embedded_data_dir, starts,
+                                                                                       relay):
     service = ServiceConnection()
     service.call(lambda client: client.whoami())  # starts it
     notifications = relay(service)
     notifications.start()
     assert notifications.connected.wait(30)
-    stopped = CliRunner().invoke(main, ["stop", "--data-dir", str(data)])
+    stopped = CliRunner().invoke(main, ["stop", "--data-dir", str(embedded_data_dir)])
     assert stopped.exit_code == 0 and "stopped the ease.ml service" in stopped.output, stopped.output
     assert until(lambda: not notifications.connected.is_set(), 10)
     time.sleep(WATCH)
-    assert len(starts) == 1 and embedded.running(data) is None  # stays stopped
+    assert len(starts) == 1 and embedded.running(embedded_data_dir) is None  # stays stopped
 
     user = service.call(lambda client: client.whoami())  # a click in her sidebar starts it again, as documented
-    assert len(starts) == 2 and embedded.running(data) is not None
+    assert len(starts) == 2 and embedded.running(embedded_data_dir) is not None
     assert until(notifications.connected.is_set, 15)  # the relay listens to that service, on its new port
     assert len(starts) == 2 and user["id"] == service.client().whoami(start=False)["id"]
