@@ -22,7 +22,8 @@ DONE_SECONDS = 240.0  # a small task tried in full, on a busy CI machine
 
 
 def relay_connected(lab) -> bool:
-    """The server extension reads the service's event stream now (its first poll opened it)."""
+    """The server extension reads the service's event stream now (its relay
+    follows the service once one runs; it starts none itself)."""
     with urllib.request.urlopen(f"{lab.url}easeml/notifications?token={lab.token}", timeout=30) as answer:
         return json.loads(answer.read())["connected"]
 
@@ -34,6 +35,7 @@ def page(context, lab):
     try:
         page.goto(f"{lab.url}lab?token={lab.token}")  # the shell, no document
         page.wait_for_selector("#jp-main-dock-panel", timeout=60_000)
+        Client(data_dir=lab.data_dir).whoami()  # her first request starts the embedded service
         deadline = time.monotonic() + 120
         while not relay_connected(lab):
             assert time.monotonic() < deadline, lab.log_tail()
