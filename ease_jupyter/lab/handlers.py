@@ -71,12 +71,9 @@ class ServiceConnection:
         or the embedded service of the data dir answers (``Client()`` then
         attaches to it)."""
         from ..client import URL_ENV, _setting
-        from ..service.embedded import data_dir_of, is_alive, read_service_file
+        from ..service.embedded import answering
 
-        if self.url or _setting(URL_ENV):
-            return True
-        info = read_service_file(data_dir_of(self.data_dir))
-        return bool(info) and is_alive(info["url"], info["token"])
+        return bool(self.url or _setting(URL_ENV)) or answering(self.data_dir) is not None
 
     def call(self, fn: Callable[[Any], Any], *, start: bool = True) -> Any:
         """``fn(client)``. ``start=False``: ``fn`` must pass ``start=False`` on

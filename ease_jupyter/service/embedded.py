@@ -80,6 +80,11 @@ def _attached(info: dict | None) -> Embedded | None:
     return None
 
 
+def answering(data_dir: str | os.PathLike[str] | None = None) -> Embedded | None:
+    """The embedded service of ``data_dir`` if one answers now, else None; starts nothing."""
+    return _attached(read_service_file(data_dir_of(data_dir)))
+
+
 def start_embedded(data_dir: str | os.PathLike[str] | None = None, *, timeout: float = 60.0) -> Embedded:
     """The embedded service of ``data_dir``: the running one, else one started
     now (``started`` says which; ``easeml lab`` stops only one it started)."""
