@@ -373,15 +373,33 @@ def load_first(store: Store, blobs: BlobStore, version: DatasetVersion, rows: in
     return _load(store, blobs, version, enough=rows)
 
 
-def load_span(store: Store, blobs: BlobStore, version: DatasetVersion, start: int, stop: int) -> LoadedData:
+def load_span(store: Store, blobs: BlobStore, version: DatasetVersion, start: int, stop: int, *,
+              max_bytes: int | None = None) -> LoadedData:
     """Like :func:`load`, of the active examples at positions ``start`` to
     ``stop`` (in example-id order) only, read from the feed chunks that hold
-    them: a page of a large version costs that page's chunks."""
-    return _load(store, blobs, version, span=slice(start, stop))
+    them: a page of a large version costs that page's chunks. With
+    ``max_bytes``, the chunks are read in order only until the rows in hand
+    hold that many bytes (:func:`row_bytes`); the caller cuts the page."""
+    return _load(store, blobs, version, span=slice(start, stop), max_bytes=max_bytes)
+
+
+RECORD_ROW_BYTES = 1024  # what an example whose input is not an array counts as (a list of records)
+
+
+def row_bytes(data: LoadedData) -> int:
+    """The bytes of one example of ``data``: its input arrays, label and id
+    (an estimate, ``RECORD_ROW_BYTES``, for an input of records)."""
+    return _bytes(data.X, data.y, data.example_ids) // max(len(data.example_ids), 1)
+
+
+def _bytes(X: Any, y: np.ndarray, example_ids: np.ndarray) -> int:
+    parts = [X] if isinstance(X, np.ndarray) else list(X) if isinstance(X, tuple) else []
+    x_bytes = sum(a.nbytes for a in parts) if parts else RECORD_ROW_BYTES * len(example_ids)
+    return x_bytes + y.nbytes + example_ids.nbytes
 
 
 def _load(store: Store, blobs: BlobStore, version: DatasetVersion, *, enough: int | None = None,
-          span: slice | None = None) -> LoadedData:
+          span: slice | None = None, max_bytes: int | None = None) -> LoadedData:
     task = store.get_task(version.task_id)
     members = _members(blobs, version, task)
     wanted = members if span is None else members[span]
@@ -389,8 +407,9 @@ def _load(store: Store, blobs: BlobStore, version: DatasetVersion, *, enough: in
     ys: list[np.ndarray] = []
     keys: list[np.ndarray] = []
     ids_read: list[np.ndarray] = []
+    rows_read = bytes_read = 0
     for chunk in store.list_chunks(version.task_id, up_to_version=version.id):
-        if enough is not None and sum(map(len, ys)) >= enough:
+        if (enough is not None and rows_read >= enough) or (max_bytes is not None and bytes_read >= max_bytes):
             break
         if wanted.size == 0 or chunk.first_example_id > wanted[-1]:
             break
@@ -404,6 +423,8 @@ def _load(store: Store, blobs: BlobStore, version: DatasetVersion, *, enough: in
         ys.append(chunk_y[rows])
         keys.append(split_keys(_chunk_digests(task, chunk, chunk_X, chunk_y)[0][rows]))
         ids_read.append(ids[rows])
+        rows_read += rows.size
+        bytes_read += _bytes(xs[-1], ys[-1], ids_read[-1])
     X = _concat(xs)
     if isinstance(X, list):
         # JSON gave back plain lists and string keys; the checker restores the

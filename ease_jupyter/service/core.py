@@ -105,15 +105,6 @@ def _rows(data: datasets.LoadedData, page: slice) -> datasets.LoadedData:
                    split_keys=None if data.split_keys is None else data.split_keys[page])
 
 
-def _row_bytes(data: datasets.LoadedData) -> int:
-    """The bytes of one example's arrays (a list of records: an estimate)."""
-    X = data.X
-    parts = [X] if isinstance(X, np.ndarray) else list(X) if isinstance(X, tuple) else []
-    n = max(len(data.example_ids), 1)
-    x_bytes = sum(a.nbytes for a in parts) // n if parts else RECORD_ROW_BYTES
-    return x_bytes + data.y.itemsize + data.example_ids.itemsize
-
-
 def _program_text(body: dict[str, Any]) -> str | None:
     program, inp, out = body.get("program"), body.get("input"), body.get("output")
     if program is not None and (inp is not None or out is not None):
@@ -132,7 +123,6 @@ def _program_text(body: dict[str, Any]) -> str | None:
 
 MODEL_CALL_SECONDS = 600.0  # the longest a request waits for a model run where the jobs run
 EXAMPLES_PAGE_BYTES = 8 * 1024 * 1024  # the arrays of one GET /examples page, before base64
-RECORD_ROW_BYTES = 1024  # what a page counts per example whose input is not an array
 CONTROL_CHARACTER = re.compile(CONTROL_CHARACTERS)
 
 
@@ -501,14 +491,12 @@ class Service:
     def _page(self, version: DatasetVersion, start: int, stop: int) -> datasets.LoadedData:
         """The examples at positions ``start`` to at most ``stop`` that fit in
         ``EXAMPLES_PAGE_BYTES`` (at least one), read from the chunks that hold
-        them: the first row's size bounds how many are read, and the page is
-        cut again at its own rows' size."""
+        them, each once: the chunks are read until their rows fill a page, and
+        the page is cut at its rows' size."""
         if start == stop:  # an empty page, shaped as the version's rows
             return _rows(datasets.load_span(self.store, self.blobs, version, 0, 1), slice(0, 0))
-        first = datasets.load_span(self.store, self.blobs, version, start, start + 1)
-        rows = max(1, EXAMPLES_PAGE_BYTES // max(_row_bytes(first), 1))
-        data = datasets.load_span(self.store, self.blobs, version, start, min(stop, start + rows))
-        return _rows(data, slice(0, max(1, EXAMPLES_PAGE_BYTES // max(_row_bytes(data), 1))))
+        data = datasets.load_span(self.store, self.blobs, version, start, stop, max_bytes=EXAMPLES_PAGE_BYTES)
+        return _rows(data, slice(0, max(1, EXAMPLES_PAGE_BYTES // max(datasets.row_bytes(data), 1))))
 
     # ------------------------------------------------------------ results
     def jobs(self, caller: User, name: str) -> list[dict[str, Any]]:

@@ -160,6 +160,26 @@ def test_a_page_of_examples_reads_only_the_feeds_that_hold_it(svc, monkeypatch):
     assert broken.status >= 500 and "examples 20 to 29" in json.dumps(broken.body), broken.body
 
 
+def test_a_page_of_examples_reads_each_feed_chunk_once(svc, monkeypatch):
+    """A page's chunks are read once each, the one at its offset included
+    (a page is not sized by reading its first row on its own first)."""
+    from collections import Counter
+
+    from ease_jupyter.service import core
+
+    rng = np.random.default_rng(2)
+    task = svc.client("alice").task("once", input=[4], output=[3])
+    for _ in range(3):
+        task.feed(rng.normal(size=(10, 4)).astype("float32"), rng.integers(0, 3, 10), mode="append")
+    blobs = svc.service.blobs
+    reads, get = Counter(), blobs.get_referenced
+    monkeypatch.setattr(blobs, "get_referenced", lambda digest, what: (reads.update([digest]), get(digest, what))[1])
+    monkeypatch.setattr(core, "EXAMPLES_PAGE_BYTES", 15 * (16 + 8 + 8))  # 15 rows a page
+    page = svc.call("GET", "/tasks/once/examples?offset=5", "alice").body
+    assert (page["offset"], page["next_offset"]) == (5, 20)
+    assert reads and max(reads.values()) == 1, reads
+
+
 def test_health_answers_while_every_read_thread_is_busy(svc):
     import threading
 
