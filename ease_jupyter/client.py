@@ -407,13 +407,13 @@ class Client:
         """Point at the embedded service that runs now in the data dir (it may
         have been started again elsewhere, on another port); False when none
         answers. Starts nothing."""
-        from .service.embedded import data_dir_of, is_alive, read_service_file
+        from .service.embedded import answering
 
         assert self._embedded is not None
-        info = read_service_file(data_dir_of(self._embedded[0]))
-        if not info or info["url"].rstrip("/") == self.url or not is_alive(info["url"], info["token"]):
+        found = answering(self._embedded[0], other_than=self.url)
+        if found is None:
             return False
-        self._use_embedded(info["url"], info["token"])
+        self._use_embedded(found.url, found.token)
         return True
 
     def _unreachable(self, error: BaseException) -> BaseException:

@@ -80,9 +80,14 @@ def _attached(info: dict | None) -> Embedded | None:
     return None
 
 
-def answering(data_dir: str | os.PathLike[str] | None = None) -> Embedded | None:
-    """The embedded service of ``data_dir`` if one answers now, else None; starts nothing."""
-    return _attached(read_service_file(data_dir_of(data_dir)))
+def answering(data_dir: str | os.PathLike[str] | None = None, *, other_than: str | None = None) -> Embedded | None:
+    """The embedded service of ``data_dir`` if one answers now, else None; starts
+    nothing. ``other_than``: a URL known not to answer; a service recorded at
+    it is None without being probed again."""
+    info = read_service_file(data_dir_of(data_dir))
+    if info and other_than is not None and info["url"].rstrip("/") == other_than.rstrip("/"):
+        return None
+    return _attached(info)
 
 
 def start_embedded(data_dir: str | os.PathLike[str] | None = None, *, timeout: float = 60.0) -> Embedded:
