@@ -37,7 +37,7 @@ def _client(url: str | None, token: str | None, data_dir: Path | None) -> Any:
 
 def fetch(task: str, url: str | None, token: str | None, data_dir: Path | None) -> dict[str, Any]:
     """The task's profile from the service; a ClickException naming what failed."""
-    from ease_jupyter.errors import EaseMLError
+    from ease_jupyter.errors import EaseMLError, NotFoundError
 
     try:
         client = _client(url, token, data_dir)
@@ -46,7 +46,7 @@ def fetch(task: str, url: str | None, token: str | None, data_dir: Path | None) 
         finally:
             client.close()
     except (EaseMLError, OSError) as error:  # no such task, a refused token, a service that does not answer
-        raise click.ClickException(f"task {task!r}: {error}") from None
+        raise click.ClickException(str(error) if isinstance(error, NotFoundError) else f"task {task!r}: {error}") from None
 
 
 def show(task: str, url: str | None, token: str | None, data_dir: Path | None, as_json: bool) -> None:

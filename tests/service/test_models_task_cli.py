@@ -54,6 +54,7 @@ def test_models_task_shows_a_services_predicted_costs(tmp_path, iris, no_env):
         # bob has no task iris: an error naming it, nothing printed as costs
         other = runner.invoke(main, [*base, "--token", bob])
         assert other.exit_code == 1 and "'iris'" in other.output and "chosen configuration" not in other.output
+        assert other.output.count("'iris'") == 1, other.output  # named once, not prefixed to a message that names it
     finally:
         server.stop()
 
