@@ -13,42 +13,26 @@ from IPython.core.interactiveshell import InteractiveShell
 
 from ease_jupyter.errors import AlreadyExistsError, DataError
 from ease_jupyter.magics.errors import one_line
-from service.conftest import Running, start  # tests/ is on sys.path
+from service.conftest import Running, serving  # tests/ is on sys.path
+from shells import connected_shell, run_cell
 
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory) -> Iterator[Running]:
-    running = start(tmp_path_factory.mktemp("svc"), workers=1)
-    running.user("alice")
-    try:
+    with serving(tmp_path_factory.mktemp("svc"), "alice", workers=1) as running:
         yield running
-    finally:
-        running.thread.stop()
 
 
 @pytest.fixture
 def shell(service) -> Iterator[InteractiveShell]:
-    ip = InteractiveShell.instance()
-    ip.run_line_magic("load_ext", "ease_jupyter")
-    ip.run_line_magic("easeml", f"connect {service.url} --token {service.tokens['alice']}")
-    try:
+    with connected_shell(service.url, service.tokens["alice"]) as ip:
         yield ip
-    finally:
-        InteractiveShell.clear_instance()
-
-
-def run(shell: InteractiveShell, capsys, line: str) -> tuple[BaseException | None, str]:
-    """Run ``line`` as a notebook cell: (the cell's error, what the cell printed)."""
-    capsys.readouterr()
-    result = shell.run_cell(line)
-    out = capsys.readouterr()
-    return result.error_in_exec, out.out + out.err
 
 
 def test_a_service_error_is_one_line_with_a_hint(shell, service, capsys):
     shell.run_line_magic("easeml", "task digits --input 28,28,1 --output 10")
     shell.user_ns.update(X=np.zeros((100, 784), "float32"), y=np.zeros(100, "int64"))
-    error, shown = run(shell, capsys, "%easeml feed digits X y")
+    error, shown = run_cell(shell, capsys, "%easeml feed digits X y")
     assert isinstance(error, DataError) and error.field == "X"  # the cell fails, with the service's error
     lines = shown.strip().splitlines()
     assert lines[0].startswith("DataError: X: found shape (100, 784), expected shape (n, 28, 28, 1)"), shown
@@ -64,33 +48,33 @@ def test_a_service_error_is_one_line_with_a_hint(shell, service, capsys):
 def test_debug_shows_the_full_traceback(shell, capsys):
     shell.run_line_magic("easeml", "task digits2 --input 28,28,1 --output 10")
     shell.user_ns.update(X=np.zeros((10, 784), "float32"), y=np.zeros(10, "int64"))
-    error, shown = run(shell, capsys, "%easeml --debug feed digits2 X y")
+    error, shown = run_cell(shell, capsys, "%easeml --debug feed digits2 X y")
     assert isinstance(error, DataError)
     assert "Traceback" in shown and "_raise_for" in shown, shown
 
 
 def test_a_name_with_a_space_is_refused_not_truncated(shell, service, capsys):
-    error, shown = run(shell, capsys, "%easeml task my task --input 4 --output 3")
+    error, shown = run_cell(shell, capsys, "%easeml task my task --input 4 --output 3")
     assert isinstance(error, DataError) and error.field == "name"
     assert shown.strip().startswith("DataError: name: found 2 words 'my task', expected one task name")
     assert "Traceback" not in shown
-    error, shown = run(shell, capsys, "%easeml task 'my task' --input 4 --output 3")  # quoted: the service refuses
+    error, shown = run_cell(shell, capsys, "%easeml task 'my task' --input 4 --output 3")  # quoted: the service refuses
     assert isinstance(error, DataError) and error.field == "name" and "'my task'" in shown
-    error, _ = run(shell, capsys, "%easeml task my/task --input 4 --output 3")
+    error, _ = run_cell(shell, capsys, "%easeml task my/task --input 4 --output 3")
     assert isinstance(error, DataError) and error.field == "name"
     assert [t.name for t in service.client("alice").tasks()
             if t.name.startswith("my")] == []  # neither "my" nor anything else was created
     # the other commands that take only a name refuse extra words too
     shell.run_line_magic("easeml", "task mine --input 4 --output 3")
     for line in ("status mine extra", "models mine extra", "cancel mine extra", "provenance mine x"):
-        error, shown = run(shell, capsys, f"%easeml {line}")
+        error, shown = run_cell(shell, capsys, f"%easeml {line}")
         assert isinstance(error, DataError) and error.field == "name", line
     assert service.client("alice").task("mine").info["cancelled"] is False  # "cancel mine extra" did nothing
 
 
 def test_redeclaring_a_task_says_how_to_open_or_replace_it(shell, capsys):
     shell.run_line_magic("easeml", "task iris --input 4 --output 3")
-    error, shown = run(shell, capsys, "%easeml task iris --input 4 --output 2")
+    error, shown = run_cell(shell, capsys, "%easeml task iris --input 4 --output 2")
     assert isinstance(error, AlreadyExistsError)
     assert len(shown.strip().splitlines()) == 1 and "Traceback" not in shown
     for how in ("client.task('iris')", "%easeml task iris` (no shapes)", "%easeml delete iris", "task.delete()"):
@@ -105,12 +89,12 @@ def test_unexpected_errors_keep_their_traceback(shell, capsys):
 
     shell.user_ns.update(B=Broken(), y=[0])
     shell.run_line_magic("easeml", "task plain --input 4 --output 3")
-    error, shown = run(shell, capsys, "%easeml feed plain B y")
+    error, shown = run_cell(shell, capsys, "%easeml feed plain B y")
     assert isinstance(error, RuntimeError) and "Traceback" in shown  # not ours to shorten: a bug shows whole
 
 
 def test_an_unknown_task_says_how_to_declare_it(shell, capsys):
-    error, shown = run(shell, capsys, "%easeml status nope")
+    error, shown = run_cell(shell, capsys, "%easeml status nope")
     assert type(error).__name__ == "NotFoundError"
     assert shown.strip().splitlines() == [
         "NotFoundError: task 'nope': user 'alice' has no task by that name",
@@ -123,16 +107,16 @@ def test_a_service_that_does_not_answer_is_one_line(shell, capsys):
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    error, shown = run(shell, capsys, f"%easeml connect http://127.0.0.1:{port} --token t")
+    error, shown = run_cell(shell, capsys, f"%easeml connect http://127.0.0.1:{port} --token t")
     assert isinstance(error, (ConnectionError, OSError)) and "Traceback" not in shown
     lines = shown.strip().splitlines()
     assert len(lines) == 2 and "Connection refused" in lines[0] and lines[1].startswith("  hint: is the service running?")
-    error, shown = run(shell, capsys, "%easeml status")  # the working connection was kept
+    error, shown = run_cell(shell, capsys, "%easeml status")  # the working connection was kept
     assert error is None, shown
 
 
 def test_a_shape_that_is_not_integers_names_its_option(shell, capsys):
-    error, shown = run(shell, capsys, "%easeml task shapes --input 4x3 --output 2")
+    error, shown = run_cell(shell, capsys, "%easeml task shapes --input 4x3 --output 2")
     assert isinstance(error, DataError) and error.field == "--input" and "comma-separated integers" in shown
 
 
@@ -148,7 +132,7 @@ def test_status_says_when_its_timeout_passed_and_shows_other_errors_than_no_mode
         raise ConnectionError("the service went away")
 
     monkeypatch.setattr(Task, "best", store_down)
-    error, shown = run(shell, capsys, "%easeml status slow")
+    error, shown = run_cell(shell, capsys, "%easeml status slow")
     assert isinstance(error, ConnectionError)  # not hidden as "no model yet"
 
 
@@ -165,14 +149,14 @@ def test_from_takes_an_unquoted_path_and_names_one_that_is_neither_a_variable_no
     monkeypatch.chdir(tmp_path)
     made = shell.run_line_magic("easeml", "task from_path --from penguins.csv --target species")  # no quotes needed
     assert made.data["table"]["target"] == "species" and made.data["class_names"] == ["a", "b"]
-    error, shown = run(shell, capsys, "%easeml task no_path --from data/penguins.csv --target species")
+    error, shown = run_cell(shell, capsys, "%easeml task no_path --from data/penguins.csv --target species")
     assert isinstance(error, DataError) and error.field == "--from"
     assert shown.strip().splitlines() == [
         "DataError: --from: found 'data/penguins.csv', which is neither a variable of the notebook (NameError: name "
         f"'data' is not defined) nor an existing file (relative paths start at {str(tmp_path)!r}), expected a "
         "DataFrame variable (--from df), or the path of a CSV or Parquet file (--from data/penguins.csv; in quotes "
         'where it has spaces: --from "my data.csv")']
-    error, shown = run(shell, capsys, '%easeml task no_path --from "data/penguins.csv" --target species')
+    error, shown = run_cell(shell, capsys, '%easeml task no_path --from "data/penguins.csv" --target species')
     assert isinstance(error, DataError) and error.field == "--from"
     assert error.found.startswith("the path 'data/penguins.csv', which does not exist") and "Traceback" not in shown
     assert "no_path" not in [t.name for t in service.client("alice").tasks()]

@@ -17,18 +17,14 @@ from IPython.core.interactiveshell import InteractiveShell
 from ease_jupyter import client as client_module
 from ease_jupyter.client import Client, service_url
 from ease_jupyter.errors import DataError, NotFoundError, ProgramSyntaxError
-from service.conftest import Running, start, until  # tests/ is on sys.path
+from service.conftest import Running, serving, until  # tests/ is on sys.path
+from shells import connected_shell, run_cell
 
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory) -> Iterator[Running]:
-    running = start(tmp_path_factory.mktemp("svc"), workers=1, torch=False)
-    running.user("alice")
-    running.user("bob")
-    try:
+    with serving(tmp_path_factory.mktemp("svc"), "alice", "bob", workers=1, torch=False) as running:
         yield running
-    finally:
-        running.thread.stop()
 
 
 @pytest.fixture
@@ -36,27 +32,18 @@ def shell(service, monkeypatch, tmp_path) -> Iterator[InteractiveShell]:
     for name in ("EASEML_URL", "EASEML_TOKEN", "KERNEL_EASEML_URL", "KERNEL_EASEML_TOKEN"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("EASEML_DATA_DIR", str(tmp_path / "data"))  # should anything start an embedded service
-    ip = InteractiveShell.instance()
-    ip.run_line_magic("load_ext", "ease_jupyter")
-    ip.run_line_magic("easeml", f"connect {service.url} --token {service.tokens['alice']}")
     try:
-        yield ip
+        with connected_shell(service.url, service.tokens["alice"]) as ip:
+            try:
+                yield ip
+            finally:
+                notices = getattr(ip, "_easeml_notices", None)
+                if notices is not None:
+                    notices.close()
     finally:
-        notices = getattr(ip, "_easeml_notices", None)
-        if notices is not None:
-            notices.close()
-        InteractiveShell.clear_instance()
         from ease_jupyter.service import embedded
 
         embedded.stop(tmp_path / "data", timeout=10)
-
-
-def run(shell: InteractiveShell, capsys, code: str) -> tuple[BaseException | None, str]:
-    """Run ``code`` as a notebook cell: (the cell's error, what the cell printed)."""
-    capsys.readouterr()
-    result = shell.run_cell(code)
-    out = capsys.readouterr()
-    return result.error_in_exec, out.out + out.err
 
 
 def free_port() -> int:
@@ -74,28 +61,28 @@ def test_options_may_come_before_between_or_after_the_words(shell, service, caps
     assert status.title.startswith("task anywhere")
     assert shell.run_line_magic("easeml", "--timeout 0.1 status anywhere").title.startswith("task anywhere")
     # the magic's own messages stay
-    error, shown = run(shell, capsys, "%easeml status --all anywhere")
+    error, shown = run_cell(shell, capsys, "%easeml status --all anywhere")
     assert isinstance(error, ValueError)
     assert shown.strip() == "ValueError: %easeml status --all: expected no NAME (it shows every user)"
-    error, shown = run(shell, capsys, "%easeml status --timeout 1 anywhere extra")
+    error, shown = run_cell(shell, capsys, "%easeml status --timeout 1 anywhere extra")
     assert isinstance(error, DataError) and error.field == "name"
 
 
 def test_help_lists_the_commands_and_each_command_its_options(shell, capsys):
     for line in ("%easeml", "%easeml --help", "%easeml -h"):
-        error, shown = run(shell, capsys, line)
+        error, shown = run_cell(shell, capsys, line)
         assert error is None and "UsageError" not in shown and "required" not in shown, (line, shown)
         assert shown.startswith("usage: %easeml COMMAND"), shown
         for command in ("connect", "task", "feed", "refine", "status", "infer", "provenance", "models", "model",
                         "cancel", "delete", "export"):
             assert f"%easeml {command} " in shown, command
         assert "%easeml COMMAND --help" in shown and "%easeml?" in shown
-    error, shown = run(shell, capsys, "%easeml status --help")
+    error, shown = run_cell(shell, capsys, "%easeml status --help")
     assert error is None and "unrecognized" not in shown, shown
     assert "%easeml status NAME [--timeout S]" in shown and "%easeml status --all" in shown
     assert "--timeout TIMEOUT" in shown and "--all" in shown and "--debug" in shown
     assert "--input" not in shown and "%easeml feed" not in shown  # another command's
-    error, shown = run(shell, capsys, "%easeml feed iris X y -h")
+    error, shown = run_cell(shell, capsys, "%easeml feed iris X y -h")
     assert error is None and "--mode" in shown and "%easeml feed NAME X y" in shown
 
 
@@ -107,13 +94,13 @@ def test_connect_takes_the_url_serve_prints_or_one_without_a_scheme(shell, servi
         assert connected.title == f"connected to {service.url} as bob", url
     assert service_url("localhost:8000") == "http://localhost:8000"
     assert service_url("https://hub.example.org/services/easeml/") == "https://hub.example.org/services/easeml"
-    error, shown = run(shell, capsys, "%easeml connect ftp://example.org --token t")
+    error, shown = run_cell(shell, capsys, "%easeml connect ftp://example.org --token t")
     assert isinstance(error, DataError) and error.field == "url" and "http(s)://HOST:PORT" in shown
 
 
 def test_a_refused_connection_names_the_url_it_tried(shell, capsys):
     url = f"http://127.0.0.1:{free_port()}"
-    error, shown = run(shell, capsys, f"%easeml connect {url} --token t")
+    error, shown = run_cell(shell, capsys, f"%easeml connect {url} --token t")
     assert isinstance(error, ConnectionRefusedError)
     assert shown.splitlines()[0] == f"ConnectionRefusedError: [Errno 111] Connection refused: nothing answers at {url}"
     with pytest.raises(ConnectionRefusedError, match=f"nothing answers at {url}$"):
@@ -121,7 +108,7 @@ def test_a_refused_connection_names_the_url_it_tried(shell, capsys):
 
 
 def test_client_in_the_notebook_follows_connect_and_a_bare_connect_goes_back(shell, service, capsys, monkeypatch):
-    error, shown = run(shell, capsys, "from ease_jupyter import Client\nmine = Client()")
+    error, shown = run_cell(shell, capsys, "from ease_jupyter import Client\nmine = Client()")
     assert error is None, shown
     mine = shell.user_ns["mine"]
     assert mine.url == service.url and mine.whoami()["name"] == "alice"
@@ -144,7 +131,7 @@ def test_a_delete_that_cannot_ask_says_to_pass_yes(shell, service, capsys, monke
 
     shell.run_line_magic("easeml", "task keepme --input 4 --output 3")
     monkeypatch.setattr(builtins, "input", no_input)
-    error, shown = run(shell, capsys, "%easeml delete keepme")
+    error, shown = run_cell(shell, capsys, "%easeml delete keepme")
     assert isinstance(error, ValueError) and "Traceback" not in shown
     assert shown.strip() == ("ValueError: %easeml delete keepme: cannot ask for a confirmation here (no input: a "
                              "notebook run headless, e.g. by nbclient or papermill); to delete without asking: "
@@ -154,7 +141,7 @@ def test_a_delete_that_cannot_ask_says_to_pass_yes(shell, service, capsys, monke
 
 
 def test_deleting_a_task_that_does_not_exist_says_only_that(shell, capsys):
-    error, shown = run(shell, capsys, "%easeml delete nope")
+    error, shown = run_cell(shell, capsys, "%easeml delete nope")
     assert isinstance(error, NotFoundError)
     assert shown.strip() == "NotFoundError: task 'nope': user 'alice' has no task by that name"
 
@@ -162,7 +149,7 @@ def test_deleting_a_task_that_does_not_exist_says_only_that(shell, capsys):
 def test_a_tensor_feed_without_labels_is_refused_before_sending(shell, service, capsys):
     shell.run_line_magic("easeml", "task unlabelled --input 4 --output 3")
     shell.user_ns.update(X=np.zeros((5, 4), "float32"))
-    error, shown = run(shell, capsys, "%easeml feed unlabelled X")
+    error, shown = run_cell(shell, capsys, "%easeml feed unlabelled X")
     assert isinstance(error, DataError) and error.field == "y" and error.found == "nothing"
     assert "%easeml feed unlabelled X y" in shown and "target column" in shown
     assert "npy_b64" not in shown and "upload" not in shown
@@ -170,11 +157,11 @@ def test_a_tensor_feed_without_labels_is_refused_before_sending(shell, service, 
 
 
 def test_a_syntax_error_says_its_place_once_counted_in_the_cell(shell, service, capsys):
-    error, shown = run(shell, capsys, "%%easeml task bad1\n\ninput: [4] output: 3")
+    error, shown = run_cell(shell, capsys, "%%easeml task bad1\n\ninput: [4] output: 3")
     assert isinstance(error, ProgramSyntaxError) and (error.line, error.column) == (3, 20)
     assert shown.strip() == ("ProgramSyntaxError: line 3, column 20 of the cell: expected the output type: "
                              "'{[tensors], [recursive fields]}' or '[dims]' (found '3', expected '{' or '[')")
-    error, shown = run(shell, capsys, "%easeml task bad2 --program 'input: [4] output: 3'")
+    error, shown = run_cell(shell, capsys, "%easeml task bad2 --program 'input: [4] output: 3'")
     assert isinstance(error, ProgramSyntaxError) and shown.strip() == (
         "ProgramSyntaxError: line 1, column 20: expected the output type: "
         "'{[tensors], [recursive fields]}' or '[dims]' (found '3', expected '{' or '[')")

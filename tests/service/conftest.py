@@ -4,6 +4,7 @@ subprocess is ``ease_jupyter.service.testing.ServeProcess``)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import urllib.error
@@ -70,16 +71,25 @@ def start(tmp_path, **config: Any) -> Running:
     return Running(thread)
 
 
-@pytest.fixture
-def svc(tmp_path) -> Iterator[Running]:
-    running = start(tmp_path)
-    running.user("admin", admin=True)
-    running.user("alice")
-    running.user("bob")
+@contextlib.contextmanager
+def serving(tmp_path, *users: str, admins: tuple[str, ...] = (), **config: Any) -> Iterator[Running]:
+    """A service (``start``) with the users ``admins`` (admins), then ``users``,
+    added in that order; stopped on exit, however the block ends."""
+    running = start(tmp_path, **config)
     try:
+        for name in admins:
+            running.user(name, admin=True)
+        for name in users:
+            running.user(name)
         yield running
     finally:
         running.thread.stop()
+
+
+@pytest.fixture
+def svc(tmp_path) -> Iterator[Running]:
+    with serving(tmp_path, "alice", "bob", admins=("admin",)) as running:
+        yield running
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,7 @@ import pytest
 
 from ease_jupyter.service.testing import ServeProcess, add_user
 
-from .conftest import start
+from .conftest import serving
 
 MIB = 1024 * 1024
 JSON_LIMIT = 1 * MIB  # ServiceConfig defaults
@@ -79,12 +79,8 @@ def _answer_before_body(url: str, method: str, path: str, headers: dict[str, str
 
 @pytest.fixture
 def svc(tmp_path):
-    running = start(tmp_path)
-    running.user("alice")
-    try:
+    with serving(tmp_path, "alice") as running:
         yield running
-    finally:
-        running.thread.stop()
 
 
 def test_refusals_come_from_the_headers(svc):

@@ -30,7 +30,7 @@ from ease_jupyter.errors import DataError
 from ease_jupyter.service import export
 from ease_jupyter.service.testing import train_now
 
-from .conftest import start
+from .conftest import serving, start
 
 # Runs in the fresh process: loads each exported file with its own runtime
 # and saves what it predicts. Argument: a JSON list of [format, model, X.npy, out.npy].
@@ -149,35 +149,30 @@ def trained(tmp_path_factory):
     from ease_jupyter.execution.engine import LocalEngine
     from ease_jupyter.service.mop import run_torch_job
 
-    running = start(tmp_path_factory.mktemp("service"), torch_epochs=1)
-    running.user("alice")
-    running.user("bob")
-    client = running.client("alice")
-    store, blobs = running.service.store, running.service.blobs
-    X, y = load_iris(return_X_y=True)
-    X = X.astype("float32")
-    tasks = {}
-    for name, model, options in (("iris", "logreg", {"C": 1.0}), ("boost", "hist_gboost", {"learning_rate": 0.1})):
-        tasks[name], stored = _behind_the_loop(running, client, name, X, y, input=[4], output=[3])
-        assert train_now(store, blobs, stored, model, options).status.value == "succeeded"
-    target = (X[:, 0] * 2 - X[:, 2]).astype("float32")
-    tasks["reg"], stored = _behind_the_loop(running, client, "reg", X[:, [1, 3]], target, input=[2], output=[1])
-    assert train_now(store, blobs, stored, "random_forest", {"max_features": 1.0}).status.value == "succeeded"
-    digits = load_digits()
-    images = (digits.images[:240] / 16.0).astype("float32")[..., None]
-    tasks["digits"], stored = _behind_the_loop(running, client, "digits", images, digits.target[:240],
-                                               input=[8, 8, 1], output=[10])
-    version = store.latest_dataset_version(stored.id)
-    job = store.create_job(stored.id, version.id, "lenet", {"lrs": [0.05], "epochs": 1})
-    engine = LocalEngine(1)
-    try:
-        assert run_torch_job(store, blobs, engine, job.id, partitions=1).status.value == "succeeded"
-    finally:
-        engine.close()
-    try:
+    with serving(tmp_path_factory.mktemp("service"), "alice", "bob", torch_epochs=1) as running:
+        client = running.client("alice")
+        store, blobs = running.service.store, running.service.blobs
+        X, y = load_iris(return_X_y=True)
+        X = X.astype("float32")
+        tasks = {}
+        for name, model, options in (("iris", "logreg", {"C": 1.0}), ("boost", "hist_gboost", {"learning_rate": 0.1})):
+            tasks[name], stored = _behind_the_loop(running, client, name, X, y, input=[4], output=[3])
+            assert train_now(store, blobs, stored, model, options).status.value == "succeeded"
+        target = (X[:, 0] * 2 - X[:, 2]).astype("float32")
+        tasks["reg"], stored = _behind_the_loop(running, client, "reg", X[:, [1, 3]], target, input=[2], output=[1])
+        assert train_now(store, blobs, stored, "random_forest", {"max_features": 1.0}).status.value == "succeeded"
+        digits = load_digits()
+        images = (digits.images[:240] / 16.0).astype("float32")[..., None]
+        tasks["digits"], stored = _behind_the_loop(running, client, "digits", images, digits.target[:240],
+                                                   input=[8, 8, 1], output=[10])
+        version = store.latest_dataset_version(stored.id)
+        job = store.create_job(stored.id, version.id, "lenet", {"lrs": [0.05], "epochs": 1})
+        engine = LocalEngine(1)
+        try:
+            assert run_torch_job(store, blobs, engine, job.id, partitions=1).status.value == "succeeded"
+        finally:
+            engine.close()
         yield running, client, tasks, {"iris": X, "boost": X, "reg": X[:, [1, 3]], "digits": images}
-    finally:
-        running.thread.stop()
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ from torch import nn
 from ease_jupyter.errors import DataError
 from ease_jupyter.service import export
 
-from .conftest import start
+from .conftest import serving
 from .test_export import _behind_the_loop
 
 ROWS = 50  # a batch that is neither the traced one nor the checked ones
@@ -79,9 +79,7 @@ def trained(tmp_path_factory):
     digits = load_digits()
     X = (digits.images[:150, :, :, None] / 16.0).astype("float32")
     y = digits.target[:150].astype("int64")
-    running = start(tmp_path_factory.mktemp("svc"), torch_epochs=1, allow_user_models=True)
-    try:
-        running.user("alice")
+    with serving(tmp_path_factory.mktemp("svc"), "alice", torch_epochs=1, allow_user_models=True) as running:
         client = running.client("alice")
         store, blobs = running.service.store, running.service.blobs
         tasks = {}
@@ -97,8 +95,6 @@ def trained(tmp_path_factory):
                 engine.close()
             tasks[name] = (task, rows)
         yield tasks
-    finally:
-        running.thread.stop()
 
 
 def _onnx_outputs(path, X):

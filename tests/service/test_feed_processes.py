@@ -15,7 +15,7 @@ from ease_jupyter.service import ServiceConfig
 from ease_jupyter.service.arrays import to_npy_bytes
 from ease_jupyter.service.testing import alive
 
-from .conftest import start, until
+from .conftest import serving, start, until
 
 KIB = 1024
 QUOTA = 20 * KIB
@@ -23,18 +23,13 @@ QUOTA = 20 * KIB
 
 @pytest.fixture(scope="module")
 def fed(tmp_path_factory):
-    running = start(tmp_path_factory.mktemp("feeds"), torch=False, quota_bytes=QUOTA, feed_processes=1)
-    for name in ("alice", "bob", "carol", "dave", "erin", "frank"):
-        running.user(name)
-
     def not_here(*args, **kwargs):
         raise AssertionError("a feed ran in the service's own process")
 
-    running.service.feeder.feed = not_here
-    try:
+    with serving(tmp_path_factory.mktemp("feeds"), "alice", "bob", "carol", "dave", "erin", "frank", torch=False,
+                 quota_bytes=QUOTA, feed_processes=1) as running:
+        running.service.feeder.feed = not_here
         yield running
-    finally:
-        running.thread.stop()
 
 
 def _task(s, who: str, name: str) -> None:

@@ -24,7 +24,7 @@ from ease_jupyter.service import budget
 from ease_jupyter.service.user_models import user_setting
 from ease_jupyter.store.base import HUB, LOCAL
 
-from .conftest import Running, start
+from .conftest import Running, serving
 
 ACCESS = "access:services!service=easeml"
 
@@ -75,12 +75,8 @@ def hub_mode(tmp_path, monkeypatch):
 
     fake = FakeHub()
     monkeypatch.setattr(hub, "make_hub_auth", lambda *args, **kwargs: fake)
-    running = start(tmp_path, jupyterhub=True)
-    running.user("admin", admin=True)
-    try:
+    with serving(tmp_path, admins=("admin",), jupyterhub=True) as running:
         yield running, fake
-    finally:
-        running.thread.stop()
 
 
 def _cap(running: Running, user_id: int) -> float | None:

@@ -21,7 +21,7 @@ from ease_jupyter.jobspec import TorchWorkload, parse_job
 from ease_jupyter.zoo.templates import TorchBuilder
 from ease_jupyter.store import JobStatus
 
-from .conftest import start, until
+from .conftest import serving, until
 
 LIMIT = 12.0  # her model's limit (seconds)
 HANG_SECONDS = 150.0  # "forever": far past every limit and wait here
@@ -63,13 +63,9 @@ def _hangs_in_training(input_shape, output_shape):
 @pytest.fixture
 def shared(tmp_path):
     # one engine worker shared by both users' torch picks, several picks at once on one driver
-    running = start(tmp_path, torch=True, torch_epochs=1, allow_user_models=True, workers=1, max_torch_workloads=4)
-    running.user("ada")
-    running.user("bob")
-    try:
+    with serving(tmp_path, "ada", "bob", torch=True, torch_epochs=1, allow_user_models=True, workers=1,
+                 max_torch_workloads=4) as running:
         yield running
-    finally:
-        running.thread.stop()
 
 
 def _torch_engine(running):
@@ -133,9 +129,8 @@ def _plain(input_shape, output_shape):
 def _her_first_plain_job(tmp_path, digits_images, limit):
     """(store, job): ada's first job of her plain net with ``limit``, on a
     service of one worker, once it has finished; the service stops after."""
-    running = start(tmp_path, torch=True, torch_epochs=2, mop_partitions=2, allow_user_models=True, workers=1)
-    try:
-        running.user("ada")
+    with serving(tmp_path, "ada", torch=True, torch_epochs=2, mop_partitions=2, allow_user_models=True,
+                 workers=1) as running:
         X, y = digits_images
         store = running.service.store
         ada = running.client("ada").task("digits-ada", input=[8, 8, 1], output=[10])
@@ -143,8 +138,22 @@ def _her_first_plain_job(tmp_path, digits_images, limit):
         ada.feed(X, y)
         assert until(lambda: _finished(store, ada, "plain"), 400, every=0.2), ada.jobs()
         yield store, min(_finished(store, ada, "plain"), key=lambda j: j.id)
-    finally:
-        running.thread.stop()
+
+
+def _clock_moves_when_her_job_starts(monkeypatch, clock) -> None:
+    """Once her job has built her own model (``mop._own_model``), call
+    ``clock.her_job_started(limit)`` with her model's limit."""
+    from ease_jupyter.service import mop
+
+    own_model = mop._own_model
+
+    def own_model_then_the_clock_moves(spec):
+        own = own_model(spec)
+        if own is not None:
+            clock.her_job_started(own.limit)
+        return own
+
+    monkeypatch.setattr(mop, "_own_model", own_model_then_the_clock_moves)
 
 
 class _JumpingClock:
@@ -156,6 +165,9 @@ class _JumpingClock:
     def __init__(self):
         self.jump = 0.0
         self._extra = 0.0
+
+    def her_job_started(self, limit: float) -> None:
+        self.jump = limit + 1.0
 
     def time(self):
         return time.time()
@@ -175,16 +187,8 @@ def test_a_job_past_its_limit_between_units_ends_at_the_next_unit(tmp_path, digi
     from ease_jupyter.service import mop
 
     clock = _JumpingClock()
-    own_model = mop._own_model
-
-    def own_model_then_her_limit_passes(spec):
-        own = own_model(spec)
-        if own is not None:
-            clock.jump = own.limit + 1.0
-        return own
-
     monkeypatch.setattr(pool_driver, "time", clock)
-    monkeypatch.setattr(mop, "_own_model", own_model_then_her_limit_passes)
+    _clock_moves_when_her_job_starts(monkeypatch, clock)
     with _her_first_plain_job(tmp_path, digits_images, 600.0) as (store, job):  # the one whose clock jumped
         assert job.status is JobStatus.FAILED, "her job went on past her limit"
         assert "UserModelTimeout" in job.error and "plain: the job ran past its limit of 600 s" in job.error, job.error
@@ -202,6 +206,9 @@ class _LateWallClock:
     def __init__(self):
         self.late = 0.0
 
+    def her_job_started(self, limit: float) -> None:
+        self.late = limit + 60.0
+
     def time(self):
         return time.time() + self.late
 
@@ -218,17 +225,9 @@ def test_time_her_units_wait_for_a_worker_is_not_charged_to_her_limit(tmp_path, 
     from ease_jupyter.service import mop, user_models
 
     clock = _LateWallClock()
-    own_model = mop._own_model
-
-    def own_model_then_the_wall_clock_jumps(spec):
-        own = own_model(spec)
-        if own is not None:
-            clock.late = own.limit + 60.0
-        return own
-
     for module in (mop, user_models, user_sandbox):
         monkeypatch.setattr(module, "time", clock)
-    monkeypatch.setattr(mop, "_own_model", own_model_then_the_wall_clock_jumps)
+    _clock_moves_when_her_job_starts(monkeypatch, clock)
     with _her_first_plain_job(tmp_path, digits_images, 30.0) as (store, job):
         assert clock.late == 90.0  # her job started, and the wall clock jumped past her limit then
         assert job.status is JobStatus.SUCCEEDED, job.error

@@ -16,7 +16,7 @@ from ease_jupyter.service.runner import SklearnJobs
 from ease_jupyter.store import JobStatus, open_store
 from ease_jupyter.zoo import Engine
 
-from .conftest import start, until
+from .conftest import serving, start, until
 
 
 def _no_internals(message: str, data_dir) -> None:
@@ -38,15 +38,11 @@ def _array_blob_files(data_dir) -> set[str]:
 @pytest.fixture
 def trained(tmp_path, iris):
     """A service whose alice has a fully explored iris task."""
-    running = start(tmp_path, torch=False)
-    running.user("alice")
-    task = running.client("alice").task("iris", input=[4], output=[3])
-    task.feed(*iris)
-    assert task.wait(timeout=120)
-    try:
+    with serving(tmp_path, "alice", torch=False) as running:
+        task = running.client("alice").task("iris", input=[4], output=[3])
+        task.feed(*iris)
+        assert task.wait(timeout=120)
         yield running
-    finally:
-        running.thread.stop()
 
 
 def test_infer_and_best_answer_store_corrupt_naming_the_job(trained, iris):

@@ -18,7 +18,7 @@ from ease_jupyter.errors import DataError, InvalidStateError, NotFoundError
 from ease_jupyter.kernel_info import KernelInfo
 from ease_jupyter.service import ServiceConfig, ServiceThread
 
-from .conftest import Running, start, until
+from .conftest import Running, serving, start, until
 
 BEAT = 0.2  # seconds between heartbeats in these tests
 
@@ -49,9 +49,8 @@ def _service(tmp_path, **config) -> Running:
 
 @pytest.fixture
 def short(tmp_path):
-    running = _service(tmp_path, notebook_timeout_seconds=1.5)
-    yield running
-    running.thread.stop()
+    with serving(tmp_path, "alice", "bob", admins=("admin",), notebook_timeout_seconds=1.5) as running:
+        yield running
 
 
 def _sessions(running: Running, who: str) -> list[dict]:

@@ -12,7 +12,7 @@ from sklearn.linear_model import LogisticRegression
 
 from ease_jupyter.service import notify
 
-from .conftest import start, until
+from .conftest import serving, until
 
 WAIT = 240  # seconds a small task may take to be tried in full on a busy CI machine
 
@@ -24,13 +24,8 @@ class Raises(LogisticRegression):
 
 @pytest.fixture
 def served(tmp_path):
-    running = start(tmp_path, torch=False, allow_user_models=True)
-    running.user("ada")
-    running.user("bob")
-    try:
+    with serving(tmp_path, "ada", "bob", torch=False, allow_user_models=True) as running:
         yield running
-    finally:
-        running.thread.stop()
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from sklearn.linear_model import LogisticRegression
 
 from ease_jupyter.service.profiling import USER_FAMILY_PREFIX
 
-from .conftest import start, until
+from .conftest import serving, until
 
 SECRET = "bob_secret_fraud_model"
 WAIT = 180  # seconds the small tasks may take on a busy machine
@@ -37,27 +37,25 @@ def trained(tmp_path_factory, iris):
     """alice and bob each with a task; bob's trains his own model, until the
     profiler has learned its family. alice's and bob's event streams were
     open all along."""
-    running = start(tmp_path_factory.mktemp("own_model_privacy"), allow_user_models=True, workers=1)
     streams = {}
-    try:
-        running.user("alice")
-        running.user("bob")
-        streams.update((name, running.client(name).events()) for name in ("alice", "bob"))
-        X, y = iris
-        alice = running.client("alice").task("alice-t", input=[4], output=[3])
-        alice.feed(X[:60], y[:60])
-        bob = running.client("bob").task("bob-fraud", input=[4], output=[3])
-        bob.add_model(LogisticRegression(max_iter=500), name=SECRET)
-        bob.feed(X, y)
-        assert until(lambda: any(j["model"] == SECRET and j["status"] == "succeeded" for j in bob.jobs()), WAIT)
-        bob_id = running.service.store.user_by_name("bob").id
-        assert until(lambda: any(f.startswith(f"{USER_FAMILY_PREFIX}{bob_id}:")
-                                 for f in bob.profile()["profiler"]["families"]), WAIT)
-        yield running, streams, bob_id
-    finally:
-        for stream in streams.values():
-            stream.close()
-        running.thread.stop()
+    with serving(tmp_path_factory.mktemp("own_model_privacy"), "alice", "bob", allow_user_models=True,
+                 workers=1) as running:
+        try:
+            streams.update((name, running.client(name).events()) for name in ("alice", "bob"))
+            X, y = iris
+            alice = running.client("alice").task("alice-t", input=[4], output=[3])
+            alice.feed(X[:60], y[:60])
+            bob = running.client("bob").task("bob-fraud", input=[4], output=[3])
+            bob.add_model(LogisticRegression(max_iter=500), name=SECRET)
+            bob.feed(X, y)
+            assert until(lambda: any(j["model"] == SECRET and j["status"] == "succeeded" for j in bob.jobs()), WAIT)
+            bob_id = running.service.store.user_by_name("bob").id
+            assert until(lambda: any(f.startswith(f"{USER_FAMILY_PREFIX}{bob_id}:")
+                                     for f in bob.profile()["profiler"]["families"]), WAIT)
+            yield running, streams, bob_id
+        finally:
+            for stream in streams.values():
+                stream.close()
 
 
 def test_the_profile_shows_the_zoo_and_the_callers_own_families_only(trained):

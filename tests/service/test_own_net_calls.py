@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 
-from .conftest import start
+from .conftest import serving
 from .test_own_model_calls import (
     CALL_WAIT,
     _serve_only,
@@ -73,12 +73,10 @@ def trained(tmp_path_factory, iris):
     behaving again."""
     X, y = iris
     tmp_path = tmp_path_factory.mktemp("own_net_calls")
-    running = start(tmp_path / "svc", torch=True, torch_epochs=1, workers=1, allow_user_models=True)
-    running.user("ada")
-    running.user("bob")
     mode_file = tmp_path / "mode"
     mode_file.write_text("")
-    try:
+    with serving(tmp_path / "svc", "ada", "bob", torch=True, torch_epochs=1, workers=1,
+                 allow_user_models=True) as running:
         ada = running.client("ada").task("iris", input=[4], output=[3])
         bob = running.client("bob").task("flowers", input=[4], output=[3])
         ada.add_model(SwitchFactory(str(mode_file)), grid={"lr": [0.1]}, name="mine",
@@ -96,8 +94,6 @@ def trained(tmp_path_factory, iris):
         _serve_only(running, "bob", "flowers", "his")
         yield running, ada, bob, mode_file
         mode_file.write_text("")
-    finally:
-        running.thread.stop()
 
 
 def test_a_forward_that_hangs_at_infer_is_killed_at_her_limit_and_frees_the_torch_worker(trained, iris):

@@ -12,7 +12,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from ease_jupyter.errors import NotFoundError
 from ease_jupyter.service.profiling import TAG_PREDICTED, TAG_SOURCE, full_seconds
 
-from .conftest import start
+from .conftest import serving
 
 RESOURCE_KEYS = {"threads", "workers", "partitions", "device", "memory_bytes"}
 
@@ -20,14 +20,9 @@ RESOURCE_KEYS = {"threads", "workers", "partitions", "device", "memory_bytes"}
 @pytest.fixture(scope="module")
 def svc(tmp_path_factory):
     """One service for the module (the tests only read): alice, bob and an admin."""
-    running = start(tmp_path_factory.mktemp("profile_view"))
-    for name in ("alice", "bob"):
-        running.user(name)
-    running.user("admin", admin=True)
-    try:
+    with serving(tmp_path_factory.mktemp("profile_view"), "alice", "bob") as running:
+        running.user("admin", admin=True)  # after alice and bob, as before
         yield running
-    finally:
-        running.thread.stop()
 
 
 @pytest.fixture(scope="module")

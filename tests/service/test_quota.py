@@ -20,7 +20,7 @@ from ease_jupyter.service.quota import Quota
 from ease_jupyter.service.runner import grid_engine, run_sklearn_job
 from ease_jupyter.store import JobStatus, open_store
 
-from .conftest import start
+from .conftest import serving, start
 
 KIB = 1024
 QUOTA = 20 * KIB
@@ -28,13 +28,8 @@ QUOTA = 20 * KIB
 
 @pytest.fixture
 def small_quota(tmp_path):
-    running = start(tmp_path, torch=False, quota_bytes=QUOTA)
-    running.user("alice")
-    running.user("bob")
-    try:
+    with serving(tmp_path, "alice", "bob", torch=False, quota_bytes=QUOTA) as running:
         yield running
-    finally:
-        running.thread.stop()
 
 
 def _quota_error(reply) -> str:

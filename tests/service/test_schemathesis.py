@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from .conftest import start
+from .conftest import serving
 
 pytest.importorskip("schemathesis", reason="schemathesis is a test dependency: pip install -e '.[test]'")
 
@@ -71,21 +71,17 @@ enabled = false
 
 @pytest.fixture
 def fed(tmp_path):
-    running = start(tmp_path / "service", torch=False)
-    running.user("alice")
-    assert running.call("POST", "/tasks", "alice", body={"name": TASK, "input": [4], "output": [3]}).status == 201
-    rng = np.random.default_rng(0)
-    X = rng.normal(size=(40, 4)).round(3).tolist()
-    fed = running.call("POST", f"/tasks/{TASK}/feed", "alice", body={"X": X, "y": [i % 3 for i in range(40)]})
-    assert fed.status == 201
-    deadline = time.monotonic() + 60
-    while running.call("GET", f"/tasks/{TASK}/best", "alice").status != 200:
-        assert time.monotonic() < deadline, "no model trained within 60 s"
-        time.sleep(0.2)
-    try:
+    with serving(tmp_path / "service", "alice", torch=False) as running:
+        assert running.call("POST", "/tasks", "alice", body={"name": TASK, "input": [4], "output": [3]}).status == 201
+        rng = np.random.default_rng(0)
+        X = rng.normal(size=(40, 4)).round(3).tolist()
+        fed = running.call("POST", f"/tasks/{TASK}/feed", "alice", body={"X": X, "y": [i % 3 for i in range(40)]})
+        assert fed.status == 201
+        deadline = time.monotonic() + 60
+        while running.call("GET", f"/tasks/{TASK}/best", "alice").status != 200:
+            assert time.monotonic() < deadline, "no model trained within 60 s"
+            time.sleep(0.2)
         yield running
-    finally:
-        running.thread.stop()
 
 
 @pytest.mark.timeout(240)

@@ -24,7 +24,7 @@ from ease_jupyter.service.gc import references
 from ease_jupyter.service.models import UNUSABLE_TAG
 from ease_jupyter.store import JobStatus
 
-from .conftest import start
+from .conftest import serving, start
 
 
 def _my_net(input_shape, output_shape, hidden=8):
@@ -111,14 +111,9 @@ def _stored_models(running, task_name: str, owner: str) -> dict[str, str]:
 
 @pytest.fixture
 def allowed(tmp_path):
-    running = start(tmp_path, torch=True, torch_epochs=1, allow_user_models=True)
-    running.user("admin", admin=True)
-    running.user("ada")
-    running.user("bob")
-    try:
+    with serving(tmp_path, "ada", "bob", admins=("admin",), torch=True, torch_epochs=1,
+                 allow_user_models=True) as running:
         yield running
-    finally:
-        running.thread.stop()
 
 
 def test_a_pipeline_with_a_grid_becomes_an_arm_and_trains_beside_the_zoo(allowed, iris):

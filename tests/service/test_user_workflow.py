@@ -24,7 +24,7 @@ from ease_jupyter.jobspec import SklearnGrid
 from ease_jupyter.service.candidates import task_candidates
 from ease_jupyter.zoo import Engine
 
-from .conftest import Running, start
+from .conftest import Running, serving, start
 
 
 @pytest.fixture(scope="module")
@@ -37,14 +37,9 @@ def digits():
 
 @pytest.fixture(scope="module", params=["memory", "sqlite"])
 def service(request, tmp_path_factory):
-    running = start(tmp_path_factory.mktemp(request.param), torch=False,
-                    db_url="memory://" if request.param == "memory" else None)
-    running.user("alice")
-    running.user("bob")
-    try:
+    with serving(tmp_path_factory.mktemp(request.param), "alice", "bob", torch=False,
+                 db_url="memory://" if request.param == "memory" else None) as running:
         yield running
-    finally:
-        running.thread.stop()
 
 
 _names = itertools.count()

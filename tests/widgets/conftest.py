@@ -12,7 +12,7 @@ import comm
 import numpy as np
 import pytest
 
-from service.conftest import Running, iris, start  # noqa: F401 - iris: the shared fixture; tests/ is on sys.path
+from service.conftest import Running, iris, serving  # noqa: F401 - iris: the shared fixture; tests/ is on sys.path
 
 
 class RecordingComm(comm.DummyComm):
@@ -48,14 +48,9 @@ def updates_to(sent: list[tuple[str, dict]], widget: Any) -> list[dict]:
 def service(tmp_path_factory) -> Iterator[Running]:
     """One service for the widget tests (each test uses its own task names):
     alice and bob, an admin; torch on (2 epochs)."""
-    running = start(tmp_path_factory.mktemp("svc"), torch_epochs=2, workers=1)
-    running.user("root", admin=True)
-    running.user("alice")
-    running.user("bob")
-    try:
+    with serving(tmp_path_factory.mktemp("svc"), "alice", "bob", admins=("root",), torch_epochs=2,
+                 workers=1) as running:
         yield running
-    finally:
-        running.thread.stop()
 
 
 @pytest.fixture(scope="session")

@@ -4,26 +4,21 @@ NAME (no ids), provenance NAME; the programmatic forms keep working."""
 from __future__ import annotations
 
 import pytest
-from IPython.core.interactiveshell import InteractiveShell
 
 from ease_jupyter.magics.display import Result
 from ease_jupyter.service.testing import flat_models
 from ease_jupyter.widgets import ProvenanceGraph, RefinePanel, ServiceView, TaskStatus
 
 from .conftest import widget_threads
+from shells import connected_shell  # tests/ is on sys.path
 
 VIEW = "application/vnd.jupyter.widget-view+json"
 
 
 @pytest.fixture
 def shell(service):
-    ip = InteractiveShell.instance()
-    ip.run_line_magic("load_ext", "ease_jupyter")
-    ip.run_line_magic("easeml", f"connect {service.url} --token {service.tokens['alice']}")
-    try:
+    with connected_shell(service.url, service.tokens["alice"]) as ip:
         yield ip
-    finally:
-        InteractiveShell.clear_instance()
 
 
 def test_magics_show_widgets(shell, service, iris):

@@ -13,18 +13,14 @@ import traitlets
 from ease_jupyter.widgets import RefinePanel
 
 from .conftest import message_bytes, updates_to
-from service.conftest import Running, start
+from service.conftest import Running, serving
 
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory) -> Iterator[Running]:
     """scikit-learn only: an image task then has no arms, so 50,000 images train nothing."""
-    running = start(tmp_path_factory.mktemp("refine"), torch=False, workers=1)
-    running.user("alice")
-    try:
+    with serving(tmp_path_factory.mktemp("refine"), "alice", torch=False, workers=1) as running:
         yield running
-    finally:
-        running.thread.stop()
 
 
 def test_pages_filter_toggle_and_save(service, iris, recorder):
