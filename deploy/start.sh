@@ -215,6 +215,9 @@ with urllib.request.urlopen(sys.argv[1], timeout=5) as r:
 start_hub() {
     local pid_file="$DIR/hub/hub.pid"  # the hub writes its own jupyterhub.pid too
     mkdir -p "$DIR/hub" "$DIR/home" "$DIR/easeml"
+    # The service's data dir (its blobs; the hub and the service run as this user): closed to others even
+    # where root opened $DIR to the postgres user (start_postgres), and even if made before under another umask.
+    chmod 700 "$DIR/easeml"
     if pid_alive "$pid_file"; then
         say "JupyterHub already running"
     else

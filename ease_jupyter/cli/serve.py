@@ -165,6 +165,7 @@ def command(db_url, data_dir, engine, precision, blob_url, policy, cross_user_pr
     if other is not None:
         raise click.BadParameter(str(DataDirInUse(Path(config.data_dir), other)), param_hint="'--data-dir'")
     require_writable_store(config)
+    warn_if_exposed(Path(config.data_dir))  # once the store made a missing data dir (mode 0700)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
     try:
@@ -245,6 +246,17 @@ def require_writable_store(config) -> None:  # noqa: ANN001 - a ServiceConfig
             f"cannot write the database {database}: {reason}. Make the database writable by this user (for SQLite: "
             "the file, its -wal and -shm files and their directory; for a server: a read-write connection with "
             "space left), then start again.") from None
+
+
+def warn_if_exposed(data_dir: Path) -> None:
+    """A warning on stderr where the data dir is open to group or others (a
+    directory made beforehand, e.g. by ``mkdir``, with the umask's 755): the
+    service starts anyway, the operator's to fix."""
+    from ease_jupyter.store import exposed_dir_warning
+
+    warning = exposed_dir_warning(data_dir)
+    if warning is not None:
+        click.echo(f"easeml serve: {warning}", err=True)
 
 
 def _database_name(config) -> str:  # noqa: ANN001 - a ServiceConfig

@@ -198,7 +198,9 @@ class Uploads:
                                      "let one expire first", field="uploads", found=str(open_now),
                                      expected=f"at most {MAX_OPEN_UPLOADS}")
         with self._disk_full_is_storage_full():
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            # the uploads dir too (mkdir gives a missing parent the umask's mode, e.g. 0755)
+            self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            path.parent.mkdir(exist_ok=True, mode=0o700)
             path.touch(mode=0o600)
         return uid
 

@@ -100,7 +100,7 @@ def start_embedded(data_dir: str | os.PathLike[str] | None = None, *, timeout: f
     attached = _attached(read_service_file(directory))
     if attached is not None:
         return attached
-    with open(directory / START_LOCK_FILE, "w") as lock:
+    with os.fdopen(os.open(directory / START_LOCK_FILE, os.O_WRONLY | os.O_CREAT, 0o600), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one starter at a time; the others attach
         info = read_service_file(directory)
         attached = _attached(info)
@@ -115,7 +115,7 @@ def start_embedded(data_dir: str | os.PathLike[str] | None = None, *, timeout: f
             raise DataDirInUse(directory, other)
         token = info["token"] if info else new_token()
         old_pid = info.get("pid") if info else None
-        log = open(directory / "service.log", "ab")
+        log = open_log(directory)
         env = {**os.environ, TOKEN_ENV: token}
         process = subprocess.Popen(
             [sys.executable, "-m", "ease_jupyter.service.embedded", "--data-dir", str(directory)],
@@ -132,6 +132,22 @@ def start_embedded(data_dir: str | os.PathLike[str] | None = None, *, timeout: f
             time.sleep(0.1)
         process.terminate()
         raise TimeoutError(f"the embedded service did not start within {timeout} s; see {directory / 'service.log'}")
+
+
+def open_log(directory: Path) -> Any:
+    """``<directory>/service.log`` for appending, created with mode 0600 (not
+    the umask's 0644: it logs task names and errors). An existing log keeps
+    its mode. Where the data dir itself is open to group or others, the log
+    says so first (``easeml serve`` says it on stderr)."""
+    from ..store import exposed_dir_warning
+
+    fd = os.open(directory / "service.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    log = os.fdopen(fd, "ab")
+    warning = exposed_dir_warning(directory)
+    if warning is not None:
+        log.write(f"{warning}\n".encode())
+        log.flush()
+    return log
 
 
 class DataDirInUse(RuntimeError):

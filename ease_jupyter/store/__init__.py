@@ -70,8 +70,10 @@ __all__ = [
     "Toggle",
     "User",
     "VersionKind",
+    "create_private_file",
     "default_data_dir",
     "ensure_private_dir",
+    "exposed_dir_warning",
     "open_store",
 ]
 
@@ -101,6 +103,35 @@ def ensure_private_dir(path: Path) -> Path:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(path, 0o700)  # mkdir's mode is filtered by the umask
     return path
+
+
+def create_private_file(path: Path) -> bool:
+    """Create ``path``, empty and with mode 0600, unless it exists; True if
+    created. An existing file keeps its mode (the operator's choice, or a
+    file from before this was done: ``exposed_dir_warning`` tells of the
+    data dir)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return False
+    os.close(fd)
+    return True
+
+
+def exposed_dir_warning(path: Path) -> str | None:
+    """A one-line warning where the data dir ``path`` is open to group or
+    others (e.g. made by hand with the usual mode 755): every local user of
+    that group (or all of them) may then read its database (task names,
+    tags, table schemas, class names) and files made under the umask. None
+    where it is closed, or missing."""
+    try:
+        mode = path.stat().st_mode & 0o777
+    except OSError:
+        return None
+    if mode & 0o077 == 0:
+        return None
+    return (f"warning: the data dir {path} has mode {mode:o}: group or others may read or write it, and it holds "
+            f"every user's data and token hashes; run: chmod 700 {path}")
 
 
 SQLITE_FILE = "easeml.sqlite"  # the database in a data dir when no URL is given

@@ -61,7 +61,9 @@ class DirectoryBlobStore(BlobStore):
     def __init__(self, root: str | os.PathLike[str], *, verify: bool = True) -> None:
         self.root = Path(root)
         self.verify = verify
-        self.root.mkdir(parents=True, exist_ok=True)
+        # Owner only (its parents too, where made here), whatever the umask: the blobs are every user's
+        # data. An existing directory keeps its mode.
+        _private_mkdir(self.root)
 
     def __repr__(self) -> str:
         return f"DirectoryBlobStore({str(self.root)!r})"
@@ -89,7 +91,7 @@ class DirectoryBlobStore(BlobStore):
 
     def _write(self, final: Path, data: bytes) -> None:
         if not final.parent.is_dir():
-            final.parent.mkdir(parents=True, exist_ok=True)
+            _private_mkdir(final.parent)
             _fsync_directory(self.root)  # the new fan-out folder's entry, or a blob in it may be lost with it
         fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=final.parent)
         try:
@@ -185,6 +187,20 @@ class DirectoryBlobStore(BlobStore):
                 continue
             count, size = count + 1, size + info.st_size
         return count, size
+
+
+def _private_mkdir(directory: Path) -> None:
+    """``mkdir -p`` with mode 0700 for each directory it makes (``Path.mkdir``
+    gives missing parents the umask's mode); existing ones are left as they are."""
+    if directory.is_dir():
+        return
+    if not directory.parent.is_dir():
+        _private_mkdir(directory.parent)
+    try:
+        directory.mkdir(mode=0o700)  # (a umask clears bits of 0700 only where it would break us anyway)
+    except FileExistsError:
+        if not directory.is_dir():  # a file of that name, not a writer that made it meanwhile
+            raise
 
 
 def _touch(path: Path) -> bool:

@@ -67,12 +67,31 @@ def make_engine(url: str | URL, **kwargs: Any) -> Engine:
     if is_sqlite_memory(url):
         # One shared connection, or every connection would see its own empty database.
         kwargs.setdefault("poolclass", StaticPool)
-    elif "poolclass" not in kwargs:
-        kwargs.setdefault("pool_size", SQLITE_POOL_SIZE)
+    else:
+        _create_private_sqlite_file(url)
+        if "poolclass" not in kwargs:
+            kwargs.setdefault("pool_size", SQLITE_POOL_SIZE)
     engine = create_engine(url, connect_args=connect_args, **kwargs)
     event.listen(engine, "connect", _sqlite_on_connect)
     event.listen(engine, "begin", _sqlite_on_begin)
     return engine
+
+
+def _create_private_sqlite_file(url: URL) -> None:
+    """Create a new SQLite database file with mode 0600 before SQLite does
+    (it would follow the umask: 0644 readable by every local user). SQLite
+    gives its -wal and -shm files the database file's mode. An existing file
+    keeps its mode; a URI filename (``?uri=true``) or a read-only open is left
+    to SQLite, and so is a file that cannot be created (SQLite's own error
+    then names the database)."""
+    if not url.database or url.query.get("uri") or url.query.get("mode"):
+        return
+    from .. import create_private_file
+
+    try:
+        create_private_file(Path(url.database))  # (SQLite reads no ~)
+    except OSError:
+        pass
 
 
 def _sqlite_on_connect(dbapi_connection: Any, connection_record: Any) -> None:
