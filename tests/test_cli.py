@@ -27,6 +27,19 @@ def test_every_subcommand_has_help(name):
     assert "Usage:" in result.output and "--help" in result.output
 
 
+@pytest.mark.parametrize("name", sorted(SUBCOMMANDS))
+def test_no_help_shows_a_range_bound_of_none(name):
+    """A number option with no bound shows no range (click would print x<=None)."""
+    result = CliRunner().invoke(main, [name, "--help"])
+    assert "None]" not in result.output and "<=None" not in result.output, result.output
+
+
+def test_serve_help_shows_prices_from_zero():
+    words = " ".join(CliRunner().invoke(main, ["serve", "--help"]).output.split())  # as one line, unwrapped
+    for default in ("0.0316", "0.0042", "0.35"):
+        assert f"[default: {default}; x>=0]" in words, words
+
+
 def test_unknown_subcommand_is_an_error():
     result = CliRunner().invoke(main, ["nonsense"])
     assert result.exit_code == 2 and "No such command" in result.output

@@ -32,6 +32,10 @@ class FiniteFloat(click.FloatRange):
             self.fail(f"found {value!r}, expected {expected}{self._range_words()}", param, ctx)
         return super().convert(number, param, ctx)
 
+    def _describe_range(self) -> str:
+        # click's would be "x<=None" for a number with neither bound
+        return "" if self.min is None and self.max is None else super()._describe_range()
+
     def _range_words(self) -> str:
         words = []
         if self.min is not None:

@@ -91,12 +91,12 @@ from ._data_dir import FiniteFloat, db_option
 @click.option("--notebook-timeout", default=90.0, show_default=True, type=FiniteFloat(min=0, min_open=True),
               metavar="SECONDS", help="A registered notebook session unheard of (no heartbeat) for this long is "
                                       "listed as gone (GET /api/v1/notebooks).")
-@click.option("--price-cpu", default=0.0316, show_default=True, type=FiniteFloat(what="price per hour"), metavar="PRICE",
+@click.option("--price-cpu", default=0.0316, show_default=True, type=FiniteFloat(0, what="price per hour"), metavar="PRICE",
               help="The auto-provisioner's price of a CPU core per hour (ACAI's cost = runtime x hourly price of "
                    "the resources). Defaults: Google Cloud N1 on-demand list prices, us-east1 (placeholders).")
-@click.option("--price-gb", default=0.0042, show_default=True, type=FiniteFloat(what="price per hour"), metavar="PRICE",
+@click.option("--price-gb", default=0.0042, show_default=True, type=FiniteFloat(0, what="price per hour"), metavar="PRICE",
               help="The auto-provisioner's price of a GB of memory per hour.")
-@click.option("--price-gpu", default=0.35, show_default=True, type=FiniteFloat(what="price per hour"), metavar="PRICE",
+@click.option("--price-gpu", default=0.35, show_default=True, type=FiniteFloat(0, what="price per hour"), metavar="PRICE",
               help="The auto-provisioner's price of a GPU per hour (default: an NVIDIA T4 on Google Cloud).")
 @click.option("--jupyterhub", is_flag=True, default=False,
               help="Run as a JupyterHub service: users authenticate with hub API tokens (or the hub's OAuth "
