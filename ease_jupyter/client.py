@@ -818,6 +818,7 @@ class Task:
         names (strings, ...). See docs/data.md."""
         made = _Sent()  # every upload this feed creates, a table's columns too
         try:
+            origin = tabular.feed_origin(X, self._schema_info())  # rows read from image files: the card says how
             X, y = tabular.feed_parts(X, y, self._schema_info(), self.client._encoder(made))
             if y is None:  # the service would refuse it too, in terms of its wire format
                 raise DataError("y", "nothing", f"labels, one per example of X: task.feed(X, y) (in a notebook: "
@@ -826,6 +827,8 @@ class Task:
             body = {"X": self.client._encoder(made)(X), "y": self.client._encoder(made, "y")(y)}
             if mode is not None:
                 body["mode"] = mode
+            if origin is not None:
+                body["origin"] = origin
             return self.client.request("POST", self._path("/feed"), body)
         except BaseException:  # uploads of a feed that was never sent, or refused: nothing will feed them now
             self.client._discard_uploads(made.uploads)
@@ -1030,17 +1033,22 @@ class Task:
         ``onnx`` for a scikit-learn model, ``torchscript``, ``onnx`` or
         ``state_dict`` for a torch model; by default the one ``path``'s
         suffix names (``.onnx``, ``.joblib``), else joblib or torchscript.
-        Each loads without ease_jupyter (docs/export.md).
+        A ``format`` that contradicts that suffix is refused; another suffix
+        (``.pt``, ``.bin``) takes any format. Each loads without ease_jupyter
+        (docs/export.md).
 
         Raises:
-            DataError: a format that does not exist or does not fit the
-                model's engine, or a path whose directory does not exist.
+            DataError: a format that does not exist, does not fit the
+                model's engine or contradicts the path's suffix (on
+                ``format``), or a path with no file name or whose directory
+                does not exist (on ``path``).
             NoModelError: no model has finished yet.
         """
         from .service import export_bundle
 
-        export_bundle.check_target(path)  # before the request: a bad path costs no conversion
-        fmt = format if format is not None else export_bundle.format_of(path)
+        # both before the request: a bad path or format costs no conversion
+        export_bundle.check_target(path)
+        fmt = export_bundle.chosen_format(path, format)
         data = self.client.request("GET", self._path("/model"), params=None if fmt is None else {"format": fmt},
                                    binary=True)
         return export_bundle.write(data, path)

@@ -11,7 +11,10 @@ folders, turned into what goes over the wire (the notebook side of
   is regression).
 * An image folder (one subfolder per class) is read with Pillow into the
   task's input shape ``(H, W)``, ``(H, W, 1)`` or ``(H, W, 3)``, as floats
-  in [0, 1]; the subfolders' names are the labels.
+  in [0, 1]; the subfolders' names are the labels. Such a feed says so
+  (``feed_origin``: the body's ``origin``, ``IMAGE_FILES_ORIGIN``), and the
+  service records it, so that the model card tells whoever feeds an
+  exported file to read images the same way.
 * Labels that are not numbers (strings, categories, other objects) go as
   class names; the service maps them to class indices.
 * A pandas Series as X is one row or one column of a table: a table task
@@ -52,7 +55,7 @@ from .zoo.preprocess import IDENTIFIER_MIN_DISTINCT, IDENTIFIER_SHARE, category_
 
 __all__ = ["TEXT_MIN_WORDS", "IMAGE_SUFFIXES", "IdentifierColumnWarning", "is_table", "read_table",
            "infer_schema", "column_wire", "table_wire", "split_target", "labels_wire", "read_image_folder",
-           "read_images", "inputs_for", "feed_parts", "named"]
+           "read_images", "inputs_for", "feed_parts", "feed_origin", "IMAGE_FILES_ORIGIN", "named"]
 
 #: A string column is free text (a TF-IDF vector) when its values have at
 #: least this many words on average; fewer: categorical (one-hot).
@@ -503,6 +506,19 @@ def inputs_for(X: Any, info: Mapping[str, Any], encode: Encode, field: str = "X"
     return X
 
 
+# A feed body's ``origin`` when its rows were read from image files here
+# (``read_images``): the service records it as a task tag
+# (``task_schema.IMAGE_FILES_TAG``) for the model card's "image files" step.
+IMAGE_FILES_ORIGIN = "image files"
+
+
+def feed_origin(X: Any, info: Mapping[str, Any]) -> str | None:
+    """``IMAGE_FILES_ORIGIN`` when ``feed_parts`` reads X's rows from image
+    files (a path fed to a tensor task: an image folder), else None (arrays,
+    tables, a table task's CSV or Parquet file)."""
+    return IMAGE_FILES_ORIGIN if info.get("table") is None and _is_path(X) else None
+
+
 def feed_parts(X: Any, y: Any, info: Mapping[str, Any], encode: Encode) -> tuple[Any, Any]:
     """(X, y) of a feed in their wire forms."""
     table = info.get("table")
@@ -510,7 +526,7 @@ def feed_parts(X: Any, y: Any, info: Mapping[str, Any], encode: Encode) -> tuple
         features, labels = split_target(X, y, table.get("target"), _feature_names(table))
         _warn_identifiers(features, {_name(c["name"]): ColumnKind(c["kind"]) for c in table["columns"]}, "X")
         return table_wire(features, encode, table=table), labels_wire(labels)
-    if _is_path(X):
+    if feed_origin(X, info) == IMAGE_FILES_ORIGIN:
         root = Path(X)
         if not root.exists():
             raise DataError("X", f"the path {str(root)!r}, which does not exist",

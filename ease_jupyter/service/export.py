@@ -50,7 +50,7 @@ import numpy as np
 
 from ..errors import DataError, UserModelCallError, UserModelCallTimeout
 from ..zoo import Engine
-from .export_bundle import MEDIA_TYPE, pack
+from .export_bundle import MEDIA_TYPE, SUFFIXES, pack
 from .export_processes import ExportProcessDied, ExportProcessTimeout
 
 __all__ = ["ALL_FORMATS", "FORMATS", "MEDIA_TYPE", "Artifact", "SklearnInputs", "check_format", "export_best",
@@ -62,7 +62,6 @@ FORMATS: dict[Engine, tuple[str, ...]] = {
     Engine.TORCH: ("torchscript", "onnx", "state_dict"),
 }
 ALL_FORMATS = ("joblib", "onnx", "torchscript", "state_dict")
-SUFFIXES = {"joblib": ".joblib", "onnx": ".onnx", "torchscript": ".pt", "state_dict": ".pt"}
 ENGINE_WORDS = {Engine.SKLEARN: "a scikit-learn model", Engine.TORCH: "a torch model"}
 INPUT_NAME = "X"  # the ONNX input of an array task (a table task has one per column)
 _PACKAGE = __name__.split(".")[0]

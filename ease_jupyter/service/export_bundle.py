@@ -25,6 +25,10 @@ from ..errors import DataError
 CARD_NAME = "model_card.json"
 MEDIA_TYPE = "application/zip"
 CARD_SUFFIX = ".card.json"
+# Each format's file suffix (the zip's model.<suffix>); a suffix of one format
+# alone names it (``format_of``): .onnx and .joblib. The torch formats share .pt.
+SUFFIXES = {"joblib": ".joblib", "onnx": ".onnx", "torchscript": ".pt", "state_dict": ".pt"}
+_NAMED_BY = {suffix: fmt for fmt, suffix in SUFFIXES.items() if list(SUFFIXES.values()).count(suffix) == 1}
 TEMP_SUFFIX = ".easeml-export.tmp"  # a file being written beside the model, renamed once whole
 
 
@@ -49,7 +53,12 @@ def check_target(path: str | os.PathLike[str]) -> Path:
     """The path a model is exported to: its parent directory must exist, and
     neither it nor its card's path (``card_path``) may be a directory or a
     name longer than the directory's file system takes (DataError naming
-    ``path``), so that neither file is written when one cannot be."""
+    ``path``), so that neither file is written when one cannot be. A path
+    with no file name ("", ".", "/", "models/") is one too."""
+    text = os.fspath(path)
+    if isinstance(text, str) and os.path.basename(text) in ("", ".", ".."):  # (pathlib reads "a/." as "a")
+        raise DataError("path", f"{text!r}, which names no file" if text else "an empty path",
+                        "a file name, e.g. model.onnx (in a directory: models/model.onnx)")
     target = Path(path).expanduser()
     if not target.parent.is_dir():
         raise DataError("path", str(path), f"a file in an existing directory ({target.parent} does not exist)")
@@ -108,4 +117,21 @@ def write(data: bytes, path: str | os.PathLike[str]) -> dict[str, Any]:
 def format_of(path: str | os.PathLike[str]) -> str | None:
     """The format a path's suffix names (``.onnx``, ``.joblib``); None for
     any other suffix (the service then picks the engine's default)."""
-    return {".onnx": "onnx", ".joblib": "joblib"}.get(Path(path).suffix.lower())
+    return _NAMED_BY.get(Path(path).suffix.lower())
+
+
+def chosen_format(path: str | os.PathLike[str], fmt: str | None) -> str | None:
+    """The format to ask for: ``fmt``, else the one ``path``'s suffix names
+    (None: the engine's default). A ``fmt`` that contradicts the suffix
+    (``model.onnx`` with ``joblib``) is a DataError naming ``format``: the
+    file would be named for one format and hold another. A suffix that
+    names no format (``.pt``, ``.pth``, ``.bin``, ``.zip``, none) takes any
+    format; a ``fmt`` that is no format is left to the service, which lists
+    the valid ones."""
+    named = format_of(path)
+    if fmt is None or named is None or fmt == named or fmt not in SUFFIXES:
+        return named if fmt is None else fmt
+    suffix = Path(path).suffix
+    raise DataError("format", f"{fmt!r} for {os.fspath(path)!r}, whose suffix {suffix} names the format {named!r}",
+                    f"format={named!r} (or none) for a {suffix} path, or a path ending in {SUFFIXES[fmt]} for "
+                    f"{fmt!r} (a suffix that names no format, such as .bin, takes any)")

@@ -18,6 +18,7 @@ from typing import Any
 from .. import datasets
 from ..errors import DataError, InvalidStateError
 from ..store import BlobStore, DatasetVersion, Store, Task, User
+from ..tabular import IMAGE_FILES_ORIGIN
 from . import arrays, task_schema
 from .quota import Quota, added_version
 
@@ -75,6 +76,11 @@ class Feeder:
             self.uploads.consume_ids(caller.id, named)
 
     def _feed(self, caller: User, task: Task, body: dict[str, Any], named: list[str]) -> Fed:
+        origin = body.get("origin")  # IMAGE_FILES_ORIGIN: the client read the rows from image files
+        if origin is not None and origin != IMAGE_FILES_ORIGIN:
+            raise DataError("origin", repr(origin)[:80] if isinstance(origin, str) else _JSON_KINDS.get(
+                type(origin), "a JSON value"), f"{IMAGE_FILES_ORIGIN!r} (rows the client read from image files), "
+                "or none")
         if task.cancelled:
             raise InvalidStateError(f"task {task.name!r} is cancelled; resume it before feeding")
         X = arrays.decode("X", body.get("X"), self.uploads, caller.id)
@@ -98,6 +104,9 @@ class Feeder:
                 # read its labels as other classes). Stored again on a retry: the same names.
                 reserve(n_bytes)
                 prepared.commit()
+                if origin is not None and not task_schema.fed_image_files(tags):
+                    # once, for the model card's "image files" step (model_card.input_preprocessing)
+                    self.store.set_tag("task", task.id, task_schema.IMAGE_FILES_TAG, "true")
 
             result = datasets.feed_rows(self.store, self.blobs, task, prepared.X, prepared.y, reserve=accept,
                                         mode=datasets.DEDUPE if mode is None else mode, state=(parent, chunks))

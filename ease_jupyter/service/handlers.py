@@ -308,6 +308,22 @@ def _int_arg(h: BaseHandler, name: str, default: int | None = None) -> int | Non
         raise DataError(name, repr(raw), "an integer") from None
 
 
+def _export_format(h: BaseHandler) -> str | None:
+    """The model route's one query parameter, ``format``, given at most once:
+    an unknown key (``?fmt=onnx``) or a repeated ``format`` is a DataError
+    (400) naming it, not a download in a format she did not ask for."""
+    query = h.request.query_arguments
+    for key in sorted(query):
+        if key != "format":
+            raise DataError(key[:80] or "query", f"the query parameter {key[:80]!r}, which this route does not take",
+                            "no query parameter but format (joblib, onnx, torchscript or state_dict)")
+    values = query.get("format", [])
+    if len(values) > 1:
+        shown = ", ".join(repr(v.decode("utf-8", "replace")[:40]) for v in values[:4])
+        raise DataError("format", f"{len(values)} values ({shown})", "one format")
+    return h.get_query_argument("format", None)
+
+
 def _created(pair: tuple[Any, bool]) -> Reply:
     data, created = pair
     return Reply(201 if created else 200, data)
@@ -362,7 +378,7 @@ ROUTES: list[tuple[str, dict[str, Callable[..., Any]], dict[str, Any]]] = [
     ("/tasks/" + NAME + "/best", {"get": lambda s, u, h, n: s.best(u, n)}, {}),
     ("/tasks/" + NAME + "/profile", {"get": lambda s, u, h, n: s.profile(u, n)}, {}),
     ("/tasks/" + NAME + "/model", {"get": lambda s, u, h, n: Download(
-        *s.export_model(u, n, h.get_query_argument("format", None)))}, {"runs_models": True}),
+        *s.export_model(u, n, _export_format(h)))}, {"runs_models": True}),
     ("/tasks/" + NAME + "/suspicion",
      {"get": lambda s, u, h, n: s.suspicion(u, n, _int_arg(h, "version"), _int_arg(h, "k"))},
      {"runs_models": True}),

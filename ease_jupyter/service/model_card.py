@@ -5,12 +5,13 @@ the model takes and returns, what data it was trained and validated on, how
 well it did, and where it came from. Here that is the task's schema (its
 ease.ml program, and its table schema for a table task), the class names,
 the preprocessing inside the model and what is done to inputs before the
-model sees them (how the client reads image files, the range of values
-trained on, how it spells a table's categories), the job's metrics with the size of the
-validation split they were measured on, the dataset version, the training
-config, and the provenance ids (the job, the dataset version, and the
-feed/refine/train edges that lead to the model), so that the model can be
-traced back to its rows in the service's store.
+model sees them (how the client reads image files, for a task fed them;
+the range of values trained on, how it spells a table's categories), the
+job's metrics with the size of the validation split they were measured
+on, the dataset version, the training config, and the provenance ids
+(the job, the dataset version, and the feed/refine/train edges that lead
+to the model), so that the model can be traced back to its rows in the
+service's store.
 """
 
 from __future__ import annotations
@@ -118,16 +119,21 @@ def table_input_preprocessing(schema: Any, fmt: str) -> list[dict[str, Any]]:
 def input_preprocessing(store: Store, blobs: BlobStore, task: Task, version: Any) -> list[dict[str, Any]]:
     """What happens to inputs before they reach the model, outside its file
     (the card's ``preprocessing`` is what is inside): a user feeding the
-    file must do the same, or it answers wrongly without an error. For an
-    image task, how the client reads image files; for an array task, the
-    range of the values the model was trained on, so that a file fed raw
-    pixels where it saw [0, 1] can be told from the card."""
+    file must do the same, or it answers wrongly without an error. For a
+    task fed image files (an image folder: the service recorded it,
+    ``task_schema.fed_image_files``), how the client reads them; a task of
+    an image's shape fed arrays gets no such step, its file takes what
+    the arrays held. For every array task, the range of the values the
+    model was trained on, so that a file fed raw pixels where it saw
+    [0, 1] can be told from the card."""
+    from .task_schema import fed_image_files
+
     program = program_of(task)
     tensors = program.input.tensors
     if len(tensors) != 1 or program.input.recursive:
         return []
     shape = tuple(tensors[0].shape)
-    steps = [IMAGE_FILES] if len(shape) == 2 or (len(shape) == 3 and shape[2] in (1, 3)) else []
+    steps = [IMAGE_FILES] if fed_image_files(store.tags("task", task.id)) else []
     if version.n_examples * int(np.prod(shape)) > RANGE_MAX_VALUES:
         steps.append({"step": "values seen in training", "min": None, "max": None,
                       "note": f"not read: more than {RANGE_MAX_VALUES} input values"})

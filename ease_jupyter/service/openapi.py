@@ -190,8 +190,10 @@ def spec() -> dict[str, Any]:
             "Add examples: a new dataset version (201), or the latest one (200) when the feed adds no row. mode "
             "'dedupe' (default) skips rows (input and label) the latest version holds, 'append' adds them again, "
             "'replace' makes a version of exactly the fed rows; new and duplicates count the fed rows that were "
-            "not / were there", params=[NAME], ok=(200, 201),
-            body=_obj("X", "y", X=ARRAY, y=ARRAY, mode={"enum": ["dedupe", "append", "replace", None]}),
+            "not / were there; origin 'image files' (the client's feed of an image folder) marks the task as fed "
+            "images read so (the model card's 'image files' step)", params=[NAME], ok=(200, 201),
+            body=_obj("X", "y", X=ARRAY, y=ARRAY, mode={"enum": ["dedupe", "append", "replace", None]},
+                      origin={"enum": ["image files", None]}),
             response={"allOf": [{"$ref": "#/components/schemas/Version"}, _obj(
                 "created", "new", "duplicates", "mode", created={"type": "boolean"},
                 new={"type": "integer", "minimum": 0}, duplicates={"type": "integer", "minimum": 0},
@@ -229,7 +231,8 @@ def spec() -> dict[str, Any]:
         "/tasks/{name}/model": {"get": _download(_op(
             "The best model as a file, for its own runtime (no ease_jupyter needed): a zip of the model file "
             "(model.joblib, model.onnx or model.pt) and model_card.json; 400 bad_data (field format) for a format "
-            "that does not exist or does not fit the model's engine, 409 no_model before the first model",
+            "that does not exist or does not fit the model's engine, or format given more than once, 400 bad_data "
+            "(field: the key) for any other query parameter, 409 no_model before the first model",
             params=[NAME, {"name": "format", "in": "query", "description": "default: joblib for a scikit-learn "
                            "model, torchscript for a torch model",
                            "schema": {"enum": ["joblib", "onnx", "torchscript", "state_dict"]}}], runs_model=True))},

@@ -5,6 +5,9 @@ Both are reserved task tags written by the service only (a user's
 task's ``TableSchema`` as JSON, ``easeml.classes`` the JSON list of a
 classification task's class names (table or tensor task) once it has any.
 Everything else reads them through ``table_schema`` and ``class_names``.
+A third, ``easeml.image_files``, is set once a feed whose rows the client
+read from image files (the feed body's ``origin``) is stored: the model
+card's "image files" step is true of that task alone (``fed_image_files``).
 """
 
 from __future__ import annotations
@@ -26,10 +29,11 @@ from ..zoo.preprocess import TableBuilder, to_frame
 
 TABLE_TAG = "easeml.table"
 CLASSES_TAG = "easeml.classes"
+IMAGE_FILES_TAG = "easeml.image_files"
 
-__all__ = ["TABLE_TAG", "CLASSES_TAG", "table_schema", "class_names", "PreparedFeed", "prepare_feed",
-           "checked_inputs", "estimator_inputs", "table_program", "store_table_schema", "check_same_table",
-           "names_json", "fields_in", "table_job"]
+__all__ = ["TABLE_TAG", "CLASSES_TAG", "IMAGE_FILES_TAG", "fed_image_files", "table_schema", "class_names",
+           "PreparedFeed", "prepare_feed", "checked_inputs", "estimator_inputs", "table_program",
+           "store_table_schema", "check_same_table", "names_json", "fields_in", "table_job"]
 
 
 def table_schema(store: Store, task: Task) -> TableSchema | None:
@@ -111,6 +115,12 @@ class PreparedFeed:
 
     def commit(self) -> None:
         self._commit()
+
+
+def fed_image_files(tags: Mapping[str, str]) -> bool:
+    """Whether a feed of rows the client read from image files (an image
+    folder) was stored for the task, from its tags already read."""
+    return IMAGE_FILES_TAG in tags
 
 
 def _num_classes(task: Task) -> int | None:
