@@ -548,6 +548,10 @@ class Client:
         """Create a task (shapes or an ease.ml program), or open one of yours
         by name; raises NotFoundError when you have no task by that name.
 
+        ``input``, ``output``: each a list of positive integers ([64],
+        (8, 8, 1)), one integer, or the text "8,8,1"; anything else is a
+        DataError naming it, and nothing is created.
+
         ``like=df, target="species"``: a table task whose typed schema is
         inferred from the DataFrame (or CSV/Parquet path) ``like``; ``kinds``
         sets a column's kind by name (docs/data.md)."""
@@ -566,7 +570,7 @@ class Client:
         if program is not None:
             body["program"] = str(program)
         else:
-            body["input"], body["output"] = [int(d) for d in input], [int(d) for d in output]  # type: ignore[union-attr]
+            body["input"], body["output"] = _shape("input", input), _shape("output", output)
         return self._touched(Task(self, self.request("POST", "/tasks", body)))
 
     def _touched(self, task: "Task") -> "Task":
@@ -779,6 +783,44 @@ class EventStream:
         self.close()
 
 
+def _whole(field: str, value: Any) -> int:
+    """``value`` as the int it is (a Python or numpy integer, not a bool), or
+    a DataError naming ``field``: int("3") or int(2.5) would pass on another
+    value than the one meant."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        return int(value)
+    raise DataError(field, f"{type(value).__name__} {value!r}"[:80], "an integer")
+
+
+def _wholes(field: str, values: Iterable[Any]) -> list[int]:
+    """``_whole`` of each value, the first one that is not named by its position."""
+    if isinstance(values, (str, bytes)):
+        raise DataError(field, f"the string {values!r}"[:80], "a list of integers, e.g. [0, 1, 2]")
+    return [_whole(f"{field}[{i}]", v) for i, v in enumerate(values)]
+
+
+def _shape(field: str, shape: Any) -> list[int]:
+    """A task's input or output shape for the wire: a list of positive
+    integers ([64], (8, 8, 1)), a single one (64), or the command line's
+    text ("64,64,3"); anything else is a DataError naming ``field``."""
+    expected = "a list of positive integers, e.g. [64] or [8, 8, 1] (or the text '8,8,1')"
+    if isinstance(shape, str):
+        parts = [part.strip() for part in shape.split(",")]
+        if not all(part.isdigit() for part in parts):
+            raise DataError(field, repr(shape)[:80], expected)
+        dims = [int(part) for part in parts]
+    elif isinstance(shape, (int, np.integer)) and not isinstance(shape, (bool, np.bool_)):
+        dims = [int(shape)]
+    elif isinstance(shape, (list, tuple)) and shape and all(
+            isinstance(d, (int, np.integer)) and not isinstance(d, (bool, np.bool_)) for d in shape):
+        dims = [int(d) for d in shape]
+    else:
+        raise DataError(field, repr(shape)[:80], expected)
+    if not all(d > 0 for d in dims):
+        raise DataError(field, repr(shape)[:80], expected)
+    return dims
+
+
 def _quote(name: str) -> str:
     return urllib.parse.quote(str(name), safe="")
 
@@ -837,9 +879,9 @@ class Task:
     def refine(self, *, keep: Iterable[int] | None = None, drop: Iterable[int] | None = None) -> dict[str, Any]:
         body = {}
         if keep is not None:
-            body["keep"] = [int(i) for i in keep]
+            body["keep"] = _wholes("keep", keep)
         if drop is not None:
-            body["drop"] = [int(i) for i in drop]
+            body["drop"] = _wholes("drop", drop)
         return self.client.request("POST", self._path("/refine"), body)
 
     def versions(self) -> list[dict[str, Any]]:
@@ -941,9 +983,9 @@ class Task:
         Raises:
             NoModelError: no model has finished yet.
         """
-        params: dict[str, Any] = {"k": int(k)}
+        params: dict[str, Any] = {"k": _whole("k", k)}
         if version is not None:
-            params["version"] = int(version)
+            params["version"] = _whole("version", version)
         out = self.client.request("GET", self._path("/suspicion"), params=params)
         for field in ("index", "loss", "disagreement", "validation"):
             out[field] = _decode(out[field])
