@@ -608,6 +608,12 @@ class Client:
     def users(self) -> list[dict[str, Any]]:
         return self.request("GET", "/users")
 
+    def delete_user(self, name: str, *, origin: str | None = None) -> dict[str, Any]:
+        """Admins only: delete the account ``name`` with all her tasks and
+        data for good (``DELETE /users/{name}``; docs/service.md, "Deleting
+        a user"); what went. ``origin`` as for ``allow_user_models``."""
+        return self.request("DELETE", f"/users/{_quote(name)}", params=client_budget.origin_query(origin))
+
     def budget(self, user: str | None = None, *, origin: str | None = None) -> dict[str, Any]:
         """Your compute budget (docs/budget.md): ``limits``, an admin's
         ``cap``, ``spent`` and ``left`` seconds, and ``blocked``/``reason``

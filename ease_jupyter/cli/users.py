@@ -5,6 +5,7 @@
     easeml users revoke ada           # ada's token stops working
     easeml users revoke ada --new-token   # ... and prints a new one
     easeml users link carol           # hub user carol takes over local account carol
+    easeml users delete ada --yes     # ada's account, tasks and data, for good
 
 These are local accounts (an ease.ml token logs them in). In JupyterHub mode
 the hub's users are other accounts, even under the same name, until an admin
@@ -79,7 +80,7 @@ def _naming(db_url, data_dir, doing: str, *, create: bool = False):
 
 @click.group("users")
 def command() -> None:
-    """Add, list, revoke and link users of the service."""
+    """Add, list, revoke, link and delete users of the service."""
 
 
 @command.command("add")
@@ -196,3 +197,84 @@ def allow_models(name, off, hub, db_url, data_dir) -> None:
         user = store.user_by_name(check_name("name", name), HUB if hub else LOCAL)
         set_user_setting(store, user, not off)
     click.echo(f"user {name!r} may {'not ' if off else ''}add models of her own", err=True)
+
+
+@command.command("delete")
+@click.argument("name")
+@click.option("--hub", is_flag=True, help="NAME is a JupyterHub user, not a local account.")
+@click.option("--yes", is_flag=True, help="Delete without asking (needed where nobody can answer: no terminal).")
+@_db
+@_dir
+def delete(name, hub, yes, db_url, data_dir) -> None:
+    """Delete user NAME with all her tasks, models and data, for good.
+
+    Her tasks go as a task deletion takes them (versions, jobs, metrics,
+    tags, and the blobs nothing else references: content another user also
+    fed stays), then her uploads not fed yet, her budgets, caps and
+    settings, her token and her account. Asks for NAME to be typed back
+    unless --yes; with no terminal to ask on, it refuses without --yes.
+
+    Needs the data dir (the blobs are there) and no service running on it:
+    while one does, delete through it (DELETE /api/v1/users/NAME as an
+    admin), which ends her running jobs first and tells its scheduler. A
+    deleted hub user gets a new, empty account at her next login."""
+    from ease_jupyter.errors import DataError, InvalidStateError, NotFoundError
+    from ease_jupyter.service import deletion
+    from ease_jupyter.service.auth import check_name
+    from ease_jupyter.service.embedded import DataDirInUse, DataDirLock
+    from ease_jupyter.store.base import HUB, LOCAL
+
+    from ._data_dir import existing_store
+
+    try:
+        check_name("name", name)
+    except DataError as error:
+        raise click.BadParameter(f"found {error.found}, expected {error.expected}", param_hint="NAME") from None
+    origin = HUB if hub else LOCAL
+    with existing_store(db_url, data_dir, "delete users in", force=True) as (store, blobs, directory):
+        try:
+            lock = DataDirLock(directory)  # no service runs here, and none starts until we are done
+        except DataDirInUse as busy:
+            raise click.ClickException(
+                f"a service (pid {busy.pid or '?'}, {busy.url or 'still starting'}) uses {directory}: delete "
+                f"through it (DELETE /api/v1/users/{name}{'?origin=hub' if hub else ''} as an admin), which ends "
+                f"her running jobs first and tells its scheduler, or stop it first (easeml stop --data-dir "
+                f"{directory})") from None
+        try:
+            try:
+                user = store.user_by_name(name, origin)
+            except NotFoundError:
+                kind = "hub user" if hub else "local account"
+                other = "" if hub else " (a JupyterHub user? add --hub)"
+                raise click.ClickException(f"user {name!r}: no {kind} of that name{other}") from None
+            tasks = [t.name for t in store.list_tasks(user.id)]
+            if not yes:
+                _confirm(name, origin, tasks)
+            try:
+                out = deletion.delete_user(store, blobs, deletion.NoLoop(), user,
+                                           uploads=directory / "uploads" / str(int(user.id)))
+            except InvalidStateError as error:
+                raise click.ClickException(f"{error}; nothing more was deleted. If no service runs anywhere on this "
+                                           "database, a crashed one left the job so: start the service and delete "
+                                           f"through it (DELETE /api/v1/users/{name})") from None
+        finally:
+            lock.release()
+    click.echo(f"deleted {origin} user {name!r}: {out['tasks']} task(s)"
+               f"{' (' + ', '.join(out['task_names']) + ')' if out['task_names'] else ''}, "
+               f"{out['versions']} dataset version(s), {out['jobs']} job(s), {out['blobs_deleted']} stored blob(s) "
+               f"({out['bytes_freed']} bytes) off her quota, {out['uploads_deleted']} upload(s) "
+               f"({out['upload_bytes_freed']} bytes); her budgets, settings, token and account")
+
+
+def _confirm(name: str, origin: str, tasks: list[str]) -> None:
+    """Ask for NAME to be typed back; a click error unless it is (no input at all: headless)."""
+    owned = f"{len(tasks)} task(s) ({', '.join(tasks)})" if tasks else "no tasks"
+    try:
+        answer = click.prompt(f"Delete {origin} user {name!r} with {owned}, all their dataset versions, models and "
+                              "stored data? This cannot be undone. Type the user name to confirm",
+                              default="", show_default=False, err=True)
+    except click.Abort:  # end of input: nobody to ask (a script, a pipe, a CI job)
+        raise click.ClickException(f"cannot ask for a confirmation here (no input); to delete without asking: "
+                                   f"easeml users delete {name} --yes") from None
+    if answer.strip() != name:
+        raise click.ClickException(f"user {name!r} not deleted (the answer was not {name!r})")

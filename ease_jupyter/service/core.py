@@ -23,11 +23,12 @@ from typing import Any
 import numpy as np
 
 from .. import datasets
-from ..errors import AlreadyExistsError, DataError, NotFoundError
+from ..errors import AlreadyExistsError, DataError, InvalidStateError, NotFoundError
 from ..jobspec import parse_job
 from ..schema import format_program, parse, program_from_shapes
 from ..schema.limits import check_program_size, check_program_text
 from ..store import DatasetVersion, Edge, Job, Node, NodeKind, Store, BlobStore, Task, User, open_store
+from ..store.base import LOCAL
 from . import arrays, deletion, task_schema
 from .auth import TokenCache, check_name, create_user, revoke_token
 from .config import ServiceConfig, engine_form
@@ -301,6 +302,48 @@ class Service:
         user, _ = revoke_token(self.store, name)
         self.tokens.forget_user(user.id)
         return {"id": user.id, "name": user.name, "origin": user.origin, "revoked": True}
+
+    def delete_user(self, caller: User, name: str, origin: str | None = None) -> dict[str, Any]:
+        """Delete the account ``name`` (``?origin=`` as ``budget_api.user_named``)
+        with everything of hers (``deletion.delete_user``): her token first
+        (so she starts nothing new), then each of her tasks as ``delete_task``
+        deletes one (a running job ends first; content another user also fed
+        stays), her uploads, her notebook sessions, her budgets, caps and
+        settings, and her account row; this service forgets what it kept
+        about her (tokens, hub name, quota count, budget gate, task cache).
+        An admin cannot delete her own account (409): another admin can, or
+        ``easeml users delete`` on the database."""
+        from .budget_api import user_named
+
+        self._admin(caller)
+        user = user_named(self, name, origin)
+        if user.id == caller.id:
+            raise InvalidStateError(f"user {name!r} is the caller: an admin cannot delete her own account here; "
+                                    f"another admin can, or `easeml users delete {name}` on the database with the "
+                                    "service stopped")
+        if user.origin == LOCAL:  # a hub user has no token: the hub is how she logs in
+            self.store.set_user_token_hash(user.id, None)
+        self.tokens.forget_user(user.id)
+        try:
+            out = deletion.delete_user(self.store, self.blobs, self.loop, user,
+                                       uploads=self.uploads.directory / str(int(user.id)),
+                                       deleted=lambda task: self._task_cache.pop((user.id, task.name), None))
+        finally:
+            self._forget_owner(user.id)
+        out["notebooks_deleted"] = self.notebooks.forget_user(user.id)
+        return out
+
+    def _forget_owner(self, owner_id: int) -> None:
+        """Forget what this service keeps in memory about an owner whose rows
+        were deleted: where the store reuses ids (SQLite), a user made later
+        may get hers."""
+        self.tokens.forget_user(owner_id)
+        forget_usage(self.store, owner_id)
+        if self.feed_processes is not None:
+            self.feed_processes.forget(owner_id)
+        for key in [k for k in self._task_cache if k[0] == owner_id]:
+            self._task_cache.pop(key, None)
+        self.loop.budget_changed(owner_id)
 
     def list_users(self, caller: User) -> list[dict[str, Any]]:
         self._admin(caller)

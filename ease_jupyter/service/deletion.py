@@ -19,15 +19,24 @@ In order:
 Other tasks' rows, provenance and blobs are untouched. The answer counts
 what left the owner's quota (her blobs that no row of hers references any
 more), never what left the blob store, which depends on other users' data.
+
+Deleting a user (``delete_user``: ``DELETE /users/{name}``, ``easeml users
+delete``) cancels all her tasks at once, then deletes each as above (so a
+running job of hers ends first, and content another user also fed stays),
+then her uploads not fed yet, and last her account row with its tags
+(budgets, caps, the models setting) and token (``Store.delete_user``, which
+refuses while she owns a task). The caller forgets what it keeps in memory
+about her (``Service.delete_user``).
 """
 
 from __future__ import annotations
 
 import logging
 from datetime import datetime, timezone
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable
 
-from ..errors import DataError, NotFoundError
+from ..errors import DataError, InvalidStateError, NotFoundError
 from ..store import BlobStore, Store, Task, User
 from . import budget, gc
 from .user_models import UserModels
@@ -107,3 +116,84 @@ def delete_task(store: Store, blobs: BlobStore, loop: Any, task: Task, *,
     log.info("task %d deleted: %d blobs (%d bytes) deleted from the blob store", task.id, deleted, freed)
     return {"id": task.id, "name": task.name, "deleted": True, **counts, "blobs_deleted": len(released),
             "bytes_freed": sum(released.values())}
+
+
+class NoLoop:
+    """What ``delete_task`` asks of a control loop, where none runs (``easeml
+    users delete`` on the store of a stopped service): nothing to wait for or
+    forget. A job the store still says is running (a service that crashed
+    left it so) keeps its task: ``Store.delete_task`` refuses it."""
+
+    gpu_pool = False
+    job_cost = None
+
+    def notify(self, task_id: int | None = None) -> None:
+        pass
+
+    def forget_task(self, task_id: int, name: str, remove: Callable[[], Any], *, wait_seconds: float) -> Any:
+        return remove()
+
+
+DELETE_USER_ROUNDS = 3  # passes over her tasks: a hub login may still make one while the first pass runs
+
+
+def delete_user(store: Store, blobs: BlobStore, loop: Any, user: User, *, uploads: Path | None = None,
+                wait_seconds: float = DELETE_WAIT_SECONDS,
+                deleted: Callable[[Task], None] | None = None) -> dict[str, Any]:
+    """Remove ``user`` as the module docstring says: her tasks (all
+    cancelled first, then each through ``delete_task``; ``deleted(task)``
+    after each), the files in ``uploads`` (her upload directory), then her
+    account (``Store.delete_user``). What went, as a JSON-ready dict:
+    ``delete_task``'s counts summed, the task names and the uploads.
+
+    A task whose jobs still run after ``wait_seconds`` stops it with an
+    ``InvalidStateError`` (409): what was deleted stays deleted, her other
+    tasks stay cancelled, and calling it again finishes the work."""
+    totals = {"tasks": 0, "versions": 0, "jobs": 0, "blobs_deleted": 0, "bytes_freed": 0}
+    names: list[str] = []
+    for _ in range(DELETE_USER_ROUNDS):
+        tasks = [store.set_task_cancelled(t.id, True) for t in store.list_tasks(user.id)]  # no new pick of any
+        if not tasks:
+            break
+        for task in tasks:
+            loop.notify(task.id)
+        for task in tasks:
+            try:
+                out = delete_task(store, blobs, loop, task, wait_seconds=wait_seconds)
+            except NotFoundError:  # deleted meanwhile (her own DELETE /tasks/{name})
+                continue
+            totals["tasks"] += 1
+            for key in ("versions", "jobs", "blobs_deleted", "bytes_freed"):
+                totals[key] += out[key]
+            names.append(task.name)
+            if deleted is not None:
+                deleted(task)
+    uploads_deleted, upload_bytes = _delete_uploads(uploads)
+    try:
+        store.delete_user(user.id)
+    except InvalidStateError:
+        raise InvalidStateError(f"user {user.name!r}: still made new tasks while her account was deleted; "
+                                "send the delete again") from None
+    log.info("user %d (%s, %s) deleted: %d tasks, %d uploads", user.id, user.name, user.origin, totals["tasks"],
+             uploads_deleted)
+    return {"id": user.id, "name": user.name, "origin": user.origin, "deleted": True, **totals,
+            "task_names": names, "uploads_deleted": uploads_deleted, "upload_bytes_freed": upload_bytes}
+
+
+def _delete_uploads(directory: Path | None) -> tuple[int, int]:
+    """(files, bytes) of a user's upload directory (``arrays.Uploads``: ``<uploads>/<user id>/``), deleted with it."""
+    if directory is None or not directory.is_dir():
+        return 0, 0
+    count = size = 0
+    for path in directory.glob("*.part"):
+        try:
+            length = path.stat().st_size
+            path.unlink()
+        except FileNotFoundError:  # fed or swept meanwhile
+            continue
+        count, size = count + 1, size + length
+    try:
+        directory.rmdir()
+    except OSError:  # an upload started meanwhile (only a hub login of hers can): the sweep takes it later
+        pass
+    return count, size

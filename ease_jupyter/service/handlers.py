@@ -349,7 +349,8 @@ ROUTES: list[tuple[str, dict[str, Callable[..., Any]], dict[str, Any]]] = [
                 "post": lambda s, u, h: Reply(201, s.add_user(u, h.json_body()))}, {}),
     ("/users/" + NAME + "/tokens", {"delete": lambda s, u, h, n: s.revoke_tokens(u, n)}, {}),
     # ?origin=local|hub: which of two accounts of one name (budget_api.user_named)
-    ("/users/" + NAME, {"put": lambda s, u, h, n: s.set_user(u, n, h.json_body(), h.get_query_argument("origin", None))},
+    ("/users/" + NAME, {"put": lambda s, u, h, n: s.set_user(u, n, h.json_body(), h.get_query_argument("origin", None)),
+                        "delete": lambda s, u, h, n: s.delete_user(u, n, h.get_query_argument("origin", None))},
      {}),
     ("/users/" + NAME + "/budget",
      {"get": lambda s, u, h, n: budget_api.get_user_budget(s, u, n, h.get_query_argument("origin", None)),

@@ -243,8 +243,14 @@ class HubTokens:
         return dataclasses.replace(stored, is_admin=admin)
 
     def forget_user(self, user_id: int) -> None:
-        """Drop the cached ease.ml tokens of a user (hub tokens are the hub's to revoke)."""
+        """Drop the cached ease.ml tokens of a user (hub tokens are the hub's
+        to revoke), and the hub name that meant her: after her account is
+        deleted (``Service.delete_user``), her next login reads the store
+        again and gets a new, empty account."""
         self.local.forget_user(user_id)
+        with self._lock:
+            for name in [n for n, (_, user) in self._names.items() if user.id == user_id]:
+                del self._names[name]
 
     # -- helpers ------------------------------------------------------------
     def _check(self, model: dict[str, Any]) -> tuple[str, bool]:

@@ -232,6 +232,15 @@ class NotebookRegistry:
             session.ended = True
             return session
 
+    def forget_user(self, user_id: int) -> int:
+        """Drop every session of a user whose account was deleted (alive or
+        gone): no kernel id stays hers. How many went."""
+        with self._lock:
+            gone = [sid for sid, s in self._sessions.items() if s.user_id == user_id]
+            for sid in gone:
+                del self._sessions[sid]
+            return len(gone)
+
     # --------------------------------------------------------------- reads
     def get(self, user_id: int, session_id: Any, *, admin: bool = False) -> Session:
         with self._lock:

@@ -280,7 +280,23 @@ def spec() -> dict[str, Any]:
             "Settings of user {name} (admin): allow_user_models lets her add her own models (task.add_model) "
             "whatever the service's --allow-user-models", params=_USER_PARAMS,
             body=_obj("allow_user_models", allow_user_models={"type": "boolean"}),
-            response=_obj(name={"type": "string"}, allow_user_models={"type": "boolean"}))},
+            response=_obj(name={"type": "string"}, allow_user_models={"type": "boolean"})),
+            "delete": _op(
+                "Delete user {name} and everything of hers, for good (admin): each of her tasks as DELETE "
+                "/tasks/{name} deletes one (a running job ends first; blobs another user also references stay), "
+                "her uploads not fed yet, her notebook sessions, her budgets, caps and settings, her token, and her "
+                "account. The counts are summed over her tasks (blobs_deleted and bytes_freed: what left her "
+                "quota). 409 for the caller's own account, and when a job of hers still runs after a minute (what "
+                "was deleted stays deleted; send it again). A hub user deleted here gets a new, empty account at "
+                "her next login", params=_USER_PARAMS,
+                response=_obj("id", "name", "origin", "deleted", "tasks", "versions", "jobs", "blobs_deleted",
+                              "bytes_freed", id={"type": "integer"}, name={"type": "string"}, origin=_ORIGIN_SCHEMA,
+                              deleted={"type": "boolean"}, tasks={"type": "integer"}, versions={"type": "integer"},
+                              jobs={"type": "integer"}, blobs_deleted={"type": "integer"},
+                              bytes_freed={"type": "integer"},
+                              task_names={"type": "array", "items": {"type": "string"}},
+                              uploads_deleted={"type": "integer"}, upload_bytes_freed={"type": "integer"},
+                              notebooks_deleted={"type": "integer"}))},
         "/tasks/{name}/models": {
             "get": _op("The task's own models (user models), each with its kind, grid, code blob and time limit",
                        params=[NAME], response={"type": "array", "items": USER_MODEL}),

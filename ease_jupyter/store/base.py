@@ -247,6 +247,19 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def list_users(self) -> tuple[User, ...]: ...
 
+    @abc.abstractmethod
+    def delete_user(self, user_id: int) -> User:
+        """Remove a user who owns no task, with her tags (entity "user": her
+        budgets, caps, settings) and her token hash, in one transaction;
+        returns her record as it was. Her tasks go first, each with
+        ``delete_task`` (``service/deletion.py`` ``delete_user`` does both).
+
+        A user who still owns a task is an ``InvalidStateError``; an unknown
+        one a ``NotFoundError``. Either changes nothing, and no other user's
+        rows ever change. Her name and token hash are free again at once;
+        where a backend reuses ids (SQLite), a user made later may get hers,
+        and nothing of hers is left to attach to it."""
+
     # -- tasks --------------------------------------------------------------
     @abc.abstractmethod
     def create_task(self, owner_id: int, name: str, program: str) -> Task:

@@ -183,6 +183,19 @@ class InMemoryStore(Store):
         with self._lock:
             return tuple(sorted(self._users.values(), key=lambda u: u.id))
 
+    def delete_user(self, user_id: int) -> User:
+        with self._lock:
+            user = self._user(user_id)
+            owned = sum(1 for t in self._tasks.values() if t.owner_id == user.id)
+            if owned:
+                raise InvalidStateError(f"user {user.name!r}: owns {owned} task(s), expected none "
+                                        "(delete her tasks first)")
+            for old in [h for h, owner in self._token_hashes.items() if owner == user.id]:
+                del self._token_hashes[old]
+            self._tags.pop(("user", user.id), None)
+            del self._users[user.id]
+            return user
+
     # -- tasks --------------------------------------------------------------
     def create_task(self, owner_id: int, name: str, program: str) -> Task:
         v.check_text("name", name)

@@ -200,7 +200,7 @@ def test_there_is_no_way_to_change_or_delete_a_version() -> None:
     # The only mutators touch users, tasks, jobs and tags; nothing reaches a dataset
     # version except the deletion of its whole task.
     assert mutators == {"set_user_token_hash", "link_user_to_hub", "update_job", "set_task_cancelled", "set_tag",
-                        "delete_task"}
+                        "delete_task", "delete_user"}
 
 
 # -- users ----------------------------------------------------------------------
@@ -493,6 +493,50 @@ def test_a_task_with_a_running_job_or_an_unknown_task_is_not_deleted(store: Stor
             store.delete_task(unknown)
     with pytest.raises(DataError, match="task_id"):
         store.delete_task("1")  # type: ignore[arg-type]
+
+
+def test_deleting_a_user_removes_her_row_tags_and_token_and_nothing_else(store: Store) -> None:
+    ada, bob = user(store, "ada"), user(store, "bob")
+    hub_ada = store.create_user("ada", None, origin=HUB)  # another account of her name
+    theirs = _a_task_with_history(store, bob, "galaxy", "b")
+    for who in (ada, bob, hub_ada):
+        store.set_tag("user", who.id, "easeml.budget.cap.seconds", str(who.id))
+    before = _everything_of(store, theirs.id)
+
+    assert store.delete_user(ada.id) == ada
+
+    assert store.list_users() == (bob, hub_ada)
+    for gone in (lambda: store.get_user(ada.id), lambda: store.user_by_name("ada", LOCAL),
+                 lambda: store.user_by_token_hash("hash-of-ada"), lambda: store.tags("user", ada.id),
+                 lambda: store.list_tasks(ada.id)):
+        with pytest.raises(NotFoundError):
+            gone()
+    assert store.find_by_tag("user", "easeml.budget.cap.seconds") == tuple(sorted((bob.id, hub_ada.id)))
+    assert store.tags("user", bob.id) == {"easeml.budget.cap.seconds": str(bob.id)}
+    assert store.user_by_token_hash("hash-of-bob") == bob and store.user_by_name("ada", HUB) == hub_ada
+    assert _everything_of(store, theirs.id) == before
+    # Her name and token hash are free again; a new account of the name starts empty.
+    again = store.create_user("ada", "hash-of-ada")
+    assert again.name == "ada" and store.user_by_token_hash("hash-of-ada") == again
+    assert store.tags("user", again.id) == {} and store.list_tasks(again.id) == ()
+
+
+def test_a_user_who_owns_a_task_or_an_unknown_user_is_not_deleted(store: Store) -> None:
+    ada = user(store, "ada")
+    t = _a_task_with_history(store, ada, "galaxy", "g")
+    store.set_tag("user", ada.id, "k", "v")
+    before = _everything_of(store, t.id)
+    with pytest.raises(InvalidStateError, match="owns 1 task"):
+        store.delete_user(ada.id)
+    assert store.list_users() == (ada,) and store.tags("user", ada.id) == {"k": "v"}
+    assert store.user_by_token_hash("hash-of-ada") == ada and _everything_of(store, t.id) == before
+    store.delete_task(t.id)
+    store.delete_user(ada.id)
+    for unknown in (ada.id, 999):
+        with pytest.raises(NotFoundError):
+            store.delete_user(unknown)
+    with pytest.raises(DataError, match="user_id"):
+        store.delete_user("1")  # type: ignore[arg-type]
 
 
 # -- dataset versions -------------------------------------------------------------

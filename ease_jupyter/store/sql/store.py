@@ -384,6 +384,23 @@ class SQLStore(Store):
         with self._reading() as s:
             return tuple(r.to_record() for r in s.scalars(select(UserRow).order_by(UserRow.id)))
 
+    def delete_user(self, user_id: int) -> User:
+        try:
+            with self._writing() as s:
+                row = self._row(s, UserRow, user_id, what="user", field="user_id", lock=True)
+                owned = s.scalar(select(func.count()).select_from(TaskRow).where(TaskRow.owner_id == row.id))
+                if owned:
+                    raise InvalidStateError(f"user {row.name!r}: owns {owned} task(s), expected none "
+                                            "(delete her tasks first)")
+                user = row.to_record()
+                s.execute(delete(TagRow).where(TagRow.entity == "user", TagRow.entity_id == row.id))
+                s.delete(row)
+                s.flush()
+                return user
+        except IntegrityError:  # a task of hers created meanwhile (the foreign key, PostgreSQL)
+            raise InvalidStateError(f"user {user_id}: a task of hers was created meanwhile, expected none "
+                                    "(delete her tasks first)") from None
+
     # -- tasks --------------------------------------------------------------
     def create_task(self, owner_id: int, name: str, program: str) -> Task:
         v.check_text("name", name)
