@@ -30,7 +30,10 @@ class FiniteFloat(click.FloatRange):
         if math.isnan(number) or (math.isinf(number) and not self.allow_inf):
             expected = f"a {self.what} or inf" if self.allow_inf else f"a finite {self.what}"
             self.fail(f"found {value!r}, expected {expected}{self._range_words()}", param, ctx)
-        return super().convert(number, param, ctx)
+        try:
+            return super().convert(number, param, ctx)
+        except click.BadParameter:  # out of range: said in the option's own words, as above
+            self.fail(f"found {value!r}, expected a {self.what}{self._range_words()}", param, ctx)
 
     def _describe_range(self) -> str:
         # click's would be "x<=None" for a number with neither bound
