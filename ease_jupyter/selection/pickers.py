@@ -48,6 +48,10 @@ class PickState:
             ``mu*``, so it drops exactly when ``total_best`` rises: HYBRID's
             "regret does not drop" test is observable.
         rng: the selector's random generator.
+        served_before: the user succeeds one who was served (a task's new
+            data version replacing the tenant of its previous one,
+            ``Selector.add_user(succeeds=...)``): no newcomer, whatever her
+            ``n_obs``. None: nobody does.
     """
 
     eligible: np.ndarray
@@ -58,6 +62,18 @@ class PickState:
     weight: np.ndarray
     total_best: float
     rng: np.random.Generator
+    served_before: np.ndarray | None = None
+
+    def first_arrivals(self) -> np.ndarray:
+        """The users owed a first model before anyone else is served
+        (Algorithm 2, lines 1-4): eligible, no result, nothing running,
+        and not the successor of a user who was served. Without that last
+        condition a task fed again and again would be a newcomer at every
+        feed and take every turn."""
+        fresh = self.n_obs == 0
+        if self.served_before is not None:
+            fresh = fresh & ~self.served_before
+        return self.eligible & fresh & ~self.busy
 
 
 class UserPicker:
@@ -75,6 +91,12 @@ class UserPicker:
 
     def on_new_slot(self, state: PickState, slot: int) -> None:
         """Called when a user joins (slot is new)."""
+
+    def on_successor(self, state: PickState, slot: int, predecessor: int) -> None:
+        """Called instead of ``on_new_slot`` when the user in ``slot`` takes
+        the place of the one in ``predecessor`` (still registered; she
+        leaves next): by default, a new user."""
+        self.on_new_slot(state, slot)
 
     def on_membership_change(self) -> None:
         """Called when users join or leave."""
@@ -113,6 +135,13 @@ class RoundRobin(UserPicker):
         others = state.eligible[: self._pass.size].copy()
         others[slot] = False
         self._pass[slot] = float(self._pass[: others.size][others].min()) if others.any() else 0.0
+
+    def on_successor(self, state: PickState, slot: int, predecessor: int) -> None:
+        """She keeps her predecessor's pass: a task fed again keeps its place
+        in the turns, neither ahead of those it was served before nor owed
+        a turn it did not wait for."""
+        self._ensure(max(slot, predecessor) + 1)
+        self._pass[slot] = self._pass[predecessor]
 
     def pick_user(self, state: PickState) -> int | None:
         n = state.eligible.size
@@ -195,7 +224,7 @@ class Greedy(UserPicker):
         return pool & (state.sigma_bar >= mean - tol)
 
     def pick_user(self, state: PickState) -> int | None:
-        init = state.eligible & (state.n_obs == 0) & ~state.busy
+        init = state.first_arrivals()
         if init.any():  # Algorithm 2, lines 1-4
             self.last_candidates_ = None
             return int(np.flatnonzero(init)[0])
@@ -247,6 +276,9 @@ class Hybrid(UserPicker):
 
     def on_new_slot(self, state: PickState, slot: int) -> None:
         self.rr.on_new_slot(state, slot)
+
+    def on_successor(self, state: PickState, slot: int, predecessor: int) -> None:
+        self.rr.on_successor(state, slot, predecessor)
 
     def on_membership_change(self) -> None:
         if self.rearm_on_change:
@@ -312,7 +344,7 @@ class EIGreedy(UserPicker):
     stat = "ei"
 
     def pick_user(self, state: PickState) -> int | None:
-        init = state.eligible & (state.n_obs == 0) & ~state.busy
+        init = state.first_arrivals()
         if init.any():
             return int(np.flatnonzero(init)[0])
         if not state.eligible.any():
@@ -381,6 +413,9 @@ class GainRate(UserPicker):
     def on_new_slot(self, state: PickState, slot: int) -> None:
         self.rr.on_new_slot(state, slot)
 
+    def on_successor(self, state: PickState, slot: int, predecessor: int) -> None:
+        self.rr.on_successor(state, slot, predecessor)
+
     def candidate_set(self, state: PickState) -> np.ndarray:
         """Boolean mask of ``V = {eligible i : g_i >= mean g}``."""
         elig = state.eligible
@@ -391,7 +426,7 @@ class GainRate(UserPicker):
         return elig & (state.gap >= mean - 1e-12 * max(1.0, abs(mean)))
 
     def pick_user(self, state: PickState) -> int | None:
-        init = state.eligible & (state.n_obs == 0) & ~state.busy
+        init = state.first_arrivals()
         if init.any():
             self.last_candidates_, self.last_phase_ = None, "initial"
             return int(np.flatnonzero(init)[0])

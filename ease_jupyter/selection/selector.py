@@ -91,6 +91,11 @@ class _User:
     avail: np.ndarray | None = None
     rate: np.ndarray | None = None  # the default rule's gain per second, per local model
     own: int = 0  # her own models, outside the catalogue: the last ``own`` of ``names``
+    served_before: bool = False  # she succeeds a user who was served (add_user's ``succeeds``)
+    # Her predecessors' results, the latest per model name (add_user's ``succeeds``): evidence for
+    # her GP and her best so far, but no model of hers is tried by them (her data is new).
+    inherited: dict[str, float] = field(default_factory=dict)
+    refresh: np.ndarray | None = None  # bool per local model: a model of ``inherited`` (None: none)
 
 
 class Selector:
@@ -263,6 +268,7 @@ class Selector:
         self._sbar = np.zeros(cap)
         self._gap = np.zeros(cap)
         self._w = np.ones(cap)
+        self._served = np.zeros(cap, bool)
         self._dirty: set[int] = set()
         self._total_best = 0.0
         self._c_star = 1.0
@@ -311,6 +317,7 @@ class Selector:
             b = np.full(new, fill, dtype=a.dtype); b[:cap] = a; return b
         self._elig, self._nobs, self._busy = ext(self._elig, False), ext(self._nobs, 0), ext(self._busy, False)
         self._sbar, self._gap, self._w = ext(self._sbar, 0.0), ext(self._gap, 0.0), ext(self._w, 1.0)
+        self._served = ext(self._served, False)
 
     def _active_users(self):
         return (u for u in self._slots if u is not None)
@@ -363,7 +370,8 @@ class Selector:
         s = u.slot
         self._elig[s] = bool(avail.any())
         self._busy[s] = bool(u.pending)
-        self._nobs[s] = u.gp.n_obs
+        self._nobs[s] = len(u.obs)  # her own results (not inherited ones)
+        self._served[s] = u.served_before
         w = u.weight if self.weighted else 1.0
         self._w[s] = u.weight
         gain_rate = self.picker.stat == "gain_rate"
@@ -371,7 +379,10 @@ class Selector:
         std = None
         if gain_rate or self._chooser == "capped_ei":
             std = self._std(u)
-            u.rate = np.where(avail, self._gain_rate(u, std), 0.0)
+            # A model she had on her previous data (``refresh``) gains her nothing but a new draw of
+            # its noise: it counts 0, and trains again when her turn finds nothing better.
+            fresh = avail if u.refresh is None else avail & ~u.refresh
+            u.rate = np.where(fresh, self._gain_rate(u, std), 0.0)
             if gain_rate:
                 self._gap[s] = self._sbar[s] = float(np.max(u.rate)) if self._elig[s] else -math.inf
         if std is None and not need_ucb:
@@ -394,7 +405,7 @@ class Selector:
             else:
                 gap = float(np.max(u.scores[avail])) - (u.best_y if u.best_y is not None else 0.0)
             self._gap[s] = w * gap
-            self._sbar[s] = w * (u.sigma_bar if u.gp.n_obs > 0 else gap)
+            self._sbar[s] = w * (u.sigma_bar if u.obs else gap)
 
     def _gain_rate(self, u: _User, std: np.ndarray) -> np.ndarray:
         """The default rule's ``r(k) = w EI_capped(mu, sqrt(s) sigma, b) c*/c_k``, with ``std``
@@ -433,7 +444,7 @@ class Selector:
         n = len(self._slots)
         return PickState(eligible=self._elig[:n], n_obs=self._nobs[:n], busy=self._busy[:n],
                          sigma_bar=self._sbar[:n], gap=self._gap[:n], weight=self._w[:n],
-                         total_best=self._total_best, rng=self._rng)
+                         total_best=self._total_best, rng=self._rng, served_before=self._served[:n])
 
     def _choose_model(self, u: _User) -> int | None:
         avail = u.avail
@@ -481,7 +492,7 @@ class Selector:
 
     def add_user(self, user: str, *, models: Sequence[str] | None = None,
                  costs: Mapping[str, float] | Sequence[float] | None = None, weight: float = 1.0,
-                 own: Sequence[str] = ()) -> None:
+                 own: Sequence[str] = (), succeeds: str | None = None) -> None:
         """Register a user (a tenant) and her candidate models.
 
         Args:
@@ -495,14 +506,29 @@ class Selector:
                 §II and Cerebro §4.1 take the user's own model): arms of
                 hers only, with the prior of ``ModelPrior.with_own_models``.
                 Their costs come from a ``costs`` mapping (default 1).
+            succeeds: a registered user whose place she takes (the tenant of
+                her task's previous data version, which the caller removes
+                next; beyond the paper, whose users never change data). She
+                keeps its place in the user picker's turns
+                (``UserPicker.on_successor``); if it was served, she is no
+                newcomer for the first-arrivals rule
+                (``PickState.first_arrivals``); and its results (the latest
+                per model) are evidence for her GP and her best so far, so
+                that what she can still gain is measured against the models
+                she has, not from nothing. Her models are all untried on
+                her data; one she had gains her nothing but a new draw of
+                its noise, so it counts no gain (the default rule's
+                ``gain_rate``) and trains again on her data when her turn
+                finds nothing better.
 
         Raises:
             ValueError: the name is taken, a cost is not > 0, the weight is not > 0.
-            KeyError: an unknown model name.
+            KeyError: an unknown model name, or an unknown ``succeeds``.
         """
         user = str(user)
         if user in self._users:
             raise ValueError(f"user: {user!r} is already registered")
+        predecessor = None if succeeds is None else self._get(str(succeeds))
         if not (weight > 0 and math.isfinite(weight)):
             raise ValueError(f"weight: found {weight!r}, expected a finite number > 0")
         if models is None:
@@ -529,16 +555,61 @@ class Selector:
         all_names = names + own_names
         u = _User(name=user, slot=slot, models=idx, names=all_names, index={m: i for i, m in enumerate(all_names)},
                   cost=cost, weight=float(weight), gp=self._user_gp(self.prior, idx, len(own_names)),
-                  tried=np.zeros(len(all_names), bool), own=len(own_names))
+                  tried=np.zeros(len(all_names), bool), own=len(own_names),
+                  served_before=predecessor is not None and (
+                      predecessor.served_before or bool(predecessor.obs) or bool(predecessor.pending)))
+        if predecessor is not None:
+            self._inherit(u, {**predecessor.inherited,
+                              **{predecessor.names[k]: y for k, y, _b, _c in predecessor.obs}})
         self._users[user] = u
         self._slots.append(u)
         self._w[slot] = u.weight
+        if u.best_y is not None:  # (her inherited best)
+            self._total_best += u.weight * u.best_y
         self._track_cost(slot, float(cost.max()))
         # beta_t has n (the number of users) in its log: everyone's scores move
         self._dirty.update(x.slot for x in self._active_users())
         self._refresh(u)  # the others stay dirty until the next decision (lazy, O(1) here)
-        self.picker.on_new_slot(self._state(), slot)
+        if predecessor is None:
+            self.picker.on_new_slot(self._state(), slot)
+        else:
+            self.picker.on_successor(self._state(), slot, predecessor.slot)
         self.picker.on_membership_change()
+
+    def inherit(self, user: str, model: str, quality: float) -> None:
+        """Evidence from an earlier version of her data (a result that came
+        in after her task's new version replaced its tenant, or one in the
+        store from before): her GP observes it and her best so far counts
+        it, but it tries none of her models and is not a result of hers
+        (see ``add_user``'s ``succeeds``). The same evidence twice is taken
+        once. Raises KeyError for an unknown user or model."""
+        u = self._get(user)
+        if str(model) not in u.index:
+            raise KeyError(f"model: {model!r} is not a candidate of user {u.name!r}")
+        if u.inherited.get(str(model)) == float(quality):
+            return
+        before = u.best_y
+        self._take_evidence(u, str(model), float(quality))
+        if u.best_y is not None and u.best_y != before:
+            self._total_best += u.weight * (u.best_y - (before if before is not None else 0.0))
+        self._dirty.add(u.slot)
+
+    def _inherit(self, u: _User, inherited: Mapping[str, float]) -> None:
+        """Take a predecessor's results (by model name) as ``inherit`` does,
+        on a user being registered. Models she lacks are skipped."""
+        for m, y in inherited.items():
+            if m in u.index:
+                self._take_evidence(u, m, float(y))
+
+    def _take_evidence(self, u: _User, model: str, y: float) -> None:
+        u.inherited[model] = y
+        if u.refresh is None:
+            u.refresh = np.zeros(len(u.names), bool)
+        k = u.index[model]
+        u.refresh[k] = True
+        u.gp.observe(k, y)
+        if u.best_y is None or y > u.best_y:
+            u.best_y, u.best_k = y, k
 
     def _own_names(self, own: Sequence[str], taken: Sequence[str]) -> list[str]:
         names = [str(m) for m in own]
@@ -581,6 +652,8 @@ class Selector:
         u.index = {m: i for i, m in enumerate(u.names)}
         u.cost = np.concatenate([u.cost, cost])
         u.tried = np.concatenate([u.tried, np.zeros(len(names), bool)])
+        if u.refresh is not None:
+            u.refresh = np.concatenate([u.refresh, np.zeros(len(names), bool)])
         u.own += len(names)
         self._rebuild_gp(u)
         self._track_cost(u.slot, float(u.cost.max()))
@@ -590,6 +663,8 @@ class Selector:
         """Her GP on the current prior, with her observations replayed in order."""
         u.gp = self._user_gp(self.prior, u.models, u.own)
         u.refits = 0
+        for m, y in u.inherited.items():
+            u.gp.observe(u.index[m], y)
         for k, y, _b, _c in u.obs:
             u.gp.observe(k, y)
             self._maybe_refit(u)
@@ -603,7 +678,7 @@ class Selector:
         del self._users[u.name]
         self._slots[u.slot] = None
         s = u.slot
-        self._elig[s] = False; self._busy[s] = False; self._nobs[s] = 0
+        self._elig[s] = False; self._busy[s] = False; self._nobs[s] = 0; self._served[s] = False
         self._gap[s] = -math.inf; self._sbar[s] = -math.inf
         if u.best_y is not None:
             self._total_best -= u.weight * u.best_y
@@ -839,7 +914,7 @@ class Selector:
         rate = None
         if u.rate is not None and avail.any():
             rate = float(np.max(u.rate[avail]))
-        return {"n_obs": u.gp.n_obs, "pending": [u.names[k] for k in u.pending], "best": self.best(u.name),
+        return {"n_obs": len(u.obs), "pending": [u.names[k] for k in u.pending], "best": self.best(u.name),
                 "e_bar": u.e_bar, "sigma_bar": u.sigma_bar, "gap": gap, "beta": self._beta(u),
                 "gain_per_second": rate, "variance_scale": variance_scale(u.gp.innovations_),
                 "weight": u.weight, "eligible": bool(avail.any())}
@@ -880,7 +955,8 @@ class Selector:
                 continue
             # "models": every local name (the indices of "obs" and "pending"), her own ones last
             users.append({"name": u.name, "models": u.names, "own": u.own, "cost": u.cost.tolist(), "weight": u.weight,
-                          "obs": [list(o) for o in u.obs],
+                          "obs": [list(o) for o in u.obs], "served_before": u.served_before,
+                          "inherited": dict(u.inherited),
                           "pending": [[int(k), float(b)] for k, b in u.pending.items()]})
         return {
             "version": 1,
@@ -929,6 +1005,10 @@ class Selector:
             sel.add_user(ud["name"], models=names[:len(names) - n_own], costs=ud["cost"], weight=ud["weight"],
                          own=names[len(names) - n_own:])
             u = sel._users[ud["name"]]
+            u.served_before = bool(ud.get("served_before", False))  # (states saved before it: False)
+            sel._inherit(u, ud.get("inherited", {}))
+            if u.best_y is not None:
+                sel._total_best += u.weight * u.best_y
             for k, y, B, c in ud["obs"]:
                 sel._apply(u, int(k), float(y), float(B), c)
             for k, B in ud["pending"]:

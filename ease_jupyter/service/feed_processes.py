@@ -77,7 +77,13 @@ class FeedProcesses:
         shard = self.shard(task)
         pool = self._pools[shard]
         try:
-            return pool.submit(_feed, caller, task, raw).result()
+            future = pool.submit(_feed, caller, task, raw)
+        except BrokenProcessPool:  # it stopped before this feed reached it (killed while idle): a new one stores it
+            self._replace(shard, pool)
+            pool = self._pools[shard]
+            future = pool.submit(_feed, caller, task, raw)
+        try:
+            return future.result()
         except BrokenProcessPool:
             self._replace(shard, pool)
             raise StoreUnavailableError("the feed's process stopped before it answered; whether the feed was "

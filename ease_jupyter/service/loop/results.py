@@ -9,7 +9,7 @@ import math
 import time
 from queue import Empty, SimpleQueue
 
-from ...store import JobStatus, JobUpdate
+from ...store import Job, JobStatus, JobUpdate
 from ..failures import failure_code
 from .costs import Costs
 from .state import LoopState, Running
@@ -94,8 +94,9 @@ class Results:
                 job = state.store.update_job(job_id, JobStatus.CANCELLED,
                                              JobUpdate(error="the executor could not start it"))
             state.emit_job(job, run.owner_id)
-            if run.tenant not in state.tenants:
-                continue  # stale (new version) or cancelled: the result is kept but not reported
+            if run.tenant not in state.tenants:  # stale (new version) or cancelled: kept, not reported as hers
+                changed |= self._pass_on(run, job)
+                continue
             if failure_code(state.store, job) is not None:
                 self._hold_after_storage_failure(run)
                 changed = True
@@ -113,6 +114,22 @@ class Results:
                 changed = True
             except KeyError:
                 pass
+
+    def _pass_on(self, run: Running, job: Job) -> bool:
+        """A model's result on a version its task has replaced since is
+        evidence for the task's current tenant (``Selector.inherit``): a task
+        fed again while its jobs run keeps what they found, rather than
+        counting as one that knows nothing. True when it was passed on."""
+        if not (job.status is JobStatus.SUCCEEDED and job.accuracy is not None and math.isfinite(job.accuracy)):
+            return False
+        current = next((name for name, t in self.state.tenants.items() if t.task_id == run.task_id), None)
+        if current is None:
+            return False
+        try:
+            self.state.selector.inherit(current, run.key, job.accuracy)
+        except KeyError:  # not a model of the new tenant (a user model removed since)
+            return False
+        return True
 
     def resume_later(self) -> None:
         """After a turn cut short by the store: the job being recorded is

@@ -12,10 +12,11 @@ has run on the task, then its last measured seconds (``Costs.arm_costs``)."""
 from __future__ import annotations
 
 import logging
+import math
 from typing import Iterable
 
 from ...errors import InvalidStateError, NotFoundError
-from ...store import Job, JobStatus, Task
+from ...store import DatasetVersion, Job, JobStatus, Task
 from ..failures import failure_code
 from .costs import Costs
 from .outage import STORE_OUTAGES
@@ -61,14 +62,27 @@ class TenantSync:
             task = state.store.get_task(task_id)
         except NotFoundError:
             return changed
-        current = [n for n, t in state.tenants.items() if t.task_id == task_id]
         latest = None if task.cancelled else state.store.latest_dataset_version(task_id)
         wanted = None if latest is None else tenant_name(task_id, latest.id)
-        for name in current:
-            if name != wanted:
+        stale = [n for n, t in state.tenants.items() if t.task_id == task_id and n != wanted]
+        try:  # the new version's tenant takes the place of the previous one's, which leaves after
+            return self._take_in(task, latest, wanted, succeeds=stale[-1] if stale else None)
+        finally:
+            for name in stale:
                 selector.remove_user(name)
                 del state.tenants[name]
-                changed = True
+
+    def _take_in(self, task: Task, latest: DatasetVersion | None, wanted: str | None, *,
+                 succeeds: str | None) -> bool:
+        """Make ``wanted`` the tenant of the task's latest version, unless it
+        is one already; True when a tenant came (or the task's previous
+        tenant, ``succeeds``, is to go). A task fed again is no newcomer to
+        the selector: its new tenant succeeds the previous one
+        (``Selector.add_user(succeeds=...)``), keeping its place in the turns."""
+        state = self.state
+        selector = state.selector
+        task_id = task.id
+        changed = succeeds is not None
         new_tenant = wanted is not None and wanted not in state.tenants
         # One read of the task's jobs serves both the cancelling and the
         # replay, and a feed of a task with nothing queued needs neither.
@@ -86,7 +100,7 @@ class TenantSync:
             log.warning("task %d has no candidates in the selector's catalogue", task_id)
             return changed
         costs = self._arm_costs(task, configs, arms, own, latest.n_examples)
-        selector.add_user(wanted, models=arms, costs=costs, own=own)
+        selector.add_user(wanted, models=arms, costs=costs, own=own, succeeds=succeeds)
         state.tenants[wanted] = Tenant(task_id, task.owner_id, latest.id, configs, task=task,
                                        n_examples=latest.n_examples)
         self._replay(wanted, jobs, latest.id, set(arms) | set(own))
@@ -116,11 +130,16 @@ class TenantSync:
         """Report results that already exist for this version (a resumed task,
         or a restart without a saved state), so no config is trained twice;
         and hold as pending the arms of its jobs that are queued or still
-        running here (their results come through ``Results.collect``)."""
+        running here (their results come through ``Results.collect``). The
+        latest result of each model on an earlier version of the task is
+        evidence (``Selector.inherit``), as a predecessor's results are."""
         seen: set[str] = set()
+        earlier: dict[str, float] = {}
         running_here = {run.job_id for run in self.state.running.values()}
         for job in jobs:
             if job.dataset_version_id != version_id:
+                if job.status is JobStatus.SUCCEEDED and job.accuracy is not None and math.isfinite(job.accuracy):
+                    earlier[arm_key(job)] = job.accuracy  # (jobs in id order: the latest wins)
                 continue
             key = arm_key(job)
             if key in arms and (job.status is JobStatus.QUEUED or job.id in running_here):
@@ -132,6 +151,9 @@ class TenantSync:
                 ok = job.status is JobStatus.SUCCEEDED and job.accuracy is not None
                 self.state.selector.observe(tenant, key, job.accuracy if ok else 0.0, cost=job.cost_seconds)
                 seen.add(key)
+        for key, quality in earlier.items():
+            if key in arms:
+                self.state.selector.inherit(tenant, key, quality)
 
     def _may_have_queued(self, task_id: int) -> bool:
         """Whether a job of the task may be QUEUED: one launched and not
