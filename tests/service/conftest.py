@@ -103,6 +103,20 @@ def iris():
 IRIS_MODELS = flat_models(4, 3)
 
 
+def train_lenet_once(store, blobs, task_id: int) -> None:
+    """One lenet epoch of the task's latest version, here, as the loop would."""
+    from ease_jupyter.execution.engine import LocalEngine
+    from ease_jupyter.service.mop import run_torch_job
+
+    version = store.latest_dataset_version(task_id)
+    job = store.create_job(task_id, version.id, "lenet", {"lrs": [0.05], "epochs": 1})
+    engine = LocalEngine(1)
+    try:
+        assert run_torch_job(store, blobs, engine, job.id, partitions=1).status.value == "succeeded"
+    finally:
+        engine.close()
+
+
 def until(predicate, timeout: float, every: float = 0.05) -> bool:
     """Poll ``predicate`` until it is true or ``timeout`` seconds pass; its last value."""
     deadline = time.monotonic() + timeout

@@ -21,21 +21,10 @@ from ease_jupyter.store.base import HUB
 from ease_jupyter.zoo import Engine
 
 from .conftest import ManualExecutor, serving
+from .test_delete_task import _blobs_of, _data
 from .test_hub_accounts import FakeHub, hub_mode  # noqa: F401 - the fixture
 
 CAP = budget.CAP_PREFIX + "seconds"
-
-
-def _data(seed: int, n: int = 16):
-    rng = np.random.default_rng(seed)
-    y = np.arange(n) % 2
-    return (rng.normal(size=(n, 2)) + y[:, None] * 3).astype("float32"), y
-
-
-def _blobs_of(store, task_id: int) -> set[str]:
-    refs = {v.members_blob for v in store.list_dataset_versions(task_id)}
-    refs |= {d for c in store.list_chunks(task_id) for d in (c.x_blob, c.y_blob)}
-    return refs | {j.artifact_blob for j in store.list_jobs(task_id) if j.artifact_blob}
 
 
 def test_an_admin_deletes_a_user_with_all_of_hers_and_nothing_of_others(tmp_path, monkeypatch):

@@ -30,7 +30,7 @@ from ease_jupyter.errors import DataError
 from ease_jupyter.service import export
 from ease_jupyter.service.testing import train_now
 
-from .conftest import serving, start
+from .conftest import serving, start, train_lenet_once
 
 # Runs in the fresh process: loads each exported file with its own runtime
 # and saves what it predicts. Argument: a JSON list of [format, model, X.npy, out.npy].
@@ -146,9 +146,6 @@ def trained(tmp_path_factory):
     digits (a LeNet, one epoch)."""
     from sklearn.datasets import load_digits, load_iris
 
-    from ease_jupyter.execution.engine import LocalEngine
-    from ease_jupyter.service.mop import run_torch_job
-
     with serving(tmp_path_factory.mktemp("service"), "alice", "bob", torch_epochs=1) as running:
         client = running.client("alice")
         store, blobs = running.service.store, running.service.blobs
@@ -165,13 +162,7 @@ def trained(tmp_path_factory):
         images = (digits.images[:240] / 16.0).astype("float32")[..., None]
         tasks["digits"], stored = _behind_the_loop(running, client, "digits", images, digits.target[:240],
                                                    input=[8, 8, 1], output=[10])
-        version = store.latest_dataset_version(stored.id)
-        job = store.create_job(stored.id, version.id, "lenet", {"lrs": [0.05], "epochs": 1})
-        engine = LocalEngine(1)
-        try:
-            assert run_torch_job(store, blobs, engine, job.id, partitions=1).status.value == "succeeded"
-        finally:
-            engine.close()
+        train_lenet_once(store, blobs, stored.id)
         yield running, client, tasks, {"iris": X, "boost": X, "reg": X[:, [1, 3]], "digits": images}
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from ease_jupyter.errors import DataError
 
-from .conftest import start
+from .conftest import start, train_lenet_once
 
 
 def _image_folder(root, rng) -> None:
@@ -33,19 +33,9 @@ def _image_folder(root, rng) -> None:
 
 
 def _train_lenet(running, name: str) -> None:
-    """One lenet epoch of the task's latest version, here, as the loop would."""
-    from ease_jupyter.execution.engine import LocalEngine
-    from ease_jupyter.service.mop import run_torch_job
-
-    store, blobs = running.service.store, running.service.blobs
-    stored = store.task_by_name(store.user_by_name("alice").id, name)
-    version = store.latest_dataset_version(stored.id)
-    job = store.create_job(stored.id, version.id, "lenet", {"lrs": [0.05], "epochs": 1})
-    engine = LocalEngine(1)
-    try:
-        assert run_torch_job(store, blobs, engine, job.id, partitions=1).status.value == "succeeded"
-    finally:
-        engine.close()
+    """One lenet epoch of alice's task ``name``, here, as the loop would."""
+    store = running.service.store
+    train_lenet_once(store, running.service.blobs, store.task_by_name(store.user_by_name("alice").id, name).id)
 
 
 @pytest.fixture(scope="module")
