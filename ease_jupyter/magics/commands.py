@@ -227,9 +227,12 @@ def status(session: Session, args: Any, user_ns: dict) -> Result:
     latest = info.get("latest_version") or {}
     row = {"task": t.name, "version": latest.get("number"), "examples": latest.get("n_examples"),
            **info.get("jobs", {}), "idle": info.get("idle"), "cancelled": info.get("cancelled")}
+    from ..widgets._jobs import metric_name
+
     try:
         best = t.best()
-        row.update(best=best["model"], config=_best_config(best), accuracy=best["accuracy"])
+        # a regression task's score is R² (clipped to [0, 1]), not accuracy
+        row.update({"best": best["model"], "config": _best_config(best), metric_name(info.get("program")): best["accuracy"]})
     except (NoModelError, NotFoundError):  # no model yet (the task itself was just read); other errors are hers to see
         pass
 
@@ -238,7 +241,10 @@ def status(session: Session, args: Any, user_ns: dict) -> Result:
 
         return TaskStatus(t)
 
-    return Result(f"task {t.name}{waited}", info, [row], widget=live)
+    # static: without a widget front end the leaderboard's rows and the budget line show as text and HTML;
+    # key: showing the status of this task again stops the previous display's live updates
+    return Result(f"task {t.name}{waited}", info, [row], widget=live, key=(id(client), "status", t.name),
+                  static=True)
 
 
 def _service(client: Client) -> Result:
@@ -273,7 +279,8 @@ def provenance(session: Session, args: Any, user_ns: dict) -> Result:
 
         return ProvenanceGraph(t)
 
-    return Result(f"provenance of {args.name}: {len(rows)} edge(s)", graph, rows, widget=live)
+    return Result(f"provenance of {args.name}: {len(rows)} edge(s)", graph, rows, widget=live,
+                  key=(id(t.client), "provenance", t.name))
 
 
 def models(session: Session, args: Any, user_ns: dict) -> Result:

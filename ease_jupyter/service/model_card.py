@@ -24,6 +24,7 @@ import numpy as np
 
 from ..datasets import load, program_of
 from ..jobspec import best_point, parse_job, recorded_point
+from ..schema.scores import TITLES, score_key
 from ..store import BlobStore, Job, Metric, Node, NodeKind, Store, Task
 from .validation import validation_size
 
@@ -61,7 +62,7 @@ def model_card(store: Store, blobs: BlobStore, task: Task, job: Job, artifact: A
         "input_preprocessing": (table_input_preprocessing(schema, artifact.format) if schema is not None
                                 else input_preprocessing(store, blobs, task, version)),
         "metrics": {
-            "name": "accuracy" if classification else "r2 (clipped to [0, 1])",
+            "name": TITLES[score_key(program)],
             "value": job.accuracy,
             "on": "validation",
             "validation_size": validation_size(store, blobs, version),

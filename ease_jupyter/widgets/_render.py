@@ -74,10 +74,19 @@ def sparkline(x: np.ndarray, width: int = 120, height: int = 28) -> str:
             f'viewBox="0 0 {width} {height}">{"".join(lines)}</svg>')
 
 
+def _cell(v: Any) -> str:
+    """One value as a short string: blank for a missing one (None, NaN, pandas' NA)."""
+    if v is None or (isinstance(v, (float, np.floating)) and np.isnan(v)) or type(v).__name__ in ("NAType", "NaTType"):
+        return ""
+    if isinstance(v, (bool, np.bool_)):
+        return str(bool(v))
+    return f"{v:.4g}" if isinstance(v, (float, np.floating)) else str(v)
+
+
 def cells(x: np.ndarray, limit: int = 12) -> list[str]:
-    """A row's first ``limit`` values as short strings."""
+    """A row's first ``limit`` values as short strings (missing ones blank)."""
     flat = np.asarray(x).ravel()
-    out = [f"{v:.4g}" if isinstance(v, (float, np.floating)) else str(v) for v in flat[:limit].tolist()]
+    out = [_cell(v) for v in flat[:limit].tolist()]
     if flat.size > limit:
         out.append(f"... ({flat.size - limit} more)")
     return out

@@ -11,12 +11,20 @@ import ipywidgets as widgets
 from ..jobspec import best_point, describe_job, parse_job, point_label, split_metric
 from ..zoo import Engine
 from ._hub import Event
+from ._jobs import all_failed
 from ._live import Live
 from ._plot_style import Styles, base_layout, dash, fit_height
 
 _PLOTTED = ("train_loss", "val_accuracy")  # per-config metrics of a torch job, one point per epoch
 GRID_SCORE = "val_score"  # per-config metric of a scikit-learn job: its held-out score
 WAITING = "<i>no finished model yet: the curves appear as jobs train</i>"
+DELETED = "<i>the task was deleted: these curves no longer follow it</i>"
+
+
+def _failed_html(message: str) -> str:
+    import html
+
+    return f'<i style="color: #b00020">no model: {html.escape(message)}</i>'
 
 
 def _is_torch(model: str, config: dict[str, Any]) -> bool:
@@ -88,17 +96,28 @@ class Curves(Live, widgets.VBox):
         self.grid_traces: dict[int, int] = {}
         self._series: dict[int, dict[int, float]] = {}  # trace index -> {epoch: value}
         self._waiting = widgets.HTML(WAITING)
+        self._status: dict[int, str] = {}  # job id -> status, to say when every job failed
+        self._failed: str | None = None  # "all N jobs failed: <error>"
         super().__init__(children=[self._waiting], **kwargs)
         self._live_init(task.client, live)  # subscribe first, then backfill: no event falls in between
-        with self._lock:
-            self._backfill()
+        self._first_read(self._backfill)  # a failed first read closes the widget (no subscription left) and raises
 
     # ------------------------------------------------------------ backfill
     def _backfill(self) -> None:
         with self.figure.batch_update(), self.grid_figure.batch_update():
-            for job in self.task.history():
+            jobs = self.task.history()
+            for job in jobs:
                 self._add_job(job)
+        self._status = {j["id"]: j["status"] for j in jobs}
+        self._say_failed(jobs)
         self._show()
+
+    def _say_failed(self, jobs: list[dict[str, Any]]) -> None:
+        """The waiting line says why no curve will come when every job failed."""
+        if self.deleted:
+            return
+        failed = self._failed = all_failed(jobs)
+        self._waiting.value = WAITING if failed is None else _failed_html(failed)
 
     def _add_job(self, job: dict[str, Any]) -> None:
         if _is_torch(job["model"], job["config"]):
@@ -111,7 +130,16 @@ class Curves(Live, widgets.VBox):
             self._grid(job["id"], job["model"], job["config"], job.get("metrics", []))
 
     def _resync(self) -> None:
+        # events may have been missed while disconnected, a deletion too: reads are by name
+        if self._task_is_gone(self.task):
+            self._gone()
+            return
         self._backfill()  # points are idempotent: a repeated epoch or job replaces, never duplicates
+
+    def _gone(self) -> None:
+        self._mark_deleted()
+        self._waiting.value = DELETED
+        self.children = tuple(self.children) + (() if self._waiting in self.children else (self._waiting,))
 
     def _show(self) -> None:
         """Show the figures that have traces (or a line saying none has yet)."""
@@ -124,6 +152,13 @@ class Curves(Live, widgets.VBox):
         if event.get("task_id") != self.task_id:
             return
         kind = event.get("type")
+        if kind == "task" and event.get("status") == "deleted":
+            self._gone()
+            return
+        if kind == "job":
+            self._status[event["job_id"]] = event.get("status", "")
+            if event.get("status") == "failed" and all(s == "failed" for s in self._status.values()):
+                self._say_failed(self.task.jobs())  # the event has no error text: the jobs' records do
         if kind == "metrics":
             with self.figure.batch_update():
                 self._point(event["job_id"], event["model"], _lr(event["lr"]), event["epoch"],
@@ -231,6 +266,7 @@ class Curves(Live, widgets.VBox):
                 model = self.grid_figure.data[index].legendgroup
                 groups[model] = groups.get(model, 0) + 1
         models = ", ".join(f"{m} ({n})" for m, n in sorted(groups.items())) or "none yet"
-        state = "live" if self.live else "stopped"
+        state = "live" if self.live else "task deleted" if self.deleted else "stopped"
+        failed = f"; {self._failed}" if self._failed and not (self.traces or self.grid_traces) else ""
         return (f"Curves of task {self.task.name!r} ({state}): {len(self.traces)} deep-net config(s), "
-                f"{len(self.grid_traces)} scikit-learn grid(s); {models}")
+                f"{len(self.grid_traces)} scikit-learn grid(s); {models}{failed}")

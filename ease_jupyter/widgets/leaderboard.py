@@ -6,24 +6,33 @@ the number of held-out examples behind it (``validation_size``), its
 measured seconds (``cost``) beside the seconds the profiler predicted before
 it ran (``predicted``, with its ``source``: ``family``, ``pooled`` or
 ``flops``, ACAI §4.2.2); the title names the task's classes where the labels
-had names."""
+had names (the first ten of many). A regression task's jobs are scored by
+R² clipped to [0, 1] (the model card's ``r2``): the column is named after the
+task's metric (``metric``). A failed job's row carries its ``error`` (one
+line); when every job failed, the status line says so with the first error.
+A task deleted while shown says so (``deleted``), disables the button and
+stops following events."""
 
 from __future__ import annotations
 
+import html
 import pathlib
 from typing import Any
 
 import anywidget
 import traitlets as t
 
+from ..errors import NotFoundError
 from ..jobspec import best_point, describe_job
+from ..schema.scores import TITLES as METRIC_TITLES
 from ._hub import Event
+from ._jobs import all_failed, classes_text, metric_name, short_error
 from ._live import Live
 
 HERE = pathlib.Path(__file__).parent
 STATES = ("queued", "running", "done", "failed", "cancelled", "stale")
 ROW_KEYS = ("job_id", "model", "config", "best_config", "accuracy", "validation_size", "cost", "predicted", "source",
-            "profiling", "state", "version")
+            "profiling", "state", "version", "error")
 
 
 def _state(status: str, version: int | None, latest: int | None) -> str:
@@ -70,6 +79,8 @@ class Leaderboard(Live, anywidget.AnyWidget):
     class_names = t.List(t.Unicode(), help="what the class indices stand for (empty: unnamed)").tag(sync=True)
     cancel_clicks = t.Int(0, help="bumped by the cancel button; each bump cancels the task").tag(sync=True)
     status = t.Unicode("", help="a one-line summary").tag(sync=True)
+    metric = t.Unicode("accuracy", help="what the accuracy column holds: accuracy, or r2 for regression").tag(sync=True)
+    deleted = t.Bool(False, help="the task was deleted while shown (the widget no longer follows it)").tag(sync=True)
 
     def __init__(self, task: Any, *, live: bool = True, **kwargs: Any):
         self._task = task
@@ -77,8 +88,7 @@ class Leaderboard(Live, anywidget.AnyWidget):
         self._version_numbers: dict[int, int] = {}
         super().__init__(task=task.name, **kwargs)
         self._live_init(task.client, live)
-        with self._lock:
-            self.refresh()
+        self._first_read(self.refresh)  # a failed first read closes the widget (no subscription left) and raises
 
     # ------------------------------------------------------------ validation
     @t.validate("rows")
@@ -100,7 +110,7 @@ class Leaderboard(Live, anywidget.AnyWidget):
 
     @t.observe("cancel_clicks")
     def _on_cancel_click(self, change: t.Bunch) -> None:
-        if change["new"] > change["old"]:
+        if change["new"] > change["old"] and not self.deleted:  # a deleted task has nothing to cancel
             self.cancel()
 
     @t.observe("rows")
@@ -111,22 +121,37 @@ class Leaderboard(Live, anywidget.AnyWidget):
         for row in change["new"]:
             counts[row["state"]] = counts.get(row["state"], 0) + 1
         parts = [f"{counts[s]} {s}" for s in STATES if counts.get(s)]
-        self.status = ("cancelled; " if self.cancelled else "") + (", ".join(parts) or "no jobs yet")
+        failed = all_failed({"id": r["job_id"], "status": r["status"], "error": r["error"]} for r in change["new"])
+        self.status = (("task deleted; " if self.deleted else "") + ("cancelled; " if self.cancelled else "")
+                       + (failed or ", ".join(parts) or "no jobs yet"))
 
     # ------------------------------------------------------------ actions
     def cancel(self) -> dict[str, Any]:
         """Stop exploring the task (what the button does)."""
         with self._lock:
+            if self.deleted:
+                raise NotFoundError(f"task {self.task!r} (id {self.task_id}) was deleted: nothing to cancel")
             info = self._task.cancel()
             self.cancelled = bool(info.get("cancelled"))
             self._on_rows({"new": self.rows})
             return info
 
     def refresh(self) -> None:
-        """Re-read the task's jobs from the service."""
+        """Re-read the task's jobs from the service (nothing once the task was
+        deleted: its name may have come to mean another task)."""
         with self._lock:
-            info = self._task.refresh()
+            if self.deleted:
+                return
+            try:
+                info = self._task.refresh()
+            except NotFoundError:
+                self._deleted()
+                raise
+            if not self._same_task(info):  # the name now belongs to a task declared after ours was deleted
+                self._deleted()
+                return
             self.cancelled = bool(info.get("cancelled"))
+            self.metric = metric_name(info.get("program"))
             self.class_names = [str(c) for c in info.get("class_names") or []]
             self._version_numbers = {v["id"]: v["number"] for v in self._task.versions()}
             latest = info.get("latest_version") or {}
@@ -134,19 +159,30 @@ class Leaderboard(Live, anywidget.AnyWidget):
             # history: the jobs with their per-config scores (the winning config) and validation sizes
             self.rows = [self._row(j["id"], j["model"], j["config"], j["status"], j["accuracy"], j["cost_seconds"],
                                    j["dataset_version"], best_point(j.get("metrics", [])), j.get("validation_size"),
-                                   j.get("predicted_seconds"), j.get("source"), j.get("profiling_seconds"))
+                                   j.get("predicted_seconds"), j.get("source"), j.get("profiling_seconds"),
+                                   j.get("error"))
                          for j in self._task.history()]
+            self._on_rows({"new": self.rows})  # [] -> [] fires no observer: the status line must still be set
 
-    _resync = refresh
+    def _resync(self) -> None:
+        try:
+            self.refresh()
+        except NotFoundError:
+            pass  # marked deleted
+
+    def _deleted(self) -> None:
+        self._mark_deleted()
+        self._on_rows({"new": self.rows})
 
     def _row(self, job_id: int, model: str, config: dict, status: str, accuracy: float | None, cost: float | None,
              version: int | None, best_config: str | None = None, validation_size: int | None = None,
              predicted: float | None = None, source: str | None = None,
-             profiling: float | None = None) -> dict[str, Any]:
+             profiling: float | None = None, error: str | None = None) -> dict[str, Any]:
         return {"job_id": job_id, "model": model, "config": describe_job(model, config or {}),
                 "best_config": best_config, "accuracy": accuracy, "validation_size": validation_size, "cost": cost,
                 "predicted": predicted, "source": source, "profiling": profiling,
-                "state": _state(status, version, self.latest_version), "version": version, "status": status}
+                "state": _state(status, version, self.latest_version), "version": version, "status": status,
+                "error": short_error(error) if status == "failed" else ""}
 
     def _on_event(self, event: Event) -> None:
         if event.get("task_id") != self.task_id:
@@ -159,6 +195,7 @@ class Leaderboard(Live, anywidget.AnyWidget):
             self.rows = [{**r, "state": _state(r["status"], r["version"], self.latest_version)} for r in self.rows]
         elif kind == "task":
             if event.get("status") == "deleted":
+                self._deleted()
                 return
             # A task's status ("idle", "over_budget", ...) is not whether exploring was
             # stopped: a cancelled task also goes idle. The service's flag says.
@@ -176,6 +213,9 @@ class Leaderboard(Live, anywidget.AnyWidget):
                 old["best_config"], old["validation_size"], old["predicted"], old["source"], old["profiling"])
             if event["status"] == "succeeded":
                 self._add_details(rows, event["job_id"])
+            elif event["status"] == "failed":  # the event has no error text: the job's record does
+                job = next((j for j in self._task.jobs() if j["id"] == event["job_id"]), None)
+                rows[event["job_id"]]["error"] = short_error((job or {}).get("error"))
             self.rows = list(rows.values())
 
     def _add_details(self, rows: dict[int, dict[str, Any]], job_id: int) -> None:
@@ -196,12 +236,33 @@ class Leaderboard(Live, anywidget.AnyWidget):
         self.stop()
         super().close()
 
-    def __repr__(self) -> str:
+    def title(self) -> str:
+        """The first line: task, classes (the first ten of many), metric of a regression task, status."""
+        classes = f" (classes: {classes_text(self.class_names)})" if self.class_names else ""
+        metric = f" (scored by {METRIC_TITLES[self.metric]})" if self.metric != "accuracy" else ""
+        return f"Leaderboard of task {self.task!r}{classes}{metric}: {self.status}"
+
+    def table(self) -> tuple[list[str], list[list[str]]]:
+        """The columns and the rows as text, best first (an error column when a job failed)."""
+        errors = any(r["error"] for r in self.rows)
+        columns = ["model", "config", "best config", self.metric, "validated on", "seconds", "predicted", "state"]
         rows = [[r["model"], r["config"], r["best_config"] or "", "" if r["accuracy"] is None else f"{r['accuracy']:.4f}",
                  "" if r["validation_size"] is None else str(r["validation_size"]),
                  _measured(r["cost"], r["profiling"]), _seconds(r["predicted"]) + (f" ({r['source']})" if r["source"] else ""),
-                 r["state"] + (" *" if r["job_id"] == self.best_job_id else "")] for r in self.rows]
-        classes = f" (classes: {', '.join(self.class_names)})" if self.class_names else ""
-        lines = [f"Leaderboard of task {self.task!r}{classes}: {self.status}"] + _text_table(
-            ["model", "config", "best config", "accuracy", "validated on", "seconds", "predicted", "state"], rows)
-        return "\n".join(lines)
+                 r["state"] + (" *" if r["job_id"] == self.best_job_id else "")] + ([r["error"]] if errors else [])
+                for r in self.rows]
+        return columns + (["error"] if errors else []), rows
+
+    def _repr_html_(self) -> str:
+        """The static table (nbconvert, a front end without widgets)."""
+        columns, rows = self.table()
+        best = [r["job_id"] == self.best_job_id for r in self.rows]
+        head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+        body = "".join(("<tr class='easeml-best'>" if b else "<tr>") + "".join(f"<td>{html.escape(c)}</td>" for c in row)
+                       + "</tr>" for row, b in zip(rows, best))
+        return (f"<div class='easeml-board'><b>{html.escape(self.title())}</b>"
+                f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>")
+
+    def __repr__(self) -> str:
+        columns, rows = self.table()
+        return "\n".join([self.title()] + _text_table(columns, rows))

@@ -16,6 +16,12 @@ function render({ model, el }) {
     bar.append(b, " ");
   }
 
+  const gone = document.createElement("b");
+  bar.append(gone);
+  const drawGone = () => { gone.textContent = model.get("deleted") ? `task ${model.get("task")} was deleted` : ""; };
+  model.on("change:deleted", drawGone);
+  drawGone();
+
   function drawSvg() {
     pane.innerHTML = model.get("svg");
     for (const g of pane.querySelectorAll("[data-node]")) {

@@ -19,7 +19,9 @@ from typing import Any, Iterable
 import anywidget
 import traitlets as t
 
+from ..schema.scores import ACCURACY
 from ._hub import Event
+from ._jobs import metric_name
 from ._live import Live
 
 HERE = pathlib.Path(__file__).parent
@@ -39,10 +41,13 @@ class ProvenanceDAG:
 
     ``nodes`` maps a node id (``dataset:<version id>``, ``model:<job id>`` or
     ``outside`` for data fed from the notebook) to ``{id, kind, label,
-    meta}``. ``edges`` is a list of ``{id, kind, src, dst, job_id}``.
+    meta}``. ``edges`` is a list of ``{id, kind, src, dst, job_id}``. A model's
+    label carries its score, prefixed by the metric's name (``r2``) where that
+    is not accuracy.
     """
 
-    def __init__(self, task_name: str, provenance: dict[str, Any], jobs: Iterable[dict[str, Any]] = ()):
+    def __init__(self, task_name: str, provenance: dict[str, Any], jobs: Iterable[dict[str, Any]] = (),
+                 metric: str = ACCURACY):
         self.task = task_name
         self.nodes: dict[str, dict[str, Any]] = {}
         jobs_by_id = {j["id"]: j for j in jobs}
@@ -59,7 +64,8 @@ class ProvenanceDAG:
                 elif node["kind"] == "model":
                     job = jobs_by_id.get(node["id"], {"id": node["id"]})
                     acc = job.get("accuracy")
-                    label = f"{job.get('model', 'model')} #{node['id']}" + ("" if acc is None else f" {acc:.3f}")
+                    score = "" if acc is None else f" {acc:.3f}" if metric == ACCURACY else f" {metric} {acc:.3f}"
+                    label = f"{job.get('model', 'model')} #{node['id']}{score}"
                     self._add(node_id, "model", label, job)
                 else:
                     self._add(node_id, node["kind"], node_id, dict(node))
@@ -210,19 +216,25 @@ class ProvenanceGraph(Live, anywidget.AnyWidget):
     selected_meta = t.Dict(help="the selected node's metadata").tag(sync=True)
     trace = t.Unicode("", help="'' (none), backward or forward from the selected node").tag(sync=True)
     highlighted = t.List(t.Unicode(), help="the traced node ids, the selected one included").tag(sync=True)
+    deleted = t.Bool(False, help="the task was deleted while shown (the graph no longer follows it)").tag(sync=True)
 
     def __init__(self, task: Any, *, live: bool = True, **kwargs: Any):
         self._task = task
         self.task_id = task.info["id"]
         self.dag: ProvenanceDAG
+        self._metric = metric_name(task.info.get("program"))
         super().__init__(task=task.name, **kwargs)
         self._live_init(task.client, live)  # subscribe first, then read: no version falls in between
-        self.refresh()
+        self._first_read(self.refresh)  # a failed first read closes the widget (no subscription left) and raises
 
     def refresh(self) -> None:
-        """Re-read the task's provenance and jobs."""
+        """Re-read the task's provenance and jobs (nothing once the task was
+        deleted: its name may have come to mean another task)."""
         with self._lock:
-            self.dag = ProvenanceDAG(self._task.name, self._task.provenance(direction="all"), self._task.jobs())
+            if self.deleted:
+                return
+            self.dag = ProvenanceDAG(self._task.name, self._task.provenance(direction="all"), self._task.jobs(),
+                                     self._metric)
             with self.hold_sync():
                 self.nodes = [{k: n[k] for k in ("id", "kind", "label")} for n in self.dag.nodes.values()]
                 self.edges = list(self.dag.edges)
@@ -231,10 +243,18 @@ class ProvenanceGraph(Live, anywidget.AnyWidget):
                     self.selected = ""
                 self._update_highlight()
 
-    _resync = refresh
+    def _resync(self) -> None:
+        # events may have been missed while disconnected, a deletion too: reads are by name
+        if self._task_is_gone(self._task):
+            self._mark_deleted()
+        else:
+            self.refresh()
 
     def _on_event(self, event: Event) -> None:
         if event.get("task_id") != self.task_id:
+            return
+        if event.get("type") == "task" and event.get("status") == "deleted":
+            self._mark_deleted()  # the graph stays as it was, saying the task is gone
             return
         # a new version (feed, refine) adds a dataset node and its edge; a finished job a model node
         if event.get("type") == "version" or (event.get("type") == "job" and event.get("status") == "succeeded"):
@@ -305,10 +325,13 @@ class ProvenanceGraph(Live, anywidget.AnyWidget):
         return data
 
     def _repr_html_(self) -> str:
-        return self.dag.html(self.selected, self.highlighted)
+        gone = f"<b>task {html.escape(self.task)} was deleted</b><br>" if self.deleted else ""
+        return gone + self.dag.html(self.selected, self.highlighted)
 
     def __repr__(self) -> str:
         text = self.dag.text()
+        if self.deleted:
+            text = text.replace(":", " (task deleted):", 1)
         if self.selected:
             text += f"\n  selected {self.selected}" + (f", trace {self.trace}: {', '.join(self.highlighted)}"
                                                        if self.trace else "")

@@ -1,5 +1,7 @@
 // Refine panel: shows one page of examples (rendered in Python); clicks toggle ids in `dropped`.
-const esc = (s) => String(s ?? "").replace(/&/g, "&amp;").replace(/</g, "&lt;");
+// esc() is safe in elements and quoted attributes; the label options are built as elements.
+const esc = (s) => String(s ?? "").replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;")
+  .replace(/"/g, "&quot;").replace(/'/g, "&#39;");
 
 function render({ model, el }) {
   el.classList.add("easeml-refine");
@@ -37,8 +39,8 @@ function render({ model, el }) {
     const dropped = new Set(model.get("dropped"));
     const rows = model.get("rows");
     where.textContent = ` page ${model.get("page") + 1} / ${model.get("n_pages")} (${model.get("n_shown")} shown) `;
-    label.innerHTML = ['<option value="">all</option>', ...model.get("labels").map(
-      (l) => `<option value="${esc(l)}">${esc(l)}</option>`)].join("");
+    label.replaceChildren(...[["", "all"], ...model.get("labels").map((l) => [l, l])].map(
+      ([value, textContent]) => control("option", { value, textContent })));
     label.value = model.get("label_filter");
     sort.value = model.get("sort");
     body.innerHTML = "";
@@ -63,7 +65,7 @@ function render({ model, el }) {
       for (const r of rows) {
         const card = control("div", { className: "easeml-card" + (dropped.has(r.id) ? " easeml-off" : ""),
                                       title: `id ${r.id}, label ${r.label}` });
-        card.innerHTML = (r.img ? `<img src="${r.img}">` : r.svg || "") +
+        card.innerHTML = (r.img ? `<img src="${esc(r.img)}">` : r.svg || "") +
           `<div>#${r.id} · ${esc(r.label)}${r.score === null ? "" : " · " + Number(r.score).toFixed(2)}</div>`;
         card.addEventListener("click", () => toggle(r.id));
         grid.append(card);

@@ -15,6 +15,7 @@ import anywidget
 import numpy as np
 import traitlets as t
 
+from ._jobs import all_failed
 from ._render import KINDS, example_kind, render
 
 HERE = pathlib.Path(__file__).parent
@@ -89,11 +90,17 @@ class RefinePanel(anywidget.AnyWidget):
     def _load(self, version: int | None) -> None:
         ids, X, y = self._task.data(version)
         numbers = [v["number"] for v in self._task.versions()]
-        names = self._task.refresh().get("class_names")
+        info = self._task.refresh()
+        names = info.get("class_names")
         column_names = None
         if hasattr(X, "columns"):  # a table task's DataFrame: one row of cells per example
             column_names = [str(c) for c in X.columns]
-            X = X.astype(object).to_numpy()
+            X = X.astype(object)
+            # the store keeps a boolean column as 1.0 / 0.0 / NaN: show it as True / False / blank
+            for column in (info.get("table") or {}).get("columns") or []:
+                if column.get("kind") == "boolean" and column.get("name") in X.columns:
+                    X[column["name"]] = X[column["name"]].map(lambda v: None if v != v or v is None else bool(v))
+            X = X.to_numpy()
         self._ids, self._X, self._y = np.asarray(ids, dtype=np.int64), X, _labels(y, names)
         self._sorted = np.argsort(self._ids, kind="stable")
         self._suspicion, self._order_cache = None, None
@@ -203,9 +210,18 @@ class RefinePanel(anywidget.AnyWidget):
             try:
                 self._scores(value)
             except Exception as error:  # noqa: BLE001 - e.g. no model has finished: keep the id order
-                self.message = f"cannot sort by {value}: {error}"
+                self.message = f"cannot sort by {value}: {self._why_no_model() or error}"
                 return "id"
         return value
+
+    def _why_no_model(self) -> str | None:
+        """``no model to score examples with: all N jobs failed: <error>`` when
+        every job of the task failed (waiting would not help), else None."""
+        try:
+            failed = all_failed(self._task.jobs())
+        except Exception:  # noqa: BLE001 - the first error is the one to show
+            return None
+        return None if failed is None else f"no model to score examples with: {failed}"
 
     @t.validate("dropped")
     def _check_dropped(self, proposal: t.Bunch) -> list[int]:

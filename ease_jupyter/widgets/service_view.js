@@ -1,5 +1,6 @@
 // Service view: every user's loss estimate and compute share, and who is served now and why.
-const esc = (s) => String(s ?? "").replace(/&/g, "&amp;").replace(/</g, "&lt;");
+const esc = (s) => String(s ?? "").replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;")
+  .replace(/"/g, "&quot;").replace(/'/g, "&#39;");  // safe in quoted attributes too
 const num = (v, d) => (v === null || v === undefined ? "" : Number(v).toFixed(d));
 
 function render({ model, el }) {

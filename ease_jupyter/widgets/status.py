@@ -61,9 +61,15 @@ class TaskStatus(widgets.VBox):
     """The task's ``leaderboard`` above its ``curves``, both live, and its
     owner's ``budget`` line below them (spent, left, and why no new picks
     come when none do); ``close()`` closes them all (and the shared event
-    stream with the last live widget)."""
+    stream with the last live widget), ``stop()`` freezes them.
+
+    Without a widget front end (a terminal, nbconvert) it shows as text and
+    as HTML: the leaderboard's rows, the curves' summary and the budget line."""
+
+    _follows = False  # before __init__ may fail: close() (also from __del__) reads it
 
     def __init__(self, task: Any, *, live: bool = True, **kwargs: Any):
+        self._follows = False
         self.leaderboard = Leaderboard(task, live=live)
         try:
             self.curves = Curves(task, live=live)
@@ -77,14 +83,33 @@ class TaskStatus(widgets.VBox):
         self._follows = True
         super().__init__(children=[self.leaderboard, self.curves, self.budget], **kwargs)
 
+    def stop(self) -> None:
+        """Stop following events (the widgets stay on screen, frozen)."""
+        self.leaderboard.stop()
+        self.curves.stop()
+
     def close(self) -> None:
-        if self._follows:  # close() may come twice (ipywidgets closes on garbage collection too)
+        # close() may come twice (ipywidgets closes on garbage collection too),
+        # and after a failed __init__ (then some parts were never made)
+        parts = [getattr(self, name, None) for name in ("leaderboard", "curves", "budget")]
+        if self._follows:
             self._follows = False
             self.leaderboard.unobserve(self.budget.refresh, names="rows")
-        self.leaderboard.close()
-        self.curves.close()
-        self.budget.close()
+        for part in parts:
+            if part is not None:
+                part.close()
         super().close()
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
+        bundle = super()._repr_mimebundle_(**kwargs) or {}
+        data = dict(bundle[0] if isinstance(bundle, tuple) else bundle)
+        data["text/plain"] = repr(self)
+        data["text/html"] = self._repr_html_()
+        return data
+
+    def _repr_html_(self) -> str:
+        return (f"<div class='easeml-status'>{self.leaderboard._repr_html_()}"
+                f"<div>{html.escape(repr(self.curves))}</div>{self.budget.value}</div>")
 
     def __repr__(self) -> str:
         return f"{self.leaderboard!r}\n{self.curves!r}\nbudget: {self.budget!r}"

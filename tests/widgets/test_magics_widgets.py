@@ -31,7 +31,10 @@ def test_magics_show_widgets(shell, service, iris):
     assert status.data["idle"] and status.rows[0]["accuracy"] > 0.85  # the table form is unchanged
     bundle = status._repr_mimebundle_()
     assert isinstance(status.widget, TaskStatus) and bundle[VIEW]["model_id"] == status.widget.model_id
-    assert "<table>" in bundle["text/html"] and bundle["text/plain"] == repr(status)
+    assert "<table>" in bundle["text/html"] and bundle["text/plain"].startswith(repr(status) + "\n")
+    # without a widget front end the summary is followed by the leaderboard's rows and the budget line
+    assert "Leaderboard of task 'iris_magic'" in bundle["text/plain"] and "budget: compute" in bundle["text/plain"]
+    assert "easeml-board" in bundle["text/html"] and "Leaderboard of task &#x27;iris_magic&#x27;" in bundle["text/html"]
     board = status.widget.leaderboard
     n = flat_models(4, 3)  # one job per scikit-learn candidate
     assert len(board.rows) == n and board.best_job_id == service.client("alice").task("iris_magic").best()["job_id"]

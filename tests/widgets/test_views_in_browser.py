@@ -196,3 +196,60 @@ def test_curves_titles_toolbar_and_legend_do_not_overlap(page):
             for plot in boxes["plots"]:
                 assert not overlap(boxes["legend"], plot) and boxes["legend"][0] >= plot[2], (width, boxes)
                 assert all(not overlap(label, plot) for label in labels), (width, boxes)
+
+
+QUOTED = ['12" pipe', "3/4' valve", '<b>elbow</b>" onmouseover="x']
+
+
+def test_refine_label_filter_with_quotes_in_class_names(page, service):
+    """Class names with quotes (and what looks like markup) come back from the
+    browser's label filter exactly as the kernel has them."""
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    n = 30
+    df = pd.DataFrame({"len": rng.normal(size=n), "kind": np.array(QUOTED)[np.arange(n) % 3]})
+    task = service.client("bob").task("parts_browser", like=df, target="kind")
+    task.feed(df)
+    panel = RefinePanel(task, page_size=6)
+    mount(page, panel)
+    options = page.evaluate("[...document.querySelectorAll('select')[0].options].map(o => [o.value, o.textContent])")
+    assert options == [["", "all"]] + [[label, label] for label in panel.labels]
+    assert sorted(panel.labels) == sorted(QUOTED)
+    assert page.evaluate("document.querySelectorAll('[onmouseover], select b').length") == 0  # no markup injected
+    for index, label in enumerate(panel.labels, start=1):
+        page.select_option("select >> nth=0", index=index)
+        assert sent(page)[-2] == ["label_filter", label]
+        panel.label_filter = sent(page)[-2][1]  # the kernel accepts what the browser sent
+        assert panel.n_shown == 10 and {r["label"] for r in panel.rows} == {label}
+    panel.close()
+    task.cancel()
+
+
+def test_leaderboard_view_of_a_deleted_task_and_errors_with_quotes(page, trained):
+    board = Leaderboard(trained, live=False)
+    board.rows = [dict(board.rows[0], state="failed", status="failed", accuracy=None,
+                       error='ValueError: bad "C" <b>x</b>')] + list(board.rows[1:])
+    board.deleted = True
+    mount(page, board)
+    button = page.locator("button")
+    assert button.inner_text() == "Task deleted" and button.is_disabled()
+    failed = page.locator("tr.easeml-failed")
+    assert failed.get_attribute("title") == 'ValueError: bad "C" <b>x</b>'
+    heads = page.locator("table thead th").all_inner_texts()
+    assert heads[-1] == "error" and failed.locator("td").last.inner_text() == 'ValueError: bad "C" <b>x</b>'
+    assert page.locator("tr b").count() == 0
+    board.close()
+
+
+def test_leaderboard_view_names_the_metric_and_shortens_many_classes(page, trained):
+    board = Leaderboard(trained, live=False)
+    board.metric, board.class_names = "r2", [f"species_{i:03d}" for i in range(120)]
+    mount(page, board)
+    title = page.locator("b").first.inner_text()
+    assert "species_009, ... (110 more, 120 in all)" in title and "species_010" not in title
+    assert "r2 (clipped to [0, 1])" in title
+    heads = page.locator("table thead th").all_inner_texts()
+    assert "r2" in heads and "accuracy" not in heads
+    board.close()
