@@ -920,7 +920,9 @@ class Task:
 
     def wait(self, timeout: float | None = None, poll: float = 0.25) -> bool:
         """Block until nothing is queued, running or left to try for the latest
-        version; False if ``timeout`` seconds pass first.
+        version; False if ``timeout`` seconds pass first. A cancelled task
+        (from any notebook) has nothing left to try: it returns once its
+        running jobs end (``refresh()["status"]`` is then ``cancelled``).
 
         Waits on the event stream: the task's state is fetched once the stream
         is open and again after each of its job, version or task events, so it

@@ -8,6 +8,7 @@ Results are plain JSON-ready dicts.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -104,6 +105,23 @@ def _rows(data: datasets.LoadedData, page: slice) -> datasets.LoadedData:
     X = data.X[page] if isinstance(data.X, (np.ndarray, list)) else tuple(column[page] for column in data.X)
     return replace(data, example_ids=data.example_ids[page], X=X, y=data.y[page],
                    split_keys=None if data.split_keys is None else data.split_keys[page])
+
+
+def _gone_as_missing(method):
+    """A ``Service`` method of the caller's task ``name``: a task deleted (by
+    another notebook of hers) between the method's look-up of it and its
+    reads answers as a name she has no task by (``Store.task_by_name``'s
+    404), not with the store's id it had. Any other NotFoundError (a
+    version, a job) is raised as it is."""
+    @functools.wraps(method)
+    def wrapper(self: "Service", caller: User, name: str, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, caller, name, *args, **kwargs)
+        except NotFoundError:
+            self._task_cache.pop((caller.id, name), None)
+            self.store.task_by_name(caller.id, name)  # the name's own 404 where the task is gone
+            raise
+    return wrapper
 
 
 def _program_text(body: dict[str, Any]) -> str | None:
@@ -542,6 +560,7 @@ class Service:
         return _rows(data, slice(0, max(1, EXAMPLES_PAGE_BYTES // max(datasets.row_bytes(data), 1))))
 
     # ------------------------------------------------------------ results
+    @_gone_as_missing
     def jobs(self, caller: User, name: str) -> list[dict[str, Any]]:
         # each with its predicted seconds beside the measured ones (profile_view.py)
         return reads.jobs_page(self.store, self._task(caller, name), job_json)
@@ -550,6 +569,7 @@ class Service:
         """The profiler's predictions and the provisioner's chosen configuration for each candidate of the task."""
         return self.loop.task_profile(self._task(caller, name))
 
+    @_gone_as_missing
     def history(self, caller: User, name: str) -> list[dict[str, Any]]:
         rows = self.jobs(caller, name)
         sizes = validation_sizes(self.store, self.blobs, {r["dataset_version_id"] for r in rows if r["accuracy"] is not None})
@@ -561,6 +581,7 @@ class Service:
             row["metrics"] = [dict(epoch=e, **v) for e, v in sorted(metrics.items())]
         return rows
 
+    @_gone_as_missing
     def export_model(self, caller: User, name: str, fmt: str | None) -> tuple[bytes, str, str]:
         """(zip bytes, media type, file name): the best model in ``fmt`` with
         its model card (``export.py``); a torch model is converted where the
@@ -570,12 +591,14 @@ class Service:
                                                    self.loop.executors.get(Engine.SKLEARN), self.export_processes)
         return data, model_export.MEDIA_TYPE, file_name + ".zip"
 
+    @_gone_as_missing
     def best(self, caller: User, name: str) -> dict[str, Any]:
         return models.best(self.store, self._task(caller, name), self.blobs)
 
     def leaderboard(self, caller: User) -> list[dict[str, Any]]:
         return reads.leaderboard(self.store, self.blobs, caller.id)  # models.best of each task, read at once
 
+    @_gone_as_missing
     def infer(self, caller: User, name: str, body: dict[str, Any]) -> dict[str, Any]:
         try:
             task = self._task(caller, name)
@@ -589,6 +612,7 @@ class Service:
             out["list"] = predictions.tolist()
         return out
 
+    @_gone_as_missing
     def suspicion(self, caller: User, name: str, number: int | None, k: int | None = None) -> dict[str, Any]:
         """Per-example loss and disagreement of the finished models on a version
         (default latest); see ``suspicion.py``. 409 ``no_model`` before the first model."""

@@ -155,3 +155,25 @@ class ManualExecutor:
 
     def shutdown(self) -> None:
         pass
+
+
+class StartingExecutor(ManualExecutor):
+    """A ``ManualExecutor`` whose jobs start (RUNNING) when submitted, as a
+    free worker's do, so a cancel or a new version finds them running, not
+    queued; they finish when the test says so."""
+
+    def submit(self, job_id: int) -> Future:
+        from ease_jupyter.store import JobStatus
+
+        self.store.update_job(job_id, JobStatus.RUNNING)
+        return super().submit(job_id)
+
+    def finish_all(self, accuracy: Callable[[Any], float] | None = None) -> None:
+        from ease_jupyter.store import JobStatus, JobUpdate
+
+        score = accuracy or self.accuracy
+        running, self.running = self.running, []
+        for job_id, future in running:
+            job = self.store.get_job(job_id)
+            future.set_result(self.store.update_job(job_id, JobStatus.SUCCEEDED,
+                                                    JobUpdate(accuracy=score(job), cost_seconds=0.01)))

@@ -15,25 +15,7 @@ from ease_jupyter.service.loop import ControlLoop
 from ease_jupyter.store import InMemoryStore, JobStatus, MemoryBlobStore
 from ease_jupyter.zoo import Engine
 
-from .conftest import IRIS_MODELS, ManualExecutor
-
-
-class StartingExecutor(ManualExecutor):
-    """Its jobs start (RUNNING) when submitted, as a free worker's do, and
-    finish when the test says so."""
-
-    def submit(self, job_id: int):
-        self.store.update_job(job_id, JobStatus.RUNNING)
-        return super().submit(job_id)
-
-    def finish_all(self, accuracy=None) -> None:
-        from ease_jupyter.store import JobUpdate
-
-        running, self.running = self.running, []
-        for job_id, future in running:
-            job = self.store.get_job(job_id)
-            future.set_result(self.store.update_job(job_id, JobStatus.SUCCEEDED,
-                                                    JobUpdate(accuracy=_quality(job), cost_seconds=0.01)))
+from .conftest import IRIS_MODELS, StartingExecutor
 
 
 def _quality(job) -> float:
@@ -62,7 +44,7 @@ def test_a_task_fed_after_every_job_leaves_turns_to_the_task_that_waits(fed_whil
     store, blobs = InMemoryStore(), MemoryBlobStore()
     ada = _task(store, blobs, "ada", 0)
     bob = _task(store, blobs, "bob", 1)
-    executor = StartingExecutor(store, workers=1)
+    executor = StartingExecutor(store, workers=1, accuracy=_quality)
     loop = ControlLoop(store, blobs, executors={Engine.SKLEARN: executor}, max_running_per_user=1)
     loop.costs.arm_costs = lambda task, configs, arms, n: {k: 1.0 for k in arms}  # (not under test)
     loop.recover()

@@ -73,6 +73,9 @@ class IdleView:
         changed = {task_id for task_id, now in idle.items()
                    if now and (not before.get(task_id, True) or task_id in was_settling)}
         changed |= {task_id for task_id in was_settling if task_id not in idle}  # no tenant: idle at once
+        # Busy last turn, and now neither busy nor a tenant: its last job ended after its tenant left
+        # (cancelled, or all its versions gone while a job ran), so no other rule would announce it.
+        changed |= {task_id for task_id, was in before.items() if not was and task_id not in idle}
         out = []
         for task_id in sorted(changed):
             owner = owners.get(task_id)
