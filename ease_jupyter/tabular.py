@@ -41,6 +41,7 @@ from __future__ import annotations
 import decimal
 import math
 import os
+import struct
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -83,6 +84,17 @@ def is_table(X: Any) -> bool:
 
 def _is_path(X: Any) -> bool:
     return isinstance(X, (str, os.PathLike))
+
+
+def _paths(X: Any) -> bool:
+    """Whether X is a list, tuple or 1-d array of paths to existing files
+    (image files passed one by one)."""
+    if isinstance(X, np.ndarray):
+        if X.ndim != 1 or X.dtype.kind not in "UO":
+            return False
+    elif not isinstance(X, (list, tuple)):
+        return False
+    return len(X) > 0 and all(_is_path(x) for x in X) and any(Path(x).exists() for x in X)
 
 
 def read_table(path: Any, field: str = "X") -> Any:
@@ -429,9 +441,15 @@ def read_images(paths: Sequence[Path], shape: tuple[int, ...], field: str = "X")
             raise DataError(field, f"the file {str(path)!r}, an image too large to open ({error})",
                             f"images of at most {2 * Image.MAX_IMAGE_PIXELS:,} pixels: shrink it, or, for a "
                             "file you trust, raise PIL.Image.MAX_IMAGE_PIXELS before feeding") from None
+        except DataError:
+            raise
         except (UnidentifiedImageError, OSError) as error:
             raise DataError(field, f"the file {str(path)!r}, which is not an image ({type(error).__name__})",
                             "image files only (PNG, JPEG, ...)") from None
+        except (SyntaxError, ValueError, struct.error, EOFError) as error:  # Pillow's decoders on damaged files
+            raise DataError(field, f"the file {str(path)!r}, which is damaged or not an image "
+                            f"({type(error).__name__}: {error})", "image files only (PNG, JPEG, ...), "
+                            "whole and readable: copy it again or leave it out") from None
         out[i] = pixels.reshape(shape)
     return out
 
@@ -439,6 +457,7 @@ def read_images(paths: Sequence[Path], shape: tuple[int, ...], field: str = "X")
 def _unit_pixels(image: Any, channels: int, size: tuple[int, int], path: Path, field: str) -> np.ndarray:
     """One image's pixels at ``size`` (W, H) in [0, 1], with 1 or 3 channels."""
     if image.mode not in _DEEP_WHITE:
+        image = _on_white(image)
         return np.asarray(image.convert("RGB" if channels == 3 else "L").resize(size), dtype=np.float32) / 255.0
     white = _DEEP_WHITE[image.mode]
     full = image.convert("F")
@@ -456,8 +475,57 @@ def _unit_pixels(image: Any, channels: int, size: tuple[int, int], path: Path, f
     return np.repeat(gray[..., None], 3, axis=2) if channels == 3 else gray
 
 
-def _files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.rglob("*") if p.is_file() and not any(part.startswith(".") for part in p.relative_to(folder).parts))
+# Modes with an alpha channel; a palette or grey/RGB image may instead name
+# one transparent colour (``info["transparency"]``, PNG's tRNS, GIF's).
+_ALPHA_MODES = frozenset({"RGBA", "RGBa", "LA", "La", "PA"})
+
+
+def _on_white(image: Any) -> Any:
+    """An image with transparency composited onto opaque white (RGB), as a
+    viewer on a white page shows it: the colour a file keeps under alpha 0
+    is invisible and arbitrary (black, white, anything an editor left), so
+    two images that look alike must read alike. Opaque images are unchanged."""
+    if image.mode not in _ALPHA_MODES and "transparency" not in image.info:
+        return image
+    from PIL import Image
+
+    rgba = image.convert("RGBA")
+    return Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255, 255)), rgba).convert("RGB")
+
+
+def _files(folder: Path, field: str = "X") -> list[Path]:
+    """The files under ``folder``, sorted, hidden ones (``.name``) left out.
+    Links to folders are followed, as a linked class folder is; one that
+    leads back to a folder above it (a loop) is not entered again. A
+    dangling link is refused: the image it stood for is missing."""
+    found: list[Path] = []
+
+    def walk(directory: Path, above: frozenset[str]) -> None:
+        try:
+            entries = list(os.scandir(directory))
+        except OSError as error:
+            raise DataError(field, f"the folder {str(directory)!r}, which cannot be read ({error.strerror})",
+                            "readable image folders") from None
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            path = Path(entry.path)
+            if entry.is_dir():  # follows links
+                real = os.path.realpath(path)
+                if real not in above:
+                    walk(path, above | {real})
+            elif entry.is_file():
+                found.append(path)
+            elif entry.is_symlink():
+                _dangling(path, field)
+
+    walk(folder, frozenset({os.path.realpath(folder)}))
+    return sorted(found)
+
+
+def _dangling(path: Path, field: str) -> None:
+    raise DataError(field, f"the link {str(path)!r}, which points to {os.readlink(path)!r}, which does not exist",
+                    "links to existing images or folders: fix or remove the link")
 
 
 def read_image_folder(folder: Any, program: str, field: str = "X") -> tuple[np.ndarray, list[str]]:
@@ -469,13 +537,16 @@ def read_image_folder(folder: Any, program: str, field: str = "X") -> tuple[np.n
     classes = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
     if not classes:
         raise DataError(field, f"the folder {str(root)!r} with no subfolders", "one subfolder of images per class")
+    for p in sorted(root.iterdir()):
+        if p.is_symlink() and not p.exists() and not p.name.startswith("."):
+            _dangling(p, field)
     loose = [p for p in root.iterdir() if p.is_file() and not p.name.startswith(".")]
     if loose:
         raise DataError(field, f"the file {str(loose[0])!r} outside the class subfolders",
                         "images only inside one subfolder per class")
     paths, labels = [], []
     for folder_ in classes:
-        files = _files(folder_)
+        files = _files(folder_, field)
         paths += files
         labels += [nfc(folder_.name)] * len(files)
     if not paths:
@@ -494,11 +565,14 @@ def inputs_for(X: Any, info: Mapping[str, Any], encode: Encode, field: str = "X"
         if target in frame.columns:  # rows as fed, labels and all: the labels are not inputs
             frame = frame.drop(columns=[target])
         return table_wire(frame, encode, field, table)
+    if _paths(X):
+        raise DataError(field, f"a list of {len(X)} paths ({str(X[0])!r}, ...)",
+                        "one image folder or one image file: put the images in a folder and pass the folder")
     if _is_path(X):
         root = Path(X)
         if not root.exists():
             raise DataError(field, f"the path {str(root)!r}, which does not exist", "an image file or folder")
-        paths = _files(root) if root.is_dir() else [root]
+        paths = _files(root, field) if root.is_dir() else [root]
         return read_images(paths, _image_shape(info["program"]), field)
     if is_table(X):
         _check_series(X, info, field)

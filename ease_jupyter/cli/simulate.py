@@ -48,8 +48,16 @@ def _read_matrix(path: Path, what: str):
     if not models:
         raise click.BadParameter(f"{path}: the header has no model columns (expected: user,<model>,...)",
                                  param_hint=param)
-    if len(set(models)) != len(models):
-        raise click.BadParameter(f"{path}: duplicate model names in the header", param_hint=param)
+    if _looks_like_values(header):
+        raise click.BadParameter(
+            f"{path}, line {lines[0]}: found {','.join(header)[:80]!r}, numbers where the model names go; expected "
+            "user,<model>,... as the first line (a header naming the models; if your models' names are numbers, "
+            "start the line with the word user)", param_hint=param)
+    first = _first_duplicate(models)
+    if first is not None:
+        cols = [k + 2 for k, m in enumerate(models) if m == first]
+        raise click.BadParameter(f"{path}, line {lines[0]}: model {first!r} names columns {_and(cols)}, expected "
+                                 "each model once in the header", param_hint=param)
     users, values = [], []
     for ln, row in zip(lines[1:], rows[1:]):
         if len(row) != len(header):
@@ -72,9 +80,54 @@ def _read_matrix(path: Path, what: str):
                                          param_hint=param)
             vals.append(v)
         values.append(vals)
-    if len(set(users)) != len(users):
-        raise click.BadParameter(f"{path}: duplicate user names", param_hint=param)
+    first = _first_duplicate(users)
+    if first is not None:
+        on = [ln for ln, u in zip(lines[1:], users) if u == first]
+        raise click.BadParameter(f"{path}: user {first!r} is on lines {_and(on)}, expected each user on one line",
+                                 param_hint=param)
     return users, models, np.asarray(values, dtype=float), lines[1:]
+
+
+_MISSING = ("", "--", "nan", "na")
+
+
+def _looks_like_values(header: list[str]) -> bool:
+    """Whether a header line is a user's row (a file without a header):
+    every cell after the first a number or a missing value, at least one a
+    number, and the first cell not the word ``user``."""
+    if header[0].lower() == "user":
+        return False
+    numbers = 0
+    for cell in header[1:]:
+        if cell.lower() in _MISSING:
+            continue
+        try:
+            float(cell)
+        except ValueError:
+            return False
+        numbers += 1
+    return numbers > 0
+
+
+def _first_duplicate(names: list[str]):
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            return name
+        seen.add(name)
+    return None
+
+
+def _and(items) -> str:
+    items = [str(x) for x in items]
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _only(a, b, limit: int = 5) -> str:
+    """The names of ``a`` not in ``b``, in ``a``'s order, at most ``limit``."""
+    missing = [x for x in a if x not in set(b)]
+    more = f" and {len(missing) - limit} more" if len(missing) > limit else ""
+    return f"{missing[:limit]}{more}"
 
 
 def _check_quality(path, q, models, lines):
@@ -95,9 +148,11 @@ def _align_cost(qpath, cpath, qu, qm, cu, cm, c, q, clines):
     import numpy as np
 
     if c.shape != q.shape or set(cu) != set(qu) or set(cm) != set(qm):
+        diffs = [f"{what} only in {cpath}: {_only(cn, qn)}; only in {qpath}: {_only(qn, cn)}"
+                 for what, cn, qn in (("users", cu, qu), ("models", cm, qm)) if set(cn) != set(qn)]
         raise click.BadParameter(
             f"{cpath} has {c.shape[0]} users x {c.shape[1]} models, {qpath} has {q.shape[0]} x {q.shape[1]}; "
-            "expected the same user and model names", param_hint="--cost")
+            f"{'; '.join(diffs)}; expected the same user and model names", param_hint="--cost")
     order = [cu.index(u) for u in qu]
     c = c[order][:, [cm.index(m) for m in qm]]
     line = [clines[k] for k in order]  # the cost file's line of each user, in the quality file's order
@@ -110,6 +165,12 @@ def _align_cost(qpath, cpath, qu, qm, cu, cm, c, q, clines):
         i, j = map(int, np.argwhere(need & (c <= 0))[0])
         raise click.BadParameter(f"{cpath}, line {line[i]}, column {qm[j]!r}: found {c[i, j]:g}, expected "
                                  "seconds > 0", param_hint="--cost")
+    with np.errstate(over="ignore"):
+        total = c[need].sum()
+    if not np.isfinite(total):
+        raise click.BadParameter(f"{cpath}: found costs up to {c[need].max():g}, whose sum is beyond the largest "
+                                 "float; expected costs in a larger unit (divide them all by one number)",
+                                 param_hint="--cost")
     return c
 
 

@@ -128,9 +128,14 @@ def min_cost_selection(quality, cost=None, weights=None, *, level: float, time_l
     gain = w[ii] * q[ii, jj]
     full = float(np.dot(w, np.nanmax(np.where(avail, q, -np.inf), axis=1).clip(0)))
     one_per_user = csr_matrix((np.ones(ii.size), (ii, np.arange(ii.size))), shape=(q.shape[0], ii.size))
+    # Costs in units of the largest: HiGHS takes about 1e20 for infinite, so
+    # costs in nanoseconds (or any unit) would else break it; the choice is
+    # the same in any unit, the total and the bound are given back in c's.
+    scale = float(c[ii, jj].max()) if ii.size else 1.0
+    unit_cost = c[ii, jj] / scale
 
     def solve(rhs: float):
-        res = milp(c[ii, jj], integrality=np.ones(ii.size), bounds=Bounds(0, 1),
+        res = milp(unit_cost, integrality=np.ones(ii.size), bounds=Bounds(0, 1),
                    constraints=[LinearConstraint(one_per_user, 0, 1), LinearConstraint(gain[None, :], rhs, np.inf)],
                    options={"time_limit": float(time_limit)})
         if res.x is None:
@@ -144,7 +149,7 @@ def min_cost_selection(quality, cost=None, weights=None, *, level: float, time_l
     pairs = tuple(sorted((int(ii[k]), int(jj[k])) for k in chosen))
     total = float(c[ii[chosen], jj[chosen]].sum())
     exact = res.status == 0
-    bound = total if exact else float(getattr(res, "mip_dual_bound", np.nan))
+    bound = total if exact else float(getattr(res, "mip_dual_bound", np.nan)) * scale
     return Selection(pairs, total, selection_loss(q, pairs, w), exact, bound)
 
 

@@ -82,9 +82,9 @@ def model_card(store: Store, blobs: BlobStore, task: Task, job: Job, artifact: A
 IMAGE_FILES = {
     "step": "image files",
     "where": "the client, before the service (task.feed of an image folder, task.infer of image files)",
-    "does": ("Pillow: turned upright (EXIF orientation); RGB for an input [H, W, 3], grey (mode 'L') for "
-             "[H, W] or [H, W, 1]; resized to W x H; float32 scaled to [0, 1] (8-bit pixels / 255, deeper "
-             "images by their format's white)"),
+    "does": ("Pillow: turned upright (EXIF orientation); an image with transparency laid on opaque white; "
+             "RGB for an input [H, W, 3], grey (mode 'L') for [H, W] or [H, W, 1]; resized to W x H; float32 "
+             "scaled to [0, 1] (8-bit pixels / 255, deeper images by their format's white)"),
     "feed_the_file": "the same: values in [0, 1], not raw 0-255 pixels",
 }
 
