@@ -5,23 +5,15 @@ only the running job kept it busy."""
 
 from __future__ import annotations
 
-import numpy as np
-
-from ease_jupyter import datasets
-from ease_jupyter.schema import format_program, program_from_shapes
 from ease_jupyter.service.loop import ControlLoop
-from ease_jupyter.store import InMemoryStore, MemoryBlobStore
 from ease_jupyter.zoo import Engine
 
 from .conftest import StartingExecutor
+from .test_loop_recovery import fed_task
 
 
 def test_a_task_cancelled_while_its_job_runs_is_announced_idle_when_the_job_ends():
-    store, blobs = InMemoryStore(), MemoryBlobStore()
-    user = store.create_user("ada", "a" * 64)
-    task = store.create_task(user.id, "t", format_program(program_from_shapes([4], [3])))
-    rng = np.random.default_rng(0)
-    datasets.feed(store, blobs, task, rng.normal(size=(30, 4)).astype("float32"), rng.integers(0, 3, 30))
+    store, blobs, task = fed_task()
     events: list[tuple[int, dict]] = []
     executor = StartingExecutor(store, workers=1)
     loop = ControlLoop(store, blobs, executors={Engine.SKLEARN: executor}, publish=lambda o, e: events.append((o, e)))
