@@ -32,7 +32,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import weakref
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
