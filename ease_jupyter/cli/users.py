@@ -220,6 +220,7 @@ def delete(name, hub, yes, db_url, data_dir) -> None:
     deleted hub user gets a new, empty account at her next login."""
     from ease_jupyter.errors import DataError, InvalidStateError, NotFoundError
     from ease_jupyter.service import deletion
+    from ease_jupyter.service.arrays import Uploads
     from ease_jupyter.service.auth import check_name
     from ease_jupyter.service.embedded import DataDirInUse, DataDirLock
     from ease_jupyter.store.base import HUB, LOCAL
@@ -252,7 +253,7 @@ def delete(name, hub, yes, db_url, data_dir) -> None:
                 _confirm(name, origin, tasks)
             try:
                 out = deletion.delete_user(store, blobs, deletion.NoLoop(), user,
-                                           uploads=directory / "uploads" / str(int(user.id)))
+                                           uploads=Uploads.in_data_dir(directory))
             except InvalidStateError as error:
                 raise click.ClickException(f"{error}; nothing more was deleted. If no service runs anywhere on this "
                                            "database, a crashed one left the job so: start the service and delete "

@@ -182,16 +182,24 @@ class Uploads:
         self.max_total_bytes = max_total_bytes
         self._lock = threading.Lock()
 
+    @classmethod
+    def in_data_dir(cls, data_dir: str | Path) -> "Uploads":
+        """The uploads of the service whose data directory is ``data_dir``."""
+        return cls(Path(data_dir) / "uploads")
+
+    def _owner_dir(self, owner_id: int) -> Path:
+        return self.directory / str(int(owner_id))
+
     def _path(self, owner_id: int, upload_id: Any) -> Path:
         try:
             uid = uuid.UUID(str(upload_id)).hex
         except ValueError:
             raise NotFoundError(f"upload {upload_id!r} not found") from None
-        return self.directory / str(int(owner_id)) / f"{uid}.part"
+        return self._owner_dir(owner_id) / f"{uid}.part"
 
     def create(self, owner_id: int) -> str:
         uid = uuid.uuid4().hex
-        path = self.directory / str(int(owner_id)) / f"{uid}.part"
+        path = self._owner_dir(owner_id) / f"{uid}.part"
         open_now = len(list(path.parent.glob("*.part"))) if path.parent.is_dir() else 0
         if open_now >= MAX_OPEN_UPLOADS:
             raise QuotaExceededError(f"{open_now} uploads not fed yet, the most one user may have open: feed or "
@@ -207,12 +215,30 @@ class Uploads:
     def usage(self, owner_id: int) -> int:
         """Bytes in the owner's uploads that are not fed yet (her quota counts them)."""
         total = 0
-        for path in (self.directory / str(int(owner_id))).glob("*.part"):
+        for path in self._owner_dir(owner_id).glob("*.part"):
             try:
                 total += path.stat().st_size
             except FileNotFoundError:  # fed or swept meanwhile
                 continue
         return total
+
+    def discard_owner(self, owner_id: int) -> tuple[int, int]:
+        """Delete every upload of an owner whose account goes, and her
+        directory: (files, bytes) deleted."""
+        directory = self._owner_dir(owner_id)
+        count = size = 0
+        for path in directory.glob("*.part"):
+            try:
+                length = path.stat().st_size
+                path.unlink()
+            except FileNotFoundError:  # fed or swept meanwhile
+                continue
+            count, size = count + 1, size + length
+        try:
+            directory.rmdir()
+        except OSError:  # missing, or an upload started meanwhile (a hub login of hers): the sweep takes it later
+            pass
+        return count, size
 
     @contextlib.contextmanager
     def _disk_full_is_storage_full(self) -> Iterator[None]:

@@ -156,7 +156,7 @@ class Service:
         if own_store:
             store, blobs = open_store(config.db_url, data_dir)
         self.store, self.blobs = store, blobs
-        self.uploads = arrays.Uploads(data_dir / "uploads")
+        self.uploads = arrays.Uploads.in_data_dir(data_dir)
         self.quota = Quota(config.quota_bytes, self.uploads.directory)
         self.tokens = TokenCache(self.store)
         self._task_cache: dict[tuple[int, str], Task] = {}  # see _task
@@ -344,7 +344,7 @@ class Service:
         self.tokens.forget_user(user.id)
         try:
             out = deletion.delete_user(self.store, self.blobs, self.loop, user,
-                                       uploads=self.uploads.directory / str(int(user.id)),
+                                       uploads=self.uploads,
                                        deleted=lambda task: self._task_cache.pop((user.id, task.name), None))
         finally:
             self._forget_owner(user.id)

@@ -33,12 +33,12 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import DataError, InvalidStateError, NotFoundError
 from ..store import BlobStore, Store, Task, User
 from . import budget, gc
+from .arrays import Uploads
 from .user_models import UserModels
 
 log = logging.getLogger(__name__)
@@ -137,12 +137,12 @@ class NoLoop:
 DELETE_USER_ROUNDS = 3  # passes over her tasks: a hub login may still make one while the first pass runs
 
 
-def delete_user(store: Store, blobs: BlobStore, loop: Any, user: User, *, uploads: Path | None = None,
+def delete_user(store: Store, blobs: BlobStore, loop: Any, user: User, *, uploads: Uploads | None = None,
                 wait_seconds: float = DELETE_WAIT_SECONDS,
                 deleted: Callable[[Task], None] | None = None) -> dict[str, Any]:
     """Remove ``user`` as the module docstring says: her tasks (all
     cancelled first, then each through ``delete_task``; ``deleted(task)``
-    after each), the files in ``uploads`` (her upload directory), then her
+    after each), her uploads not fed yet (``Uploads.discard_owner``), then her
     account (``Store.delete_user``). What went, as a JSON-ready dict:
     ``delete_task``'s counts summed, the task names and the uploads.
 
@@ -168,7 +168,7 @@ def delete_user(store: Store, blobs: BlobStore, loop: Any, user: User, *, upload
             names.append(task.name)
             if deleted is not None:
                 deleted(task)
-    uploads_deleted, upload_bytes = _delete_uploads(uploads)
+    uploads_deleted, upload_bytes = (0, 0) if uploads is None else uploads.discard_owner(user.id)
     try:
         store.delete_user(user.id)
     except InvalidStateError:
@@ -178,22 +178,3 @@ def delete_user(store: Store, blobs: BlobStore, loop: Any, user: User, *, upload
              uploads_deleted)
     return {"id": user.id, "name": user.name, "origin": user.origin, "deleted": True, **totals,
             "task_names": names, "uploads_deleted": uploads_deleted, "upload_bytes_freed": upload_bytes}
-
-
-def _delete_uploads(directory: Path | None) -> tuple[int, int]:
-    """(files, bytes) of a user's upload directory (``arrays.Uploads``: ``<uploads>/<user id>/``), deleted with it."""
-    if directory is None or not directory.is_dir():
-        return 0, 0
-    count = size = 0
-    for path in directory.glob("*.part"):
-        try:
-            length = path.stat().st_size
-            path.unlink()
-        except FileNotFoundError:  # fed or swept meanwhile
-            continue
-        count, size = count + 1, size + length
-    try:
-        directory.rmdir()
-    except OSError:  # an upload started meanwhile (only a hub login of hers can): the sweep takes it later
-        pass
-    return count, size

@@ -64,7 +64,7 @@ class Feeder:
     @classmethod
     def at(cls, store: Store, blobs: BlobStore, data_dir: Path, quota_bytes: int | None) -> "Feeder":
         """The feeder of the service whose data directory is ``data_dir``."""
-        uploads = arrays.Uploads(Path(data_dir) / "uploads")
+        uploads = arrays.Uploads.in_data_dir(data_dir)
         return cls(store, blobs, uploads, Quota(quota_bytes, uploads.directory))
 
     def feed(self, caller: User, task: Task, body: dict[str, Any]) -> Fed:
