@@ -57,7 +57,7 @@ from ...selection.gp import ModelPrior, impute_history
 from ...store import JobStatus, Store
 from ..candidates import arm_specs
 from ..failures import failure_code
-from .state import arm_key
+from .state import arm_key, measured_quality
 
 log = logging.getLogger(__package__)
 
@@ -222,8 +222,9 @@ def read_history(store: Store, keys: Sequence[str], *, torch_epochs: int | None)
             if key not in arms or (job.status is JobStatus.FAILED and failure_code(store, job) is not None):
                 continue
             done.add(key)
-            if job.status is JobStatus.SUCCEEDED and job.accuracy is not None and math.isfinite(job.accuracy):
-                row[index[key]] = np.fmax(row[index[key]], job.accuracy)
+            quality = measured_quality(job)
+            if quality is not None:
+                row[index[key]] = np.fmax(row[index[key]], quality)
         else:
             if arms and done >= arms and not np.isnan(row).all():
                 ids.append(task.id)

@@ -5,14 +5,13 @@ again, and a job that failed for want of storage puts its tenant on hold."""
 from __future__ import annotations
 
 import logging
-import math
 import time
 from queue import Empty, SimpleQueue
 
 from ...store import Job, JobStatus, JobUpdate
 from ..failures import failure_code
 from .costs import Costs
-from .state import LoopState, Running
+from .state import LoopState, Running, measured_quality
 
 log = logging.getLogger(__package__)  # one logger for the whole loop
 
@@ -101,8 +100,8 @@ class Results:
                 self._hold_after_storage_failure(run)
                 changed = True
                 continue
-            if job.status is JobStatus.SUCCEEDED and job.accuracy is not None and math.isfinite(job.accuracy):
-                quality = job.accuracy
+            quality = measured_quality(job)
+            if quality is not None:
                 self.costs.learn(job)
             else:
                 # A failing config is a bad arm, not one to retry forever: a model
@@ -120,13 +119,12 @@ class Results:
         evidence for the task's current tenant (``Selector.inherit``): a task
         fed again while its jobs run keeps what they found, rather than
         counting as one that knows nothing. True when it was passed on."""
-        if not (job.status is JobStatus.SUCCEEDED and job.accuracy is not None and math.isfinite(job.accuracy)):
-            return False
+        quality = measured_quality(job)
         current = next((name for name, t in self.state.tenants.items() if t.task_id == run.task_id), None)
-        if current is None:
+        if quality is None or current is None:
             return False
         try:
-            self.state.selector.inherit(current, run.key, job.accuracy)
+            self.state.selector.inherit(current, run.key, quality)
         except KeyError:  # not a model of the new tenant (a user model removed since)
             return False
         return True

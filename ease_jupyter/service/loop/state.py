@@ -3,6 +3,7 @@ running jobs, read and written under the loop's lock by one turn at a time."""
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
@@ -20,6 +21,13 @@ def arm_key(job: Job) -> str:
     the job). A job from before picks trained grids keeps its config key,
     which is no arm: it is never reported."""
     return parse_job(job.model, job.config).arm
+
+
+def measured_quality(job: Job) -> float | None:
+    """A job's accuracy where it succeeded with a finite one, else None
+    (failed, cancelled, running, or no score)."""
+    ok = job.status is JobStatus.SUCCEEDED and job.accuracy is not None and math.isfinite(job.accuracy)
+    return job.accuracy if ok else None
 
 
 def tenant_name(task_id: int, version_id: int) -> str:

@@ -12,7 +12,6 @@ has run on the task, then its last measured seconds (``Costs.arm_costs``)."""
 from __future__ import annotations
 
 import logging
-import math
 from typing import Iterable
 
 from ...errors import InvalidStateError, NotFoundError
@@ -20,7 +19,7 @@ from ...store import DatasetVersion, Job, JobStatus, Task
 from ..failures import failure_code
 from .costs import Costs
 from .outage import STORE_OUTAGES
-from .state import LoopState, Tenant, arm_key, tenant_name
+from .state import LoopState, Tenant, arm_key, measured_quality, tenant_name
 from .views import IdleView
 
 log = logging.getLogger(__package__)  # one logger for the whole loop
@@ -138,8 +137,9 @@ class TenantSync:
         running_here = {run.job_id for run in self.state.running.values()}
         for job in jobs:
             if job.dataset_version_id != version_id:
-                if job.status is JobStatus.SUCCEEDED and job.accuracy is not None and math.isfinite(job.accuracy):
-                    earlier[arm_key(job)] = job.accuracy  # (jobs in id order: the latest wins)
+                quality = measured_quality(job)
+                if quality is not None:
+                    earlier[arm_key(job)] = quality  # (jobs in id order: the latest wins)
                 continue
             key = arm_key(job)
             if key in arms and (job.status is JobStatus.QUEUED or job.id in running_here):
