@@ -866,8 +866,9 @@ class Task:
         names (strings, ...). See docs/data.md."""
         made = _Sent()  # every upload this feed creates, a table's columns too
         try:
-            origin = tabular.feed_origin(X, self._schema_info())  # rows read from image files: the card says how
-            X, y = tabular.feed_parts(X, y, self._schema_info(), self.client._encoder(made))
+            info = self._schema_info()
+            origin = tabular.feed_origin(X, info)  # rows read from image files: the card says how
+            X, y = tabular.feed_parts(X, y, info, self.client._encoder(made))
             if y is None:  # the service would refuse it too, in terms of its wire format
                 raise DataError("y", "nothing", f"labels, one per example of X: task.feed(X, y) (in a notebook: "
                                 f"%easeml feed {self.name} X y); only a table task takes them from X, as its "
