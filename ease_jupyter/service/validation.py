@@ -24,14 +24,18 @@ _sizes: "weakref.WeakKeyDictionary[Store, dict[tuple[int, str], int]]" = weakref
 _lock = threading.Lock()
 
 
-def validation_size(store: Store, blobs: BlobStore, version: DatasetVersion) -> int:
-    """The number of held-out examples of ``version``."""
+def validation_size(store: Store, blobs: BlobStore, version: DatasetVersion) -> int | None:
+    """The number of held-out examples of ``version``; None where its
+    examples cannot be read (not kept: a repaired blob gives the size)."""
     key = (version.id, version.members_blob)
     with _lock:
         known = _sizes.setdefault(store, {}).get(key)
     if known is not None:
         return known
-    data = load(store, blobs, version)
+    try:
+        data = load(store, blobs, version)
+    except StorageError:
+        return None
     size = int(validation_mask(data.split_keys).sum())  # as runner.evaluate_grid splits
     with _lock:
         _sizes.setdefault(store, {})[key] = size
@@ -39,13 +43,6 @@ def validation_size(store: Store, blobs: BlobStore, version: DatasetVersion) -> 
 
 
 def validation_sizes(store: Store, blobs: BlobStore, version_ids: Iterable[int]) -> dict[int, int | None]:
-    """``{version id: validation size}``; None for a version whose examples
-    cannot be read (``easeml fsck`` reports those), so that one lost blob
-    does not hide the rest."""
-    out: dict[int, int | None] = {}
-    for version_id in set(version_ids):
-        try:
-            out[version_id] = validation_size(store, blobs, store.get_dataset_version(version_id))
-        except StorageError:
-            out[version_id] = None
-    return out
+    """``{version id: validation size}`` (``validation_size``)."""
+    return {version_id: validation_size(store, blobs, store.get_dataset_version(version_id))
+            for version_id in set(version_ids)}

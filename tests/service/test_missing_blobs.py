@@ -147,3 +147,27 @@ def test_a_model_failure_is_still_scored(tmp_path):
     job = store.update_job(store.create_job(task.id, version.id, "m", {}).id, JobStatus.RUNNING)
     failed = fail_job(store, job.id, ValueError("the fit diverged"))
     assert failed.status is JobStatus.FAILED and failure_code(store, failed) is None
+
+
+def test_a_lost_chunk_leaves_the_intact_best_model_readable(trained, iris, tmp_path_factory):
+    """Only the validation size needs the examples: without them it is null,
+    and best, the leaderboard row, infer and export all still answer."""
+    assert trained.call("POST", "/tasks/iris/cancel", "alice").status == 200  # no retrain will come
+    store, blobs = trained.service.store, trained.service.blobs
+    task = store.task_by_name(store.user_by_name("alice").id, "iris")
+    (chunk,) = store.list_chunks(task.id)
+    blobs.path(chunk.y_blob).unlink()  # before any read of the size: none is known yet
+
+    best = trained.call("GET", "/tasks/iris/best", "alice")
+    assert best.status == 200, best.body
+    assert best.body["validation_size"] is None and best.body["accuracy"] > 0
+    (row,) = trained.call("GET", "/leaderboard", "alice").body
+    assert "error" not in row and row["best"]["job_id"] == best.body["job_id"]
+    assert row["best"]["validation_size"] is None
+    infer = trained.call("POST", "/tasks/iris/infer", "alice", body={"X": iris[0][:3].tolist()})
+    assert infer.status == 200, infer.body
+    card = trained.client("alice").task("iris").export(tmp_path_factory.mktemp("out") / "m.joblib")
+    assert card["provenance"]["job_id"] == best.body["job_id"]
+    assert card["metrics"]["validation_size"] is None
+    (seen,) = [s for s in card["input_preprocessing"] if s["step"] == "values seen in training"]
+    assert seen["min"] is None and seen["max"] is None and "missing or damaged" in seen["note"]
