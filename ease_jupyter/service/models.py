@@ -14,6 +14,8 @@ from __future__ import annotations
 import functools
 import json
 import pickle
+import threading
+import weakref
 from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
@@ -28,6 +30,10 @@ from . import task_schema
 from .candidates import candidate_of
 from .profiling import ProfileBook
 from .validation import validation_size
+
+# Per blob store, the model digests whose content was read whole and found sound (``check_model``).
+_sound: "weakref.WeakKeyDictionary[BlobStore, set[str]]" = weakref.WeakKeyDictionary()
+_sound_lock = threading.Lock()
 
 UNUSABLE_TAG = "easeml.unusable"  # why a finished job's model cannot be used (set by `easeml fsck --repair`)
 BEST_TRIAL_TAG = "easeml.mop.best_trial"  # a torch job's best config: {"trial": id, "lr": rate}
@@ -66,14 +72,34 @@ def read_model(blobs: BlobStore, task: Task, job: Job) -> bytes:
     return blobs.get_referenced(job.artifact_blob, f"{model_name(task, job)}: its trained model")
 
 
+def check_model(blobs: BlobStore, task: Task, job: Job) -> None:
+    """``StoreCorruptError`` naming the task and job, as ``infer`` would
+    answer, unless the job's model can be read: there, and its content the
+    one its digest names. The content is read once per digest and process
+    (a digest's content never changes); a blob deleted since is caught by
+    ``exists``."""
+    digest = job.artifact_blob
+    if digest is None:
+        return
+    if not blobs.exists(digest):
+        read_model(blobs, task, job)  # raises StoreCorruptError
+    with _sound_lock:
+        if digest in _sound.get(blobs, ()):
+            return
+    read_model(blobs, task, job)  # the blob store re-hashes what it reads
+    with _sound_lock:
+        _sound.setdefault(blobs, set()).add(digest)
+
+
 def best(store: Store, task: Task, blobs: BlobStore | None = None) -> dict[str, Any]:
-    """The best model's summary. With ``blobs``, its artifact must be there
-    (``StoreCorruptError`` otherwise, as ``infer`` would answer)."""
+    """The best model's summary. With ``blobs``, its artifact must be
+    readable (``check_model``: ``StoreCorruptError`` otherwise, as ``infer``
+    would answer)."""
     job = best_job(store, task)
     if job is None:
         raise NotFoundError(f"task {task.name!r} has no trained model yet")
-    if blobs is not None and job.artifact_blob is not None and not blobs.exists(job.artifact_blob):
-        read_model(blobs, task, job)  # raises StoreCorruptError naming the task and job
+    if blobs is not None:
+        check_model(blobs, task, job)
     version = store.get_dataset_version(job.dataset_version_id)
     return best_json(job, version, store.list_metrics(job.id), task_schema.class_names(store, task),
                      ProfileBook(store).prediction_of(job.id),

@@ -70,8 +70,7 @@ def leaderboard(store: Store, blobs: BlobStore, owner_id: int) -> list[dict[str,
             # (no model, or its job or version deleted meanwhile: PostgreSQL reads each statement at its own time)
             if job is None or job.id not in metrics or job.dataset_version_id not in versions:
                 raise NotFoundError(f"task {task.name!r} has no trained model yet")
-            if job.artifact_blob is not None and not blobs.exists(job.artifact_blob):
-                models.read_model(blobs, task, job)  # raises StoreCorruptError naming the task and job
+            models.check_model(blobs, task, job)  # StoreCorruptError for a lost or damaged model
             version = versions[job.dataset_version_id]
             row["best"] = models.best_json(job, version, metrics[job.id], names_in(task_tags[task.id]),
                                            prediction_in(job_tags[job.id]), validation_size(store, blobs, version),

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from ease_jupyter import datasets
+from ease_jupyter.service import models
 from ease_jupyter.service.failures import fail_job, failure_code
 from ease_jupyter.errors import StoreCorruptError
 from ease_jupyter.service.loop import ControlLoop
@@ -171,3 +172,39 @@ def test_a_lost_chunk_leaves_the_intact_best_model_readable(trained, iris, tmp_p
     assert card["metrics"]["validation_size"] is None
     (seen,) = [s for s in card["input_preprocessing"] if s["step"] == "values seen in training"]
     assert seen["min"] is None and seen["max"] is None and "missing or damaged" in seen["note"]
+
+
+def test_a_damaged_best_model_is_store_corrupt_for_best_and_the_leaderboard_too(trained, iris):
+    """One byte flipped, the size unchanged: best and the leaderboard read the
+    content, so they agree with infer."""
+    store, blobs = trained.service.store, trained.service.blobs
+    task = store.task_by_name(store.user_by_name("alice").id, "iris")
+    job = models.best_job(store, task)
+    path = blobs.path(job.artifact_blob)
+    damaged = bytearray(path.read_bytes())
+    damaged[len(damaged) // 2] ^= 0xFF
+    path.write_bytes(bytes(damaged))
+
+    infer = trained.call("POST", "/tasks/iris/infer", "alice", body={"X": iris[0][:3].tolist()})
+    best = trained.call("GET", "/tasks/iris/best", "alice")
+    for reply in (infer, best):
+        assert reply.status == 500 and reply.body["error"]["code"] == "store_corrupt", reply.body
+        assert f"job {job.id}" in reply.body["error"]["message"]
+    (row,) = trained.call("GET", "/leaderboard", "alice").body
+    assert row["best"] is None and row["error"]["code"] == "store_corrupt"
+
+
+def test_a_sound_model_is_read_once_and_a_later_loss_still_caught(trained, monkeypatch):
+    store, blobs = trained.service.store, trained.service.blobs
+    task = store.task_by_name(store.user_by_name("alice").id, "iris")
+    job = models.best_job(store, task)
+    reads = []
+    get_bytes = blobs.get_bytes
+    monkeypatch.setattr(blobs, "get_bytes", lambda digest: reads.append(digest) or get_bytes(digest))
+    for _ in range(2):
+        assert trained.call("GET", "/tasks/iris/best", "alice").status == 200
+        assert trained.call("GET", "/leaderboard", "alice").body[0]["best"]["job_id"] == job.id
+    assert reads.count(job.artifact_blob) == 1  # the good verdict is kept
+    blobs.path(job.artifact_blob).unlink()
+    best = trained.call("GET", "/tasks/iris/best", "alice")
+    assert best.status == 500 and best.body["error"]["code"] == "store_corrupt"
