@@ -13,9 +13,10 @@ closes the pipe; the parent closes it when the job ends (``JobScope``), or
 after ``IDLE_SECONDS`` without calls.
 
 A timeout, not an isolation boundary: the child runs with the worker's user
-and file system rights. It gets a minimal environment (no tokens or database
-URLs of the service), an empty temporary working directory and a process
-group of its own.
+and file system rights, so it can read everything the worker can, the
+worker's own environment (``/proc``) included. It gets a minimal
+environment (nothing of the service's is handed to it), an empty temporary
+working directory and a process group of its own.
 
 One child per job and thread (``for_job``), started on the first call: a
 job's calls pay the start of one process and the pickling of their
@@ -25,9 +26,9 @@ waiting process that imports, while idle, the libraries this process uses
 again.
 
 Output. What her code prints (Python's ``print`` and anything written to
-the process's stdout or stderr, C libraries' too) goes to a file of the
+the process's stdout or stderr, C libraries' too) goes to a pipe of the
 child's own, not to the log of the service or worker, which other
-people read. Each call starts it empty; a call that raises sends its last
+people read; the child keeps only its last few kilobytes. Each call starts it empty; a call that raises sends its last
 ``OUTPUT_TAIL_CHARS`` characters back above her traceback, so she sees what
 her code printed before the error. The output of a call that returns is
 dropped.
@@ -95,6 +96,20 @@ class UserModelError(RuntimeError):
 
 class UserModelTimeout(TimeoutError):
     """User code ran past its job's limit."""
+
+
+def from_user_code(error: BaseException) -> bool:
+    """Whether ``error`` is her code's failure or wraps one (its causes and
+    contexts): its text may hold what her code printed and her traceback,
+    which are hers to read, not the service log's."""
+    seen: BaseException | None = error
+    for _ in range(16):
+        if seen is None:
+            return False
+        if isinstance(seen, (UserModelError, UserModelTimeout)):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 class Sandbox:
@@ -235,10 +250,10 @@ def _exit_text(code: int | None) -> str:
     return "its exit code was not reported" if code is None else f"exit code {code}"
 
 
-def _decode(reply: bytes, what: str, returns: str) -> Any:
-    kind, body = reply[:1], reply[1:]
+def _decode(reply: bytearray, what: str, returns: str) -> Any:
+    kind, body = bytes(reply[:1]), memoryview(reply)[1:]  # a view: a large reply is not copied again
     if kind == _ERROR:
-        text = body.decode("utf-8", "replace")
+        text = str(body, "utf-8", "replace")
         raise UserModelError(f"{what} raised:\n{text[-MAX_TRACEBACK_CHARS:]}")
     if kind == _ARRAY and returns == "array":
         from ease_jupyter.npy_bytes import load_npy
@@ -261,14 +276,14 @@ def _write_frame(fd: int, data: bytes, deadline: float) -> None:
             continue
 
 
-def _read_frame(fd: int, deadline: float, max_bytes: int) -> bytes:
+def _read_frame(fd: int, deadline: float, max_bytes: int) -> bytearray:
     (size,) = _HEADER.unpack(_read_exactly(fd, _HEADER.size, deadline))
     if size > max_bytes:
         raise ValueError(f"its reply is {size} bytes, expected at most {max_bytes}")
     return _read_exactly(fd, size, deadline)
 
 
-def _read_exactly(fd: int, size: int, deadline: float) -> bytes:
+def _read_exactly(fd: int, size: int, deadline: float) -> bytearray:
     """``size`` bytes from ``fd``, each wait bounded by ``deadline``: TimeoutError
     past it (a child that wrote part of a frame and stopped), EOFError at its end."""
     out = bytearray()
@@ -280,14 +295,14 @@ def _read_exactly(fd: int, size: int, deadline: float) -> bytes:
         if not chunk:
             raise EOFError
         out += chunk
-    return bytes(out)
+    return out  # not bytes(out): a reply of gigabytes would be held twice
 
 
 def _child_env() -> dict[str, str]:
     """A minimal environment: the few settings Python, BLAS and locale read,
     and this process's import path (the child imports this package, and the
     user's classes pickled by reference, as this process does); nothing else
-    of the service's (its tokens, its database URL)."""
+    of the service's is handed to it (not a barrier: see the module's docstring)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {key: os.environ[key] for key in CHILD_ENV_KEYS if key in os.environ}
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([root, *filter(None, sys.path)]))
@@ -462,16 +477,32 @@ def build_net(factory: Callable[..., Any], input_shape: tuple[int, ...], output_
 
 class _Output:
     """This child's stdout and stderr (file descriptors 1 and 2, so C
-    libraries' writes too), sent to a file of its own working folder, whose
-    name is removed at once: the folder stays empty for her code."""
+    libraries' writes too) go into a pipe that a thread of the child drains,
+    keeping only the last ``4 * OUTPUT_TAIL_CHARS`` bytes: however much her
+    code prints, the child holds a few kilobytes of it and writes no file.
+    (A file would grow without bound, and a limit on file sizes would also
+    refuse the files her code or its libraries write.)"""
+
+    _KEEP = 4 * OUTPUT_TAIL_CHARS  # UTF-8: at most 4 bytes a character
 
     def __init__(self) -> None:
-        path = os.path.join(os.getcwd(), "output.txt")
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
-        os.unlink(path)
+        read, write = os.pipe()
+        try:  # room for a burst written while the drain waits for the GIL
+            import fcntl
+
+            fcntl.fcntl(write, fcntl.F_SETPIPE_SZ, 1 << 20)
+        except (ImportError, AttributeError, OSError):
+            pass
         self._flush()
-        os.dup2(self.fd, 1)
-        os.dup2(self.fd, 2)
+        os.dup2(write, 1)
+        os.dup2(write, 2)
+        os.close(write)
+        os.set_blocking(read, False)
+        self._read = read
+        self._kept = bytearray()
+        self._cut = False  # bytes were dropped from the front of _kept
+        self._lock = threading.Lock()
+        threading.Thread(target=self._drain, daemon=True).start()
         for stream in (sys.stdout, sys.stderr):  # her prints in the order she made them, C writes among them
             if stream is not None and hasattr(stream, "reconfigure"):
                 stream.reconfigure(line_buffering=True)
@@ -482,21 +513,47 @@ class _Output:
             if stream is not None:
                 stream.flush()
 
+    def _take(self) -> bool:
+        """Move what the pipe holds now into ``_kept`` (under ``_lock``);
+        False once no one can write to it (her code closed fds 1 and 2)."""
+        while True:
+            try:
+                chunk = os.read(self._read, 1 << 16)
+            except BlockingIOError:
+                return True
+            if not chunk:
+                return False
+            self._kept += chunk
+            if len(self._kept) > self._KEEP:
+                del self._kept[:len(self._kept) - self._KEEP]
+                self._cut = True
+
+    def _drain(self) -> None:
+        while True:
+            select.select([self._read], [], [])
+            with self._lock:
+                if not self._take():
+                    return
+
     def clear(self) -> None:
         self._flush()
-        os.ftruncate(self.fd, 0)
+        with self._lock:
+            self._take()
+            self._kept.clear()
+            self._cut = False
 
     def before(self, traceback_text: str) -> str:
         """``traceback_text``, below the end of what the call printed (if it printed anything)."""
         self._flush()
-        size = os.fstat(self.fd).st_size
-        start = max(0, size - 4 * OUTPUT_TAIL_CHARS)  # UTF-8: at most 4 bytes a character
-        text = os.pread(self.fd, size - start, start).decode("utf-8", "replace")
+        with self._lock:  # all she wrote is in the pipe or taken from it
+            self._take()
+            data, cut = bytes(self._kept), self._cut
+        text = data.decode("utf-8", "replace")
         printed = text[-OUTPUT_TAIL_CHARS:].rstrip()
         if not printed:
             return traceback_text
-        cut = f" (its last {OUTPUT_TAIL_CHARS:,} characters)" if start or len(text) > OUTPUT_TAIL_CHARS else ""
-        return f"printed before the error{cut}:\n{printed}\n\n{traceback_text}"
+        cut_text = f" (its last {OUTPUT_TAIL_CHARS:,} characters)" if cut or len(text) > OUTPUT_TAIL_CHARS else ""
+        return f"printed before the error{cut_text}:\n{printed}\n\n{traceback_text}"
 
 
 def _user_traceback(error: BaseException) -> str:

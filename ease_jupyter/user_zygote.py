@@ -28,7 +28,8 @@ child: it kills through it (a pid the zygote has reaped may already name
 another process) and sees through it when the child has exited, without
 waiting for the zygote, which may be busy with an import. When the parent
 closes its side, the zygote forks no more and exits once its children have
-ended.
+ended. When the zygote dies (a child can kill it), its children run on and
+the parent sees each one's end through its pidfd (no exit code then).
 
 This module imports nothing from the service: the zygote starts with it alone.
 """
@@ -49,6 +50,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 
 PRELOAD_PACKAGES = ("numpy", "scipy", "pandas", "sklearn", "torch", "cloudpickle", "threadpoolctl")
 _MAIN = "from ease_jupyter.user_zygote import zygote_main; zygote_main()"
@@ -73,6 +75,7 @@ class ForkedChild:
         self._ended = threading.Event()
         self._pidfd = pidfd
         self._fd_lock = threading.Lock()  # a kill from another thread never signals through a closed fd
+        self._released = False
 
     def poll(self) -> int | None:
         return self.returncode
@@ -84,7 +87,7 @@ class ForkedChild:
 
     def kill(self) -> None:
         with self._fd_lock:
-            if self._ended.is_set():
+            if self._ended.is_set() or self._released:  # released: its pid may name another process now
                 return
             with contextlib.suppress(ProcessLookupError):
                 if self._pidfd is not None:
@@ -107,10 +110,19 @@ class ForkedChild:
         """Close the pidfd: the caller is done with this child."""
         with self._fd_lock:
             fd, self._pidfd = self._pidfd, None
+            self._released = True
         if fd is not None:
             os.close(fd)
 
-    def ended(self, code: int) -> None:
+    def watch(self) -> int | None:
+        """A copy of the pidfd (the caller's to close), readable once the
+        process exits; None when there is no pidfd or it was released."""
+        with self._fd_lock:
+            return None if self._pidfd is None else os.dup(self._pidfd)
+
+    def ended(self, code: int | None) -> None:
+        """The process has exited; ``code`` None when no one can tell how
+        (its zygote was gone, so nothing reaped it for us)."""
         self.returncode = code
         self._ended.set()
 
@@ -158,7 +170,14 @@ class Zygote:
         pipe ends ``fds`` (inbox, outbox). ``TimeoutError`` if the zygote does
         not answer within ``timeout`` (it is then retired), ``OSError`` if it
         has ended."""
-        with self._lock:
+        # Another caller's request may hold the lock up to its own deadline
+        # (a stopped zygote): wait no longer than this caller's own timeout.
+        end = time.monotonic() + timeout
+        if not self._lock.acquire(timeout=max(timeout, 0.0)):
+            raise TimeoutError("the process for her code did not start in time")
+        try:
+            if self.lost:
+                raise ConnectionError("the zygote ended before it forked")
             imports, chars = [], 0
             for name in preloaded():
                 if name not in self._sent and chars + len(name) + 4 <= _MAX_IMPORT_CHARS:
@@ -167,7 +186,7 @@ class Zygote:
             socket.send_fds(self.sock, [json.dumps([deadline, folder, imports]).encode()], list(fds))
             self._sent.update(imports)
             try:
-                child = self._forked.get(timeout=max(timeout, 0.0))
+                child = self._forked.get(timeout=max(end - time.monotonic(), 0.0))
             except queue.Empty:
                 self.retire()  # a late answer must not be taken for the next request's
                 raise TimeoutError("the process for her code did not start in time") from None
@@ -176,6 +195,8 @@ class Zygote:
             if isinstance(child, ForkFailed):
                 raise child
             return child
+        finally:
+            self._lock.release()
 
     def retire(self) -> None:
         """Fork no more; the zygote exits once its children have ended (their
@@ -206,17 +227,32 @@ class Zygote:
                 self._forked.put(ForkFailed(code, os.strerror(code)))
             elif (child := self._children.pop(pid, None)) is not None:
                 child.ended(code)
-        # The zygote is gone: no one reaps or reports its children now. End them.
+        # The zygote is gone (her code may have killed it): its children need
+        # nothing of it and run on, other users' calls among them. No one
+        # reports their ends now, so their pidfds tell when each exits.
         self.lost = True
+        orphans: dict[int, ForkedChild] = {}
         for child in self._children.values():
-            child.kill()
-            child.ended(-signal.SIGKILL)
+            fd = child.watch()
+            if fd is not None:
+                orphans[fd] = child
+            else:  # released (the caller is done with it), or no pidfds: nothing can tell when it exits
+                child.kill()
+                child.ended(None)
         self._children.clear()
         self._forked.put(None)
         self.sock.close()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(5)
         shutil.rmtree(self.folder, ignore_errors=True)
+        watching = select.poll()
+        for fd in orphans:
+            watching.register(fd, select.POLLIN)
+        while orphans:
+            for fd, _ in watching.poll():
+                watching.unregister(fd)
+                os.close(fd)
+                orphans.pop(fd).ended(None)
 
 
 _ZYGOTE: Zygote | None = None

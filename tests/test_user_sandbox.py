@@ -317,15 +317,60 @@ def test_how_her_child_ended_comes_back_as_its_exit_code():
         run_user_code(os.kill, 0, 9, deadline=deadline, what="kill")  # her process group: the child alone
 
 
-def test_a_lost_zygote_ends_its_children_and_the_next_call_starts_a_new_one():
-    deadline = time.time() + 30
-    child = run_user_code(_pid, deadline=deadline, what="pid")
-    zygote = psutil.Process(child).ppid()
-    os.kill(zygote, 9)
+def _sleeps_then_pid(seconds):
+    time.sleep(seconds)
+    return os.getpid()
+
+
+def _kills_my_parent():
+    import signal
+
+    os.kill(os.getppid(), signal.SIGKILL)  # the zygote, shared by other users' children
+    return "killed"
+
+
+def test_a_zygote_her_code_kills_leaves_other_calls_running_and_the_next_job_gets_a_new_one():
+    import threading
+
+    bobs, hers = time.time() + 30, time.time() + 31
     try:
-        assert _gone_soon(child)
-        fresh = run_user_code(_pid, deadline=deadline, what="pid")  # the job's next call: a new child
-        assert fresh != child and psutil.Process(fresh).ppid() not in (zygote, os.getpid())
+        child = run_user_code(_pid, deadline=bobs, what="pid")
+        zygote = psutil.Process(child).ppid()
+        box = {}
+
+        def his_call():
+            try:
+                box["value"] = run_user_code(_sleeps_then_pid, 2, deadline=bobs, what="bob.fit")
+            except Exception as error:  # noqa: BLE001 - shown by the assert below
+                box["value"] = error
+
+        running = threading.Thread(target=his_call)
+        running.start()
+        time.sleep(0.5)
+        assert run_user_code(_kills_my_parent, deadline=hers, what="alice.fit") == "killed"
+        running.join(15)
+        assert isinstance(box["value"], int), box["value"]  # his call ran to its end
+        assert run_user_code(_pid, deadline=bobs, what="pid") == child  # and his idle child serves on
+        fresh = run_user_code(_pid, deadline=bobs + 1, what="pid")  # a new job: a new zygote
+        assert psutil.Process(fresh).ppid() not in (zygote, os.getpid())
+        started = time.monotonic()
+        user_sandbox.close_job(bobs)  # its end is seen through its pidfd: no wait for a report that never comes
+        assert _gone_soon(child) and time.monotonic() - started < user_sandbox.END_SECONDS
+    finally:
+        for job in (bobs, hers, bobs + 1):
+            user_sandbox.close_job(job)
+
+
+def test_a_child_of_a_lost_zygote_is_killed_and_seen_ended_through_its_pidfd():
+    deadline = time.time() + 30
+    try:
+        box = for_job(deadline)
+        assert box.call(_pid, what="pid") == box.pid
+        os.kill(psutil.Process(box.pid).ppid(), 9)
+        assert box.proc.exited(1.0) is False and box.alive()  # not taken for ended: it runs on
+        box.proc.kill()
+        assert box.proc.exited(5.0) and box.proc.wait(5.0) is None  # how it ended: no one reaped it for us
+        assert _gone_soon(box.pid)
     finally:
         user_sandbox.close_job(deadline)
 
@@ -409,6 +454,37 @@ def test_a_zygote_that_does_not_answer_by_the_deadline_is_a_timeout_and_retired(
     finally:
         user_sandbox.close_job(deadline)
         user_sandbox.close_job(deadline + 1)
+
+
+def _ignoring_timeout(fn, *args, **kwargs):
+    try:
+        run_user_code(fn, *args, **kwargs)
+    except UserModelTimeout:
+        pass
+
+
+def test_a_stopped_zygote_holds_a_later_call_no_longer_than_its_own_limit():
+    import signal
+    import threading
+
+    deadline, firsts = time.time() + 30, time.time() + 6
+    try:
+        zygote = psutil.Process(run_user_code(_pid, deadline=deadline, what="pid")).ppid()
+        os.kill(zygote, signal.SIGSTOP)  # her code stopped it: the first request waits up to its own deadline
+        try:
+            first = threading.Thread(target=_ignoring_timeout, args=(_pid,), kwargs=dict(deadline=firsts, what="first"))
+            first.start()
+            time.sleep(0.5)
+            started = time.monotonic()
+            with pytest.raises(UserModelTimeout, match="^second: the process for her code had not started by"):
+                run_user_code(_pid, deadline=time.time() + 1, what="second")
+            assert time.monotonic() - started < 3  # its own second, not the first caller's six
+        finally:
+            os.kill(zygote, signal.SIGCONT)
+        first.join(15)  # it forks once the zygote runs again, or times out
+    finally:
+        user_sandbox.close_job(deadline)
+        user_sandbox.close_job(firsts)
 
 
 def _draws():
@@ -616,14 +692,61 @@ def test_what_her_code_printed_comes_back_above_her_traceback_and_not_into_the_l
     assert "printed before the error:\nfirst line\nsecond line\nto stderr\nwritten by C code\n\nTraceback" in text
     assert text.rstrip().endswith("ValueError: her error")
     pid = run_user_code(_pid, deadline=deadline, what="pid")
-    for fd in (1, 2):  # her stdout and stderr are a file of her child's own folder, not the worker's log
+    ours = {os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd") if os.path.exists(f"/proc/self/fd/{fd}")}
+    for fd in (1, 2):  # her stdout and stderr are a pipe her child drains itself, not the worker's log
         link = os.readlink(f"/proc/{pid}/fd/{fd}")
-        assert "/easeml-user-model-" in link and link.endswith("/output.txt (deleted)"), link
+        assert link.startswith("pipe:") and link not in ours, link
     assert run_user_code(_prints_then_raises, ["from a call that returned"], True, deadline=deadline, what="ok") == 1
     with pytest.raises(UserModelError) as later:  # each call starts with nothing printed
         run_user_code(_prints_then_raises, [], deadline=deadline, what="fit")
     assert "from a call that returned" not in str(later.value) and "to stderr" in str(later.value)
     user_sandbox.close_job(deadline)
+
+
+def _prints_megabytes(megabytes):
+    import resource
+    import stat
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    chunk = b"x" * 1023 + b"\n"
+    for _ in range(megabytes * 1024):
+        os.write(1, chunk)
+    held = os.fstat(1)
+    on_disk = held.st_size if stat.S_ISREG(held.st_mode) else 0
+    return on_disk, (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) >> 10
+
+
+def test_what_her_code_prints_is_held_to_its_last_kilobytes_however_much_she_prints():
+    deadline = time.time() + 60
+    try:
+        on_disk, grew_mib = run_user_code(_prints_megabytes, 64, deadline=deadline, what="fit")
+        assert on_disk < 1 << 20 and grew_mib < 16, (on_disk, grew_mib)
+        with pytest.raises(UserModelError, match="its last 4,000 characters"):  # what is kept still comes back
+            run_user_code(_prints_then_raises, [f"line {i}" for i in range(3000)], deadline=deadline, what="fit")
+    finally:
+        user_sandbox.close_job(deadline)
+
+
+def _megabytes(n):
+    return b"\1" * (n << 20)
+
+
+def test_a_large_reply_is_held_once_while_it_is_read_and_loaded():
+    import tracemalloc
+
+    deadline = time.time() + 60
+    try:
+        run_user_code(_pid, deadline=deadline, what="warm")
+        tracemalloc.start()
+        try:
+            value = run_user_code(_megabytes, 64, deadline=deadline, what="big")
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert len(value) == 64 << 20
+        assert peak < 2.5 * (64 << 20), peak >> 20  # the reply and its value; not two more copies of the reply
+    finally:
+        user_sandbox.close_job(deadline)
 
 
 def test_long_output_comes_back_cut_to_its_end_with_the_whole_traceback():
