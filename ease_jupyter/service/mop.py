@@ -94,6 +94,7 @@ from ..execution.units import Hooks
 from ..jobspec import TorchWorkload, metric_name, parse_job, point_label
 from ..selection.profile_plan import plan_from_json
 from ..store import BlobStore, Job, JobStatus, JobUpdate, Store
+from ..user_sandbox import from_user_code
 from .candidates import candidate_of
 from . import user_models
 from .models import BEST_TRIAL_TAG
@@ -272,8 +273,19 @@ def run_torch_job(store: Store, blobs: BlobStore, engine: Any, job_id: int, *,
         return store.update_job(job_id, JobStatus.SUCCEEDED,
                                 JobUpdate(accuracy=float(score), cost_seconds=seconds, artifact_blob=digest))
     except Exception as error:  # noqa: BLE001 - recorded on the job
-        log.exception("torch job %d failed", job_id)
+        if _users_model(job) or from_user_code(error):
+            # its text may hold her prints and traceback: hers, in the job's error, not in the log others read
+            log.warning("torch job %d of a user's model failed (%s)", job_id, type(error).__name__)
+        else:
+            log.exception("torch job %d failed", job_id)
         return user_models.fail_any_job(store, job, error)
+
+
+def _users_model(job: Any) -> bool:
+    try:
+        return parse_job(job.model, job.config).is_user_model
+    except Exception:  # noqa: BLE001 - then not known to be hers
+        return False
 
 
 @contextlib.contextmanager

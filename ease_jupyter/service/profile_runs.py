@@ -43,9 +43,21 @@ import numpy as np
 from ..execution.grid import grid_search
 from ..execution.holdout import validation_mask
 from ..selection.profile_plan import ProfileRun
+from ..user_sandbox import from_user_code
 from .threads import blas_threads, limit_threads, torch_threads
 
 log = logging.getLogger(__name__)
+
+
+def _log_failed(message: str, *args: Any, error: BaseException, users: bool) -> None:
+    """Log a failed run. A user model's error (the grid's or engine's
+    wrapping included) may carry what her code printed and her traceback:
+    the log, which others read, gets its type only; her job's error keeps
+    the text for her."""
+    if users or from_user_code(error):
+        log.warning(message + " (%s; a user model's error, not logged)", *args, type(error).__name__)
+    else:
+        log.warning(message, *args, exc_info=error)
 
 
 def take(X: Any, rows: np.ndarray) -> Any:
@@ -86,11 +98,11 @@ def profile_sklearn(candidate: Any, point: dict[str, Any], data: Any, classifica
             with blas_threads(run.threads):
                 result = grid_search(limit_threads(candidate, run.threads), grid, split[0], split[1], split=split,
                                      classification=classification, engine=engine, memory=None)
-        except Exception:  # noqa: BLE001 - a profiling run must not fail the job, unless it spent her limit
+        except Exception as error:  # noqa: BLE001 - a profiling run must not fail the job, unless it spent her limit
             if deadline is not None and time.time() > deadline:
                 raise
-            log.warning("profiling run %s of %s failed; no record of it", run, getattr(candidate, "name", candidate),
-                        exc_info=True)
+            _log_failed("profiling run %s of %s failed; no record of it", run, getattr(candidate, "name", candidate),
+                        error=error, users=deadline is not None)
             continue
         done.append({"n": run.n, "threads": run.threads, "seconds": float(result.seconds)})
     return done
@@ -147,10 +159,10 @@ def profile_in_units(runs: Sequence[ProfileRun], X: np.ndarray, y: np.ndarray, s
     if runs:
         try:
             run_epoch(*split_subsample(X, y, split_keys, 1, seed=seed))
-        except Exception:  # noqa: BLE001 - a warm-up must not fail the job, unless it spent her limit
+        except Exception as error:  # noqa: BLE001 - a warm-up must not fail the job, unless it spent her limit
             if limit_spent is not None and limit_spent():
                 raise
-            log.warning("profiling warm-up of %s failed", name, exc_info=True)
+            _log_failed("profiling warm-up of %s failed", name, error=error, users=True)
     done = []
     for run in runs:
         try:
@@ -158,10 +170,10 @@ def profile_in_units(runs: Sequence[ProfileRun], X: np.ndarray, y: np.ndarray, s
             started = time.perf_counter()
             run_epoch(train, validation)
             seconds = time.perf_counter() - started
-        except Exception:  # noqa: BLE001 - a profiling run must not fail the job, unless it spent her limit
+        except Exception as error:  # noqa: BLE001 - a profiling run must not fail the job, unless it spent her limit
             if limit_spent is not None and limit_spent():
                 raise
-            log.warning("profiling run %s of %s failed; no record of it", run, name, exc_info=True)
+            _log_failed("profiling run %s of %s failed; no record of it", run, name, error=error, users=True)
             continue
         done.append({"n": run.n, "threads": 1, "seconds": float(seconds), "epochs": 1})
     return done
@@ -210,8 +222,9 @@ def profile_torch(candidate: Any, trial: str, params: Mapping[str, Any], X: np.n
             X_run, y_run = training_subsample(X, y, split_keys, run.n, seed=seed)
             with torch_threads(run.threads):
                 seconds = one_epoch(spec, X_run, y_run, hooks)
-        except Exception:  # noqa: BLE001 - a profiling run must not fail the job
-            log.warning("profiling run %s of %s failed; no record of it", run, candidate.name, exc_info=True)
+        except Exception as error:  # noqa: BLE001 - a profiling run must not fail the job
+            _log_failed("profiling run %s of %s failed; no record of it", run, candidate.name, error=error,
+                        users=False)
             continue
         done.append({"n": run.n, "threads": run.threads, "seconds": float(seconds), "epochs": 1})
     return done
