@@ -163,3 +163,39 @@ def test_a_replace_feeds_members_are_rebuilt_from_its_chunk_alone(tmp_path):
         assert datasets.load(store, blobs, versions[-1]).example_ids.size == 10
     finally:
         store.close()
+
+
+def test_one_refine_per_task_drops_every_lost_chunk(tmp_path):
+    """One label blob shared by six chunks of two tasks: --repair makes one
+    refine per task, which drops all of that task's lost examples."""
+    store, blobs = open_store(None, tmp_path)
+    try:
+        user = store.create_user("alice", "h" * 64)
+        rng = np.random.default_rng(0)
+        shared_y, other_y = np.arange(20) % 3, (np.arange(20) + 1) % 3
+        for name in ("a", "b"):
+            task = store.create_task(user.id, name, "input: [4] output: [3]")
+            for y in (shared_y, shared_y, shared_y, other_y):
+                datasets.feed(store, blobs, task, rng.normal(size=(20, 4)).astype("float32"), y)
+        chunks = store.list_chunks(task.id)
+        lost = chunks[0].y_blob
+        assert [c.y_blob == lost for c in chunks] == [True, True, True, False]
+    finally:
+        store.close()
+    _lose(tmp_path, lost)
+
+    result = _fsck(tmp_path, "--repair", "--json")
+
+    assert result.exit_code == 0, result.output
+    problems = json.loads(result.output)["problems"]
+    assert len(problems) == 6 and all(not p["open"] for p in problems)
+    store, blobs = open_store(None, tmp_path)
+    try:
+        for task in store.list_tasks():
+            versions = store.list_dataset_versions(task.id)
+            assert [v.kind.value for v in versions] == ["feed"] * 4 + ["refine"]  # one refine, not three
+            assert datasets.load(store, blobs, versions[-1]).example_ids.tolist() == list(range(60, 80))
+            repairs = {p["repair"] for p in problems if p["task_id"] == task.id}
+            assert repairs == {"examples lost; dropped from the latest data by a refine (dataset version 5)"}
+    finally:
+        store.close()

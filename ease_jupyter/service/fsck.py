@@ -7,9 +7,10 @@ Three kinds of rows reference blobs, and each has its own repair:
   parent with its toggles); the rebuilt blob has the same digest, so the
   row needs no change;
 * a feed's arrays (``chunk``): the examples are lost. If the task's latest
-  version uses them, a refine of it that drops them makes a new latest
-  version the service trains on; older versions keep their rows (they are
-  immutable) and stay unloadable, which is reported but is no open problem;
+  version uses them, one refine of it that drops all of the task's lost
+  examples makes a new latest version the service trains on; older
+  versions keep their rows (they are immutable) and stay unloadable, which
+  is reported but is no open problem (a model trained on one stays usable);
 * a finished job's model (``model``): the job is tagged unusable
   (``models.UNUSABLE_TAG``: ``best``/``infer`` skip it), and if it was
   trained on the task's latest version a new queued job retrains the same
@@ -76,6 +77,7 @@ class _Reference:
     version: DatasetVersion | None = None
     job_id: int | None = None
     what: str = ""
+    examples: tuple[int, int] | None = None  # a chunk's first example id and count
 
 
 def references(store: Store) -> list[_Reference]:
@@ -95,7 +97,8 @@ def references(store: Store) -> list[_Reference]:
             v = versions[c.version_id]
             what = (f"{label}, dataset version {v.number}: the examples {c.first_example_id} to "
                     f"{c.first_example_id + c.count - 1}")
-            out.extend(_Reference(CHUNK, d, task, v, what=what) for d in dict.fromkeys((c.x_blob, c.y_blob)))
+            out.extend(_Reference(CHUNK, d, task, v, what=what, examples=(c.first_example_id, c.count))
+                       for d in dict.fromkeys((c.x_blob, c.y_blob)))
         for job in store.list_jobs(task.id, status=JobStatus.SUCCEEDED):
             if job.artifact_blob is not None and job.id not in unusable:
                 v = versions[job.dataset_version_id]
@@ -113,26 +116,33 @@ def check(store: Store, blobs: BlobStore, *, repair: bool = False,
     refs = references(store)
     report = FsckReport(repaired=repair)
     readable: dict[str, bool] = {}
+    lost_chunks: list[tuple[Problem, _Reference]] = []
     scan: Iterator[_Reference] = iter(refs) if progress is None else progress(iter(refs), len(refs))
     for ref in scan:
         if ref.digest not in readable:
             readable[ref.digest] = _readable(blobs, ref.digest)
             report.checked += 1
         if not readable[ref.digest]:
-            report.problems.append(Problem(ref.kind, ref.what, ref.digest, ref.task.id,
-                                           None if ref.version is None else ref.version.id, ref.job_id))
+            problem = Problem(ref.kind, ref.what, ref.digest, ref.task.id,
+                              None if ref.version is None else ref.version.id, ref.job_id)
+            report.problems.append(problem)
+            if ref.kind == CHUNK:
+                lost_chunks.append((problem, ref))
     if repair:
         # A damaged blob goes first: unreadable, it is worth nothing, and a repair or a
         # retrain that puts the same content again would only touch the damaged file.
         for digest in {p.digest for p in report.problems}:
             blobs.delete(digest)
     # Members first: a chunk's repair refines the latest version, which needs its members.
-    order = {MEMBERS: 0, CHUNK: 1, MODEL: 2}
-    for problem in sorted(report.problems, key=lambda p: order[p.kind]):
-        if problem.kind == CHUNK:
-            _judge_chunk(store, blobs, problem, repair)
-        elif repair:
-            (_rebuild_members if problem.kind == MEMBERS else _retrain)(store, blobs, problem)
+    if repair:
+        for problem in report.problems:
+            if problem.kind == MEMBERS:
+                _rebuild_members(store, blobs, problem)
+    _judge_chunks(store, blobs, lost_chunks, repair)
+    if repair:
+        for problem in report.problems:
+            if problem.kind == MODEL:
+                _retrain(store, blobs, problem)
     return report
 
 
@@ -182,27 +192,39 @@ def _rebuild_members(store: Store, blobs: BlobStore, problem: Problem) -> None:
     problem.repair, problem.open = "rebuilt from the version's rows", False
 
 
-def _judge_chunk(store: Store, blobs: BlobStore, problem: Problem, repair: bool) -> None:
-    """A lost chunk is open only while the task's latest version uses it."""
-    task = store.get_task(problem.task_id)
-    latest = store.latest_dataset_version(task.id)
-    chunk = next(c for c in store.list_chunks(task.id) if problem.digest in (c.x_blob, c.y_blob)
-                 and c.version_id == problem.version_id)
-    lost = np.arange(chunk.first_example_id, chunk.first_example_id + chunk.count)
-    in_use = np.intersect1d(members_from_rows(store, task.id)[latest.id], lost)
-    if in_use.size == 0:
-        problem.repair = f"examples lost; the latest version ({latest.number}) does not use them"
-        problem.open = False
-        return
-    if not repair:
-        return
-    try:
-        version = datasets.refine(store, blobs, task, drop=in_use.tolist())
-    except EaseMLError as error:  # e.g. every example of the task was in the lost chunk
-        problem.repair = f"not dropped: {error}"
-        return
-    problem.repair = f"examples lost; dropped from the latest data by a refine (dataset version {version.number})"
-    problem.open = False
+def _judge_chunks(store: Store, blobs: BlobStore, lost: list[tuple[Problem, _Reference]], repair: bool) -> None:
+    """A lost chunk is open only while its task's latest version uses it;
+    ``repair`` drops all such examples of a task with one refine."""
+    by_task: dict[int, list[tuple[Problem, _Reference]]] = {}
+    for problem, ref in lost:
+        by_task.setdefault(problem.task_id, []).append((problem, ref))
+    for task_id, chunks in by_task.items():
+        task = store.get_task(task_id)
+        latest = store.latest_dataset_version(task.id)
+        members = members_from_rows(store, task.id)[latest.id]
+        in_use: list[tuple[Problem, np.ndarray]] = []
+        for problem, ref in chunks:
+            assert ref.examples is not None
+            first, count = ref.examples
+            used = np.intersect1d(members, np.arange(first, first + count))
+            if used.size:
+                in_use.append((problem, used))
+            else:
+                problem.repair = f"examples lost; the latest version ({latest.number}) does not use them"
+                problem.open = False
+        if not repair or not in_use:
+            continue
+        drop = np.unique(np.concatenate([used for _, used in in_use]))
+        try:
+            version = datasets.refine(store, blobs, task, drop=drop.tolist())
+        except EaseMLError as error:  # e.g. every example of the task was lost
+            for problem, _ in in_use:
+                problem.repair = f"not dropped: {error}"
+            continue
+        for problem, _ in in_use:
+            problem.repair = (f"examples lost; dropped from the latest data by a refine "
+                              f"(dataset version {version.number})")
+            problem.open = False
 
 
 def _retrain(store: Store, blobs: BlobStore, problem: Problem) -> None:
