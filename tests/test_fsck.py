@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from ease_jupyter import datasets
 from ease_jupyter.service import models
+from ease_jupyter.service.embedded import DataDirLock
 from ease_jupyter.service.testing import train_now
 from ease_jupyter.cli import main
 from ease_jupyter.store import JobStatus, open_store
@@ -199,3 +200,29 @@ def test_one_refine_per_task_drops_every_lost_chunk(tmp_path):
             assert repairs == {"examples lost; dropped from the latest data by a refine (dataset version 5)"}
     finally:
         store.close()
+
+
+def test_repair_is_refused_while_a_service_holds_the_data_dir(data_dir):
+    """A report may run beside the service; --repair only once it stopped."""
+    store, blobs, task, versions, jobs = _rows(data_dir)
+    store.close()
+    _lose(data_dir, jobs[0].artifact_blob)
+    lock = DataDirLock(data_dir)  # what a running service holds
+    lock.announce("http://127.0.0.1:8585/api/v1")
+    try:
+        refused = _fsck(data_dir, "--repair")
+        assert refused.exit_code != 0
+        assert "stop it first" in refused.output and "http://127.0.0.1:8585" in refused.output
+        report = _fsck(data_dir)
+        assert report.exit_code == 1 and "needs --repair" in report.output
+    finally:
+        lock.release()
+    store, blobs, task, _, after = _rows(data_dir)
+    try:
+        assert len(after) == len(jobs) and models.UNUSABLE_TAG not in store.tags("job", jobs[0].id)  # nothing done
+    finally:
+        store.close()
+    repaired = _fsck(data_dir, "--repair")
+    assert repaired.exit_code == 0, repaired.output
+    assert "stop it first" not in repaired.output
+    DataDirLock(data_dir).release()  # the repair let go of the lock

@@ -20,8 +20,8 @@ Every blob is read whole and, in the directory store, checked against its
 digest, so damaged content is found as well as missing files; ``--repair``
 deletes a damaged blob before it repairs its rows, so that the rebuilt or
 retrained content is written afresh. Repairs are
-picked up by the service when it starts: run ``--repair`` with the service
-stopped, or restart it afterwards.
+picked up by the service when it starts: ``easeml fsck --repair`` refuses
+to run while a service holds the data dir.
 """
 
 from __future__ import annotations
