@@ -17,7 +17,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("ease_jupyter.cli.serve", "Run the scheduler service (HTTP API, events, control loop)."),
     "simulate": ("ease_jupyter.cli.simulate", "Replay selection policies on a quality/cost matrix."),
     "stop": ("ease_jupyter.cli.stop", "Stop the service of a data dir (embedded, or easeml serve's)."),
-    "users": ("ease_jupyter.cli.users", "Add, list, revoke and link users of the service (tokens)."),
+    "users": ("ease_jupyter.cli.users", "Add, list, revoke, link, delete users; allow their models."),
 }
 
 

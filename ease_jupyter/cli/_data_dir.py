@@ -97,6 +97,70 @@ def database_name(db_url: str | None, directory: Path) -> str:
     return make_url(db_url).render_as_string(hide_password=True)
 
 
+def sqlite_file(db_url: str) -> Path | None:
+    """The file of a SQLite URL (relative to the working directory, as
+    SQLite reads it); None for any other URL, an in-memory SQLite one, or a
+    ``file:`` URI (``?uri=true``), whose options this does not read."""
+    from sqlalchemy.engine import make_url
+
+    url = make_url(db_url)
+    if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:" \
+            or url.query.get("uri"):
+        return None
+    return Path(url.database).expanduser()
+
+
+def option_hint(option: str, envvar: str) -> str:
+    """How a message names a setting: ``$ENVVAR`` where the option was not
+    given and its value came from that variable, else ``option``."""
+    import os
+
+    ctx = click.get_current_context(silent=True)
+    name = option.lstrip("-").replace("-", "_")
+    source = None
+    if ctx is not None:
+        for param in ctx.command.params:  # the parameter's own name (--db is db_url)
+            if option in getattr(param, "opts", ()):
+                name = param.name
+        source = ctx.get_parameter_source(name)
+    if source == click.core.ParameterSource.ENVIRONMENT:
+        return f"${envvar}"
+    if source in (None, click.core.ParameterSource.DEFAULT) and os.environ.get(envvar):
+        return f"${envvar}"  # an option that defaults to None and reads the variable later (--data-dir)
+    return option
+
+
+def require_existing_database(db_url: str | None) -> None:
+    """A usage error where ``db_url`` names a SQLite file that does not
+    exist: a command that only reads or repairs a database must not make an
+    empty one at a mistyped path (SQLite creates the file it is asked to
+    open)."""
+    if db_url is None or db_url == MEMORY_URL:
+        return
+    path = sqlite_file(db_url)
+    if path is not None and not path.is_file():
+        raise click.BadParameter(f"no SQLite database at {path}, expected the service's database: pass the URL "
+                                 "that easeml serve uses (a file that exists)",
+                                 param_hint=option_hint("--db", "EASEML_DB"))
+
+
+def make_data_dir(data_dir: Path | None) -> Path:
+    """The data dir (default: $EASEML_DATA_DIR or ~/.easeml), made (mode
+    0700) if need be: a usage error naming --data-dir (or the variable it
+    came from) with the system's reason where it cannot be made (a file on
+    the way, no permission)."""
+    from ease_jupyter.store import default_data_dir, ensure_private_dir
+
+    directory = (data_dir or default_data_dir()).expanduser()
+    try:
+        return ensure_private_dir(directory)
+    except OSError as error:
+        reason = "a file of that name is in the way" if directory.exists() else error.strerror or error
+        raise click.BadParameter(f"cannot make the data dir {directory} ({reason}), expected a "
+                                 "directory, or a path where this user can make one",
+                                 param_hint=option_hint("--data-dir", "EASEML_DATA_DIR")) from None
+
+
 @contextlib.contextmanager
 def store_errors(db_url: str | None, directory: Path) -> Iterator[None]:
     """A store that cannot be reached or written (StorageError) as a clean
@@ -132,6 +196,7 @@ def existing_store(db_url: str | None, data_dir: Path | None, doing: str, *,
         raise click.BadParameter(f"no SQLite database at {directory / SQLITE_FILE}, expected the service's "
                                  "database: pass the URL that easeml serve uses (--db or $EASEML_DB)",
                                  param_hint="--db")
+    require_existing_database(db_url)  # a mistyped --db makes no empty database
     with store_errors(db_url, directory):
         store, blobs = open_store(db_url, directory)
     try:

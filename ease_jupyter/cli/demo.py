@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ._data_dir import writable_dir
+from ._data_dir import make_data_dir, writable_dir
 
 
 @click.command(name="demo")
@@ -25,7 +25,8 @@ from ._data_dir import writable_dir
     show_default=True,
     help="Directory for report.html and report.json.",
 )
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the held-back test split and the selector.")
+@click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True,
+              help="Seed of the held-back test split and the selector (0 to 2**32-1, as scikit-learn takes).")
 @click.option("--engine", default="local", show_default=True,
               help="Where the torch (MOP) jobs run: local, dask, or tcp://HOST:PORT.")
 @click.option("--torch-epochs", type=click.IntRange(1, 100), default=None,
@@ -53,6 +54,8 @@ def command(quick: bool, data_dir: Path | None, out: Path, seed: int, engine: st
     except EngineError as error:
         raise _bad_engine(error) from None
     writable_dir(out, "--out")  # before the run: a report that cannot be written would lose it
+    if data_dir is not None:
+        data_dir = make_data_dir(data_dir)  # a usage error where it cannot be made, not the OS's traceback
     console = Console(stderr=True)
     try:
         run = run_demo(

@@ -73,8 +73,32 @@ def locate(notebook: Path | None, cwd: Path) -> tuple[Path, Path]:
     return cwd, copy_examples(cwd / COPY_DIR)
 
 
+def _listen_address(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """``--ip`` once it names an address of this machine (or a name that
+    resolves to one): else a usage error now, before the service starts,
+    not JupyterLab's traceback after it. ``*`` and the empty string are
+    JupyterLab's for every interface."""
+    import socket
+
+    if value in ("", "*"):
+        return value
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(value, 0, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.bind(address[:2] if family == socket.AF_INET else address)  # port 0: any free one
+    except socket.gaierror as error:
+        reason = f"it does not resolve to an address ({error.strerror or error})"
+    except OSError as error:
+        reason = f"no network interface of this machine has it ({error.strerror or error})"
+    else:
+        return value
+    raise click.BadParameter(f"found {value!r}, {reason}; expected an address of this machine (127.0.0.1, "
+                             "0.0.0.0 for every interface) or a name that resolves to one", ctx, param)
+
+
 @click.command("lab", context_settings={"ignore_unknown_options": True, "allow_extra_args": False})
-@click.option("--ip", default="127.0.0.1", show_default=True, help="Interface JupyterLab listens on.")
+@click.option("--ip", default="127.0.0.1", show_default=True, callback=_listen_address,
+              help="Interface JupyterLab listens on.")
 @click.option("--port", default=8888, show_default=True, type=click.IntRange(1, 65535),
               help="Port of JupyterLab (it tries the next ones when taken).")
 @click.option("--no-browser", is_flag=True, help="Do not open a browser.")

@@ -29,6 +29,10 @@ import click
 from ease_jupyter.errors import EaseMLError
 
 _SHAPE_HELP = "comma-separated positive integers such as 64,64,3"
+# Bounds of the numbers a cost estimate takes: a float holds the costs (10**400 examples overflow it),
+# and the FLOPs of a time-series model are counted on one example (10 s at 10**4 steps, minutes past it).
+MAX_EXAMPLES = 10**12
+MAX_SEQ_LEN = 10_000
 
 
 def parse_shape(text: str, option: str = "shape") -> tuple[int, ...]:
@@ -125,13 +129,14 @@ def _candidate_record(c: Any, examples: int, epochs: int | None) -> dict[str, An
               help="Output tensor shape, e.g. 10 (classes) or 64,64,3.")
 @click.option("--program", "program_text", metavar="TEXT",
               help='An ease.ml program instead of --input/--output, e.g. "{input: {[Tensor[3]], [next]}, output: {[Tensor[4]], []}}".')
-@click.option("--examples", type=click.IntRange(min=1), default=1000, show_default=True,
-              help="Number of training examples the cost estimate assumes.")
+@click.option("--examples", type=click.IntRange(min=1, max=MAX_EXAMPLES), default=1000, show_default=True,
+              help="Number of training examples the cost estimate assumes (at most 10**12).")
 @click.option("--epochs", type=click.IntRange(min=1, max=1000), default=None,
               help="A task's max_epochs: the most epochs a torch pick trains (default: the service's rule for "
                    "--examples).")
-@click.option("--seq-len", type=click.IntRange(min=1), default=None,
-              help="Sequence length for the cost of time-series models (default 32).")
+@click.option("--seq-len", type=click.IntRange(min=1, max=MAX_SEQ_LEN), default=None,
+              help=f"Sequence length for the cost of time-series models (default 32, at most {MAX_SEQ_LEN}: the "
+                   "FLOPs are counted on one example of that length).")
 @click.option("--task", "task_name", metavar="NAME", default=None,
               help="Ask a running service for its predicted cost of each candidate of your task NAME: predicted "
                    "seconds of the next pick, their source (family, pooled, or flops: the FLOPs proxy before any "

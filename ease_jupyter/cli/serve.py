@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from ._data_dir import FiniteFloat, db_option
+from ._data_dir import FiniteFloat, db_option, make_data_dir
 
 
 @click.command("serve")
@@ -156,7 +156,7 @@ def command(db_url, data_dir, engine, precision, blob_url, policy, cross_user_pr
         raise click.BadParameter(str(error), param_hint="'--engine'") from None
     if blob_url is not None:
         _check_blob_url(blob_url)
-    from ease_jupyter.service.app import AddressInUse
+    from ease_jupyter.service.app import AddressInUse, AddressUnusable
     from ease_jupyter.service.embedded import DataDirInUse, holder
 
     # Before the store's check, which opens (and may migrate) the database of the service that holds it;
@@ -164,6 +164,7 @@ def command(db_url, data_dir, engine, precision, blob_url, policy, cross_user_pr
     other = holder(config.data_dir) if config.data_dir is not None else None
     if other is not None:
         raise click.BadParameter(str(DataDirInUse(Path(config.data_dir), other)), param_hint="'--data-dir'")
+    make_data_dir(data_dir)  # a usage error where it cannot be made (a file in the way), not the database's
     require_writable_store(config)
     warn_if_exposed(Path(config.data_dir))  # once the store made a missing data dir (mode 0700)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -177,6 +178,12 @@ def command(db_url, data_dir, engine, precision, blob_url, policy, cross_user_pr
     except AddressInUse as error:
         raise click.BadParameter(f"{error.port}: address already in use on {error.host} (use --port 0 for a "
                                  "free one)", param_hint="'--port'") from None
+    except AddressUnusable as error:
+        found = error.host if error.option == "host" else error.port
+        expected = ("an IPv4 address of this machine (127.0.0.1, 0.0.0.0 for every interface) or a name that "
+                    "resolves to one" if error.option == "host" else "a port of 1024 or above, or 0 for a free one")
+        raise click.BadParameter(f"found {found!r}, {error.reason}; expected {expected}",
+                                 param_hint=f"'--{error.option}'") from None
 
 
 # The option of each ServiceConfig field that `easeml serve` sets, for the
@@ -242,6 +249,10 @@ def require_writable_store(config) -> None:  # noqa: ANN001 - a ServiceConfig
             store.close()
     except (StorageError, OSError) as error:
         reason = getattr(error, "found", None) or error
+        if type(error) is StorageError:  # no SQLite database, or a damaged one: no mode bits mend it
+            raise click.ClickException(
+                f"cannot open the database {database}: {reason}. Expected the service's database: name the right "
+                "one (--db or $EASEML_DB), or restore the file from a backup.") from None
         raise click.ClickException(
             f"cannot write the database {database}: {reason}. Make the database writable by this user (for SQLite: "
             "the file, its -wal and -shm files and their directory; for a server: a read-write connection with "

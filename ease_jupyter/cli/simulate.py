@@ -18,6 +18,10 @@ import click
 from ._data_dir import FiniteFloat, writable_dir
 
 DEFAULT_POLICIES = "hybrid,greedy,round_robin,random,spearmint,oracle"
+# Sizes of a synthetic matrix: the generator factors a models x models covariance (and, with
+# --syn-sigma-u, a users x users one), some seconds at 2000 and minutes, and gigabytes, past it.
+MAX_SYN_MODELS = 2000
+MAX_SYN_USERS_PER_GROUP = 2000
 
 
 def _read_matrix(path: Path, what: str):
@@ -206,16 +210,19 @@ def _write_csv(path: Path, users, models, m) -> None:
 @click.option("--synthetic", "synthetic", metavar="SIGMA_M,ALPHA",
               help="Instead of --quality/--cost, generate SYN(SIGMA_M, ALPHA) of ease.ml Fig. 8 / arXiv App. B "
                    "(e.g. 0.01,0.1  0.01,1.0  0.5,0.1  0.5,1.0).")
-@click.option("--syn-models", default=100, show_default=True, type=click.IntRange(1), help="Synthetic: models.")
-@click.option("--syn-users-per-group", default=100, show_default=True, type=click.IntRange(1),
-              help="Synthetic: users in each of the two baseline groups (mu_b = 0.75 and 0.25).")
+@click.option("--syn-models", default=100, show_default=True, type=click.IntRange(1, MAX_SYN_MODELS),
+              help=f"Synthetic: models (at most {MAX_SYN_MODELS}: the generator factors a models x models "
+                   "covariance).")
+@click.option("--syn-users-per-group", default=100, show_default=True, type=click.IntRange(1, MAX_SYN_USERS_PER_GROUP),
+              help="Synthetic: users in each of the two baseline groups (mu_b = 0.75 and 0.25), at most "
+                   f"{MAX_SYN_USERS_PER_GROUP}.")
 @click.option("--syn-sigma-b", default=0.1, show_default=True, type=FiniteFloat(0),
               help="Synthetic: spread of the baseline quality within a group.")
 @click.option("--syn-sigma-u", default=None, type=FiniteFloat(0, min_open=True),
               help="Synthetic: sigma_U of the user-correlation term (off by default).")
 @click.option("--syn-sigma-w", default=0.0, show_default=True, type=FiniteFloat(0),
               help="Synthetic: white-noise standard deviation.")
-@click.option("--syn-seed", default=0, show_default=True, type=int, help="Synthetic: generator seed.")
+@click.option("--syn-seed", default=0, show_default=True, type=click.IntRange(0), help="Synthetic: generator seed.")
 @click.option("--save-matrices", type=click.Path(file_okay=False, path_type=Path),
               help="Synthetic: also write quality.csv and cost.csv into this directory.")
 @click.option("--policies", default=DEFAULT_POLICIES, show_default=True,
@@ -259,6 +266,8 @@ def command(quality_path, cost_path, synthetic, syn_models, syn_users_per_group,
     """
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # small matrices: one BLAS thread is fastest
     writable_dir(json_path.parent, "--json")
+    if synthetic is not None and save_matrices is not None:  # before the run, as --json
+        writable_dir(save_matrices, "--save-matrices")
     if json_path.is_dir():
         raise click.BadParameter(f"{json_path} is a directory, expected a file path", param_hint="--json")
     from ease_jupyter.selection import make_synthetic, simulate
@@ -287,7 +296,6 @@ def command(quality_path, cost_path, synthetic, syn_models, syn_users_per_group,
                                 "users_per_group": syn_users_per_group, "sigma_b": syn_sigma_b,
                                 "sigma_u": syn_sigma_u, "sigma_w": syn_sigma_w, "seed": syn_seed}}
         if save_matrices is not None:
-            save_matrices.mkdir(parents=True, exist_ok=True)
             _write_csv(save_matrices / "quality.csv", users, models, q)
             _write_csv(save_matrices / "cost.csv", users, models, c)
     else:

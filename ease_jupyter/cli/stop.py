@@ -8,6 +8,9 @@ magics and ``easeml lab`` start on demand (``service/embedded.py``); it
 records its URL and pid in ``<data dir>/service.json``. Where none runs,
 the service that holds the data dir (``easeml serve``; its pid is in
 ``<data dir>/service.lock``) is stopped the same way: SIGTERM, as Ctrl-C.
+A data dir that does not exist is a usage error, not "no service runs": no
+service can run there, and the path is most likely mistyped (the one that
+does run would be left running unnoticed).
 """
 
 from __future__ import annotations
@@ -34,6 +37,11 @@ def command(data_dir: Path | None, timeout: float) -> None:
     from ease_jupyter.service import embedded
 
     directory = embedded.data_dir_of(data_dir)
+    if not directory.is_dir():
+        from ._data_dir import option_hint
+
+        raise click.BadParameter(f"no data dir at {directory}, expected the data dir of a service (one that exists)",
+                                 param_hint=option_hint("--data-dir", "EASEML_DATA_DIR"))
     info = embedded.running(directory)
     if info is None:  # none of Client()'s; perhaps an `easeml serve` (it holds the data dir's lock)
         served = embedded.stop_holder(directory, timeout)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import click
 
-from ._data_dir import MEMORY_URL, db_option, existing_store, store_errors
+from ._data_dir import MEMORY_URL, db_option, existing_store, make_data_dir, require_existing_database, store_errors
 
 _db = db_option()
 _dir = click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -32,8 +32,8 @@ def _store(db_url, data_dir, doing: str, *, create: bool = False):
     its users would vanish with this command. ``create`` (``add``): a data
     dir or SQLite database that does not exist yet is made, so that the
     first admin can be added on a fresh machine; otherwise both must exist,
-    so that a typo in --data-dir makes no empty store. With --db, the
-    database is all it opens: no data dir is needed."""
+    so that a typo in --data-dir or in a SQLite --db makes no empty store.
+    With --db, the database is all it opens: no data dir is needed."""
     if db_url == MEMORY_URL:
         raise click.BadParameter(f"a memory:// store lives in its service's process and vanishes with this "
                                  f"command; nothing to {doing} here: expected the service's database",
@@ -48,6 +48,8 @@ def _store(db_url, data_dir, doing: str, *, create: bool = False):
     if db_url is not None:  # its database is all a users command needs: no data dir is made or asked for
         from ease_jupyter.store.sql import SQLStore
 
+        if not create:
+            require_existing_database(db_url)
         with store_errors(db_url, directory):
             store = SQLStore(db_url)
         try:
@@ -55,6 +57,7 @@ def _store(db_url, data_dir, doing: str, *, create: bool = False):
         finally:
             store.close()
         return
+    directory = make_data_dir(data_dir)  # a usage error where it cannot be made, not the OS's traceback
     with store_errors(db_url, directory):
         store = open_store(db_url, directory)[0]
         try:

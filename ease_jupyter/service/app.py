@@ -93,15 +93,36 @@ class AddressInUse(OSError):
         self.host, self.port = host, port
 
 
+class AddressUnusable(OSError):
+    """The service cannot listen on ``host``:``port`` for another reason than
+    a port in use: a host that does not resolve to an IPv4 address, an
+    address of no interface of this machine, a port this user may not take.
+    ``option`` is the setting at fault ("host" or "port"), ``reason`` says why."""
+
+    def __init__(self, host: str, port: int, option: str, reason: str):
+        super().__init__(f"cannot listen on {host}:{port}: {reason}")
+        self.host, self.port, self.option, self.reason = host, port, option, reason
+
+
 def _bind(config: ServiceConfig) -> list[socket.socket]:
     """The listening sockets, bound before anything else starts: a port that
-    is taken is found out in a moment, not after the workers started."""
+    is taken, or a host that is no address of this machine, is found out in
+    a moment, not after the workers started."""
     try:
         return tornado.netutil.bind_sockets(config.port, address=config.host, family=socket.AF_INET)
+    except socket.gaierror as error:  # the name does not resolve, or not to an IPv4 address (::1)
+        raise AddressUnusable(config.host, config.port, "host", f"it does not resolve to an IPv4 address "
+                                                                f"({error.strerror or error})") from None
     except OSError as error:
         if error.errno == errno.EADDRINUSE:
             raise AddressInUse(config.host, config.port) from None
-        raise
+        if error.errno == errno.EADDRNOTAVAIL:
+            raise AddressUnusable(config.host, config.port, "host", "no network interface of this machine has "
+                                                                    "that address") from None
+        if error.errno == errno.EACCES:
+            raise AddressUnusable(config.host, config.port, "port", "this user may not listen on that port "
+                                                                    "(below 1024 needs root)") from None
+        raise AddressUnusable(config.host, config.port, "host", error.strerror or str(error)) from None
 
 
 def _server(app: tornado.web.Application, config: ServiceConfig,
@@ -249,7 +270,8 @@ def serve(config: ServiceConfig, *, admin_token: str | None = None, announce=pri
 
     Holds the data dir's lock (``embedded.DataDirLock``) throughout: raises
     ``embedded.DataDirInUse`` where another service holds it, and
-    ``AddressInUse`` where ``config.port`` is taken, both before the service starts."""
+    ``AddressInUse`` where ``config.port`` is taken and ``AddressUnusable`` where
+    ``config.host``:``config.port`` cannot be listened on otherwise, all before the service starts."""
     lock = None
     if config.data_dir is not None:  # (None: a temporary directory of its own)
         lock = DataDirLock(config.data_dir)

@@ -31,6 +31,9 @@ def data(tmp_path, monkeypatch):
 
 def test_stop_stops_a_running_embedded_service_and_says_when_none_runs(data, monkeypatch):
     runner = CliRunner()
+    missing = runner.invoke(main, ["stop", "--data-dir", str(data)])  # no data dir at all: a usage error
+    assert missing.exit_code == 2 and f"no data dir at {data}" in missing.output, missing.output
+    data.mkdir(mode=0o700)
     none = runner.invoke(main, ["stop", "--data-dir", str(data)])
     assert none.exit_code == 0 and f"no ease.ml service runs for {data}" in none.output
 

@@ -3,9 +3,12 @@
 A database that cannot be written (read-only file or transaction, a lock held
 past the busy timeout, an I/O error, a server that went away) is
 ``StoreUnavailableError`` (HTTP 503: try again later); one whose disk is full
-is ``StorageFullError`` (HTTP 507). Everything else (constraint violations,
-bugs) passes through unchanged. Messages say what happened to the database,
-never the SQL or the driver's text.
+is ``StorageFullError`` (HTTP 507); a SQLite file that cannot be opened at all
+is ``StoreUnavailableError`` too, and one that is no SQLite database or is
+damaged a plain ``StorageError``: waiting mends neither, so their messages
+say what to look at instead of "try again later". Everything else
+(constraint violations, bugs) passes through unchanged. Messages say what
+happened to the database, never the SQL or the driver's text.
 
 SQLite opens a database read-only for good when its file cannot be opened for
 writing, so after an outage ``SQLStore`` writes on fresh connections (see its
@@ -23,6 +26,12 @@ from sqlalchemy import exc
 
 from ease_jupyter.errors import StorageError, StorageFullError, StoreUnavailableError
 
+# What happened, where waiting does not mend it: no "try again later" after these.
+_CANNOT_OPEN = ("the database file cannot be opened (its directory is missing or not readable, or the file is not "
+                "readable)")
+_NOT_A_DATABASE = "the database file is not an SQLite database, or is damaged"
+_DAMAGED = "the database file is damaged (malformed)"
+_LASTING = frozenset({_CANNOT_OPEN, _NOT_A_DATABASE, _DAMAGED})
 # SQLite primary result codes (the low byte of an extended code) -> (error, what happened).
 _SQLITE = {
     sqlite3.SQLITE_READONLY: (StoreUnavailableError, "the database is read-only"),
@@ -30,8 +39,10 @@ _SQLITE = {
     sqlite3.SQLITE_BUSY: (StoreUnavailableError, "the database is locked by another writer"),
     sqlite3.SQLITE_LOCKED: (StoreUnavailableError, "the database is locked by another writer"),
     sqlite3.SQLITE_IOERR: (StoreUnavailableError, "the database could not be read or written (I/O error)"),
-    sqlite3.SQLITE_CANTOPEN: (StoreUnavailableError, "the database file cannot be opened"),
+    sqlite3.SQLITE_CANTOPEN: (StoreUnavailableError, _CANNOT_OPEN),
     sqlite3.SQLITE_FULL: (StorageFullError, "the database's disk is full"),
+    sqlite3.SQLITE_NOTADB: (StorageError, _NOT_A_DATABASE),
+    sqlite3.SQLITE_CORRUPT: (StorageError, _DAMAGED),
 }
 # PostgreSQL SQLSTATE codes and classes (their first two characters).
 _POSTGRES = {
@@ -60,7 +71,8 @@ def storage_error(error: BaseException) -> StorageError | None:
     if kind is None:
         return None
     cls, what = kind
-    return cls(what + ("" if cls is StorageFullError else RETRY_HINT), field="database", found=what,
+    transient = cls is not StorageFullError and what not in _LASTING
+    return cls(what + (RETRY_HINT if transient else ""), field="database", found=what,
                expected="a database the service can write")
 
 
