@@ -25,6 +25,7 @@ from ease_jupyter.service import ServiceConfig
 from ease_jupyter.service.gc import collect_garbage, references
 from ease_jupyter.service.loop import STATE_TAG, ControlLoop
 from ease_jupyter.service.mop import PROGRESS_TAG
+from ease_jupyter.store import SQLStore
 from ease_jupyter.store import DirectoryBlobStore, JobStatus, JobUpdate, open_store
 
 from .conftest import start, until
@@ -247,8 +248,14 @@ def test_gc_and_fsck_open_the_services_database_and_never_a_new_one(trained, tmp
         assert "no SQLite database" in result.output and "EASEML_DB" in result.output
         assert not (data_dir / "easeml.sqlite").exists()
         assert _blob_files(data_dir) == files
+    # a file that is not there: refused, and not created
+    missing = f"sqlite:///{tmp_path / 'typo.sqlite'}"
+    result = runner.invoke(main, ["gc", "--grace", "0", "--data-dir", str(data_dir), "--db", missing])
+    assert result.exit_code == 2 and "no SQLite database" in result.output, result.output
+    assert not (tmp_path / "typo.sqlite").exists() and _blob_files(data_dir) == files
     # a database of no service (no users) beside these blobs: refused unless forced
     empty = f"sqlite:///{tmp_path / 'empty.sqlite'}"
+    SQLStore(empty).close()  # the schema, no rows
     result = runner.invoke(main, ["gc", "--grace", "0", "--data-dir", str(data_dir), "--db", empty])
     assert result.exit_code == 2 and "holds no users" in result.output and "--force" in result.output
     assert _blob_files(data_dir) == files
