@@ -27,6 +27,7 @@ from .core import Service
 from .embedded import DataDirLock
 from ..execution.mop.checkpoints import sweep_runs
 from .gc import collect_garbage, describe
+from . import handlers as _handlers
 from .handlers import NotFoundHandler, handlers
 
 log = logging.getLogger(__name__)
@@ -131,8 +132,11 @@ def _server(app: tornado.web.Application, config: ServiceConfig,
     # the route, after authentication (handlers.BaseHandler.prepare); this
     # default holds only for handlers that do not stream (the WebSocket and
     # the hub's login pages, all GETs without a body), which tornado would
-    # otherwise read whole before they look at the token.
-    server = tornado.httpserver.HTTPServer(app, max_body_size=NO_BODY_BYTES, xheaders=False)
+    # otherwise read whole before they look at the token. A body must arrive
+    # within handlers.BODY_SECONDS (the API routes set their own, from their
+    # limit); tornado's default waits for ever.
+    server = tornado.httpserver.HTTPServer(app, max_body_size=NO_BODY_BYTES, body_timeout=_handlers.BODY_SECONDS,
+                                           xheaders=False)
     # Handlers run their work on the IOLoop's default executor (see handlers._dispatch;
     # GETs have their own threads there).
     asyncio.get_running_loop().set_default_executor(

@@ -132,6 +132,14 @@ class TokenCache:
                 del self._users[digest]
 
 
+def same_user(a: User | None, b: User | None) -> bool:
+    """Whether two look-ups name the same account with the same rights: its
+    id alone is not enough, since SQLite gives a later account the id of a
+    deleted one, so the creation time, origin and name must match too."""
+    return (a is not None and b is not None and a.id == b.id and a.created_at == b.created_at
+            and a.origin == b.origin and a.name == b.name and a.is_admin == b.is_admin)
+
+
 def parse_authorization(header: str | None) -> str | None:
     if not header:
         return None
@@ -142,4 +150,4 @@ def parse_authorization(header: str | None) -> str | None:
 
 
 __all__ = ["TokenCache", "check_name", "create_user", "hash_token", "local_user", "new_token", "parse_authorization",
-           "revoke_token", "user_for_token", "NAME_RE"]
+           "revoke_token", "same_user", "user_for_token", "NAME_RE"]

@@ -315,10 +315,12 @@ class Service:
 
     def revoke_tokens(self, caller: User, name: str) -> dict[str, Any]:
         """The local account ``name``'s ease.ml token stops working, here at
-        once (the token cache forgets it); its tasks stay."""
+        once (the token cache forgets it, her open event streams close); its
+        tasks stay."""
         self._admin(caller)
         user, _ = revoke_token(self.store, name)
         self.tokens.forget_user(user.id)
+        self.events.close_user(user.id)  # her open event streams end now, not at their next recheck
         return {"id": user.id, "name": user.name, "origin": user.origin, "revoked": True}
 
     def delete_user(self, caller: User, name: str, origin: str | None = None) -> dict[str, Any]:
@@ -342,12 +344,14 @@ class Service:
         if user.origin == LOCAL:  # a hub user has no token: the hub is how she logs in
             self.store.set_user_token_hash(user.id, None)
         self.tokens.forget_user(user.id)
+        self.events.close_user(user.id)  # before anything of hers goes, and before a new account gets her id
         try:
             out = deletion.delete_user(self.store, self.blobs, self.loop, user,
                                        uploads=self.uploads,
                                        deleted=lambda task: self._task_cache.pop((user.id, task.name), None))
         finally:
             self._forget_owner(user.id)
+            self.events.close_user(user.id)  # a hub user's stream opened meanwhile
         out["notebooks_deleted"] = self.notebooks.forget_user(user.id)
         return out
 

@@ -21,7 +21,7 @@ from tornado.ioloop import IOLoop
 from ..errors import (AlreadyExistsError, DataError, InvalidStateError, NotFoundError, ProgramSyntaxError,
                       StorageError, UserModelCallError)
 from ..zoo import NoCandidatesError
-from .auth import parse_authorization
+from .auth import parse_authorization, same_user
 from .core import Service
 from .feeding import json_object
 from .suspicion import NoModelError
@@ -33,6 +33,12 @@ NAME = r"([^/]+)"
 # What tornado itself still accepts past a route's body limit: one read of
 # its stream, so that a chunked body crossing the limit meets our JSON 413.
 STREAM_SLACK_BYTES = 64 * 1024
+# A request's whole body must arrive within BODY_SECONDS (app.py gives tornado
+# this default), or within the time its route's limit takes at
+# MIN_BODY_BYTES_PER_SECOND when that is longer; else the connection is
+# closed. A client cannot hold a request open with a body that never comes.
+BODY_SECONDS = 60.0
+MIN_BODY_BYTES_PER_SECOND = 256 * 1024
 # GETs run on their own threads, so a read never queues behind the writes
 # (feeds, uploads) that fill the IOLoop's default executor (app.REQUEST_THREADS).
 READ_THREADS = 8
@@ -139,7 +145,9 @@ class BaseHandler(tornado.web.RequestHandler):
     the route's limit (413) are answered from the headers alone and the
     connection is closed without reading the body. A body that arrives
     without a length (chunked) is counted as it streams and refused the
-    moment it passes the limit; at most the limit is ever buffered."""
+    moment it passes the limit; at most the limit is ever buffered. Once
+    the body is in, the token is looked up again (``_check_caller_again``)
+    before the route runs."""
 
     limit_attr = "max_json_bytes"
     public = False
@@ -183,23 +191,51 @@ class BaseHandler(tornado.web.RequestHandler):
         with its own bare 400 on top of ours."""
         if self.request.connection is not None:
             self.request.connection.set_max_body_size(max(length or 0, self._limit) + STREAM_SLACK_BYTES)
+            self.request.connection.set_body_timeout(max(BODY_SECONDS, self._limit / MIN_BODY_BYTES_PER_SECOND))
 
     async def _authenticate(self) -> None:
         """Sets ``self.user``; 401 without a valid token, except on public routes,
         where a valid token only adds detail (an admin's ``/health``)."""
-        authenticate = getattr(self.service.tokens, "authenticate", None)
         try:
-            if authenticate is not None:  # JupyterHub mode (hub.py): the hub decides, a 403 is a PermissionError
-                self.user = await authenticate(self)
-            else:
-                self.user = self.service.tokens.user(parse_authorization(self.request.headers.get("Authorization")))
+            self.user = await self._caller()
         except PermissionError:
             if not self.public:
                 raise
         if self.user is None and not self.public:
-            raise ApiError(401, "unauthorized", "missing or invalid token: send 'Authorization: token <token>'"
-                           + (" (an ease.ml token or a JupyterHub API token)" if authenticate is not None else ""),
-                           field="Authorization", expected="token <token> or Bearer <token>")
+            raise self._unauthorized()
+
+    async def _caller(self) -> Any:
+        """Who the request's token (or, in JupyterHub mode, its OAuth cookie)
+        is now: None for nobody; PermissionError (403) for a hub caller the
+        hub does not let in."""
+        authenticate = getattr(self.service.tokens, "authenticate", None)
+        if authenticate is not None:  # JupyterHub mode (hub.py): the hub decides, a 403 is a PermissionError
+            return await authenticate(self)
+        return self.service.tokens.user(parse_authorization(self.request.headers.get("Authorization")))
+
+    def _unauthorized(self) -> ApiError:
+        hub = getattr(self.service.tokens, "authenticate", None) is not None
+        return ApiError(401, "unauthorized", "missing or invalid token: send 'Authorization: token <token>'"
+                        + (" (an ease.ml token or a JupyterHub API token)" if hub else ""),
+                        field="Authorization", expected="token <token> or Bearer <token>")
+
+    async def _check_caller_again(self) -> None:
+        """Look the caller up again once the body is in: a token revoked, or an
+        account deleted (whose id SQLite may have given to a new account),
+        while the body streamed is 401 like any revoked token, and its route
+        does not run."""
+        if self.user is None:
+            return
+        try:
+            now = await self._caller()
+        except PermissionError:
+            if not self.public:
+                raise
+            now = None
+        if not same_user(now, self.user):
+            if not self.public:
+                raise self._unauthorized()
+            self.user = None  # a public route answers as to nobody
 
     def data_received(self, chunk: bytes) -> None:
         if self._finished:  # refused already: the rest is dropped until the connection closes
@@ -238,6 +274,7 @@ class BaseHandler(tornado.web.RequestHandler):
         if self._finished:  # refused while the body streamed in
             return
         fn = self.ops[method]  # prepare() answered 405 for any other method
+        await self._check_caller_again()
         # A bytearray, not bytes: json.loads and file writes take it, and an upload chunk is not copied.
         self.request.body = self._body
         if self.inline:  # in-memory answers: no thread, so a pool full of slow reads never holds them back

@@ -14,11 +14,15 @@ registered session alive (``notebooks.py``). A GET without a WebSocket upgrade i
 answered 426 and other methods 405 (with ``Allow``), in the API's JSON error
 shape.
 
-Rights follow the token while the stream is open: every ``RECHECK_SECONDS``
-the token is looked up again (through the same cache as a request), and a
-stream whose token was revoked, or whose user's admin flag changed, is
-closed (code 1008). A user has at most ``MAX_STREAMS_PER_USER`` open
-streams; one more is answered 429. A stream opened with ``?passive=1``
+Rights follow the token while the stream is open: a revoke of its user's
+ease.ml token (``DELETE /users/{name}/tokens``) or the deletion of its
+user closes it at once (code 1008; ``EventBus.close_user``), before any
+later event. Besides, every ``RECHECK_SECONDS`` the token is looked up
+again (through the same cache as a request), and a stream whose token no
+longer gives the same account (``auth.same_user``: the id, which SQLite
+gives again after a deletion, and the account's creation time, origin and
+name) with the same admin flag is closed (code 1008). A user has at most
+``MAX_STREAMS_PER_USER`` open streams; one more is answered 429. A stream opened with ``?passive=1``
 (the magics' notifications) counts as no activity: it keeps no idle
 service from stopping (``Service.idle_seconds``).
 """
@@ -33,7 +37,7 @@ import tornado.websocket
 from tornado.ioloop import IOLoop, PeriodicCallback
 
 from ..errors import DataError, NotFoundError
-from .auth import parse_authorization
+from .auth import parse_authorization, same_user
 from .core import Service
 
 RECHECK_SECONDS = 5.0
@@ -110,15 +114,20 @@ class EventsHandler(tornado.websocket.WebSocketHandler):
         # None (everyone's events) only for the token's admin rights now: the decision
         # events take who is an admin from this alone (scheduler_view.decision_event)
         self._sid = self.service.events.subscribe(None if self.user.is_admin else self.user.id, self._send,
-                                                  IOLoop.current())
+                                                  IOLoop.current(), owner=self.user.id, close=self._rights_gone)
         self._recheck = PeriodicCallback(self._check_rights, RECHECK_SECONDS * 1000)
         self._recheck.start()
         self.write_message(json.dumps({"type": "hello", "user": self.user.name, "admin": self.user.is_admin}))
+        # A revoke or deletion that closed her streams before this one subscribed: caught here.
+        self._check_rights()
 
     def _check_rights(self) -> None:
         """Close the stream once its token no longer gives the rights it opened with."""
-        now = self.service.tokens.user(self._token)
-        if now is None or now.id != self.user.id or now.is_admin != self.user.is_admin:
+        if not same_user(self.service.tokens.user(self._token), self.user):
+            self._rights_gone()
+
+    def _rights_gone(self) -> None:
+        if self.ws_connection is not None and not self.ws_connection.is_closing():
             self.close(POLICY_VIOLATION, "the token was revoked or its rights changed: connect again")
 
     def _send(self, event: dict[str, Any]) -> None:
