@@ -18,7 +18,11 @@ may be exceeded by what her running jobs spend after the last pick.
 
 Spent is the sum over her jobs of their measured ``cost_seconds``, and for
 a running job the seconds since it started, per device kind: ``gpu`` for
-torch jobs while the pool has GPU workers, ``cpu`` otherwise. Jobs of her
+torch jobs while the pool has GPU workers, ``cpu`` otherwise. A failed job
+is paid for as any other: it records the seconds its attempt ran as its
+cost (``failures.fail_job``; one failed without, its run time), whether her
+model raised, hit its timeout or made a model too large for her quota,
+its profiling runs included. Jobs of her
 deleted tasks still count: a deletion adds what they took to her
 ``easeml.budget.spent_deleted.<kind>`` tags (:func:`record_deleted`), so
 deleting a task does not give back what it spent.
@@ -195,12 +199,27 @@ def write_limits(store: Store, user_id: int, prefix: str, changes: Mapping[str, 
 
 
 # ------------------------------------------------------------------ spent and status
+def run_seconds(job: Job, now: datetime) -> float:
+    """The seconds its last attempt ran: until ``now`` while it runs, else
+    until it finished; 0 for a job that never started."""
+    start = job.started_at
+    if start is None:
+        return 0.0
+    end = job.finished_at if job.status.is_finished() and job.finished_at is not None else now
+    return max(0.0, (_aware(end) - _aware(start)).total_seconds())
+
+
+def _aware(when: datetime) -> datetime:
+    return when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)
+
+
 def job_seconds(job: Job, now: datetime) -> float:
-    """A job's compute: its measured cost, or the time it has been running."""
+    """A job's compute: its measured cost (a failed job's is the seconds it
+    ran, ``failures.fail_job``); else, running or failed, its run time."""
     if job.cost_seconds is not None:
         return float(job.cost_seconds)
-    if job.status is JobStatus.RUNNING and job.started_at is not None:
-        return max(0.0, (now - job.started_at).total_seconds())
+    if job.status in (JobStatus.RUNNING, JobStatus.FAILED):
+        return run_seconds(job, now)
     return 0.0
 
 

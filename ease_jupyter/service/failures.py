@@ -17,16 +17,23 @@ ranging over untried arms, never picks it again for that dataset version.
 Every failure whose error carries a code (a storage error, a GPU out of
 memory, a device that failed) also gets it as ``ERROR_CODE_TAG``, which the
 API shows as the job's ``error_code`` (``error_code``).
+
+Any failed job is paid for: ``mark_failed`` records the seconds its attempt
+ran (its profiling runs included) as its ``cost_seconds``, which its
+owner's budget counts (``budget.job_seconds``). Only the budget sees
+them: a storage failure is still not reported to the selector.
 """
 
 from __future__ import annotations
 
 import traceback
+from datetime import datetime, timezone
 from typing import Mapping
 
 from ..errors import EaseMLError, StorageError
 from ..store import Job, JobStatus, JobUpdate, Store
 from ..store.space import is_disk_full
+from .budget import run_seconds
 from .quota import ModelOverQuotaError
 
 FAILURE_TAG = "easeml.failure"  # the error code of a job that failed for want of storage
@@ -53,7 +60,15 @@ def fail_job(store: Store, job_id: int, error: BaseException) -> Job:
     any_code = code or _own_code(error)
     if any_code is not None:
         store.set_tag("job", job_id, ERROR_CODE_TAG, any_code)
-    return store.update_job(job_id, JobStatus.FAILED, JobUpdate(error=message))
+    return mark_failed(store, job_id, message)
+
+
+def mark_failed(store: Store, job_id: int, message: str) -> Job:
+    """Move a running job to FAILED with ``message`` and, as its cost, the
+    seconds its attempt ran (``budget.run_seconds``)."""
+    job = store.get_job(job_id)
+    seconds = run_seconds(job, datetime.now(timezone.utc)) if job.started_at is not None else None
+    return store.update_job(job_id, JobStatus.FAILED, JobUpdate(error=message, cost_seconds=seconds))
 
 
 def _own_code(error: BaseException | None) -> str | None:

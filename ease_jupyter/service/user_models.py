@@ -60,7 +60,7 @@ from sklearn.base import BaseEstimator
 
 from ..errors import AlreadyExistsError, DataError
 from ..jobspec import DEFAULT_LRS, JobSpec, SklearnGrid, TorchWorkload, check_user_grid
-from ..store import BlobStore, Job, JobStatus, JobUpdate, Store, Task, User
+from ..store import BlobStore, Job, JobStatus, Store, Task, User
 from ..store.base import HUB
 from ..user_sandbox import (
     JobScope,
@@ -510,7 +510,7 @@ def fail_user_job(store: Store, job_id: int, error: BaseException) -> Job:
     job's error, then the user code's own (``UserModelError`` carries her
     traceback), not the service's frames; a storage failure as
     any job's."""
-    from .failures import fail_job, storage_code
+    from .failures import fail_job, mark_failed, storage_code
 
     if storage_code(error) is not None:
         return fail_job(store, job_id, error)
@@ -521,7 +521,7 @@ def fail_user_job(store: Store, job_id: int, error: BaseException) -> Job:
             parts.append(f"{type(cause).__name__}: {cause}")
         cause, seen = cause.__cause__, seen + 1
     text = "\n".join(parts)
-    return store.update_job(job_id, JobStatus.FAILED, JobUpdate(error=text[-MAX_TRACEBACK_CHARS:]))
+    return mark_failed(store, job_id, text[-MAX_TRACEBACK_CHARS:])
 
 
 def config_points(spec: JobSpec) -> list[dict[str, Any]]:
