@@ -242,6 +242,9 @@ class ControlLoop:
         if snapshot is not None:  # the blob write (with fsync) and tag need no lock: readers don't wait on them
             try:
                 self._write_state(*snapshot)
+            except NotFoundError:  # its job went with a task deleted meanwhile: the next turn saves it
+                log.info("the selector state's job %d was deleted before its save; saving it next turn", snapshot[0])
+                self.saved.holder_lost()
             except StorageError:
                 self.saved.unsaved = True  # saved by a later turn
                 raise

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 
 from ...errors import NotFoundError, StoreCorruptError
@@ -47,6 +48,7 @@ class SavedState:
         self.state = state
         self.save_every = save_every
         self.unsaved, self._saved_at = False, 0.0
+        self._holder_lost = False  # a write found its job deleted: the next snapshot checks the holder
 
     def load(self) -> dict | None:
         """The newest saved state; None when there is none, or when its blob
@@ -70,6 +72,13 @@ class SavedState:
     def snapshot(self) -> tuple[int, bytes] | None:
         """The selector state to save, taken under the lock: (job id to tag, JSON)."""
         state = self.state
+        if self._holder_lost:
+            self._holder_lost = False
+            try:
+                state.store.get_job(state.last_job_id)
+            except NotFoundError:  # the newest job left holds it (a deletion moves it too: forget.py)
+                jobs = state.store.list_jobs()
+                state.last_job_id = jobs[-1].id if jobs else 0
         if state.last_job_id == 0 or state.selector is None:
             return None
         self.unsaved, self._saved_at = False, time.monotonic()
@@ -79,6 +88,12 @@ class SavedState:
         """Store a snapshot (a blob write with fsync, then its tag): needs no lock."""
         digest = self.state.blobs.put_bytes(data)
         self.state.store.set_tag("job", job_id, STATE_TAG, digest)
+
+    def holder_lost(self) -> None:
+        """A snapshot's job was deleted before its write (a task deletion
+        between the snapshot and the write): the next turn saves the state
+        again, on the job that holds it then."""
+        self.unsaved, self._saved_at, self._holder_lost = True, -math.inf, True
 
 
 def recover(state: LoopState, saved: SavedState, costs: Costs, priors: PriorRefits, *, seed: int | None,
