@@ -605,6 +605,14 @@ class Client:
         return self.request("PUT", f"/users/{_quote(user)}", {"allow_user_models": bool(allow)},
                             params=client_budget.origin_query(origin))
 
+    def set_admin(self, user: str, admin: bool = True, *, origin: str | None = None) -> dict[str, Any]:
+        """Give local account ``user`` admin rights, or take them (admins;
+        ``PUT /users/{name}``), from her next request on. A hub user's
+        rights follow the hub (a ``DataError`` naming ``admin``); your own
+        cannot be taken here. ``origin`` as for ``allow_user_models``."""
+        return self.request("PUT", f"/users/{_quote(user)}", {"admin": bool(admin)},
+                            params=client_budget.origin_query(origin))
+
     def users(self) -> list[dict[str, Any]]:
         return self.request("GET", "/users")
 

@@ -4,6 +4,7 @@
     easeml users list
     easeml users revoke ada           # ada's token stops working
     easeml users revoke ada --new-token   # ... and prints a new one
+    easeml users admin ada --off      # ada is no admin any more (without --off: she is one)
     easeml users link carol           # hub user carol takes over local account carol
     easeml users delete ada --yes     # ada's account, tasks and data, for good
 
@@ -83,7 +84,7 @@ def _naming(db_url, data_dir, doing: str, *, create: bool = False):
 
 @click.group("users")
 def command() -> None:
-    """Add, list, revoke, link and delete users of the service."""
+    """Add, list, revoke, make admin, link and delete users of the service."""
 
 
 @command.command("add")
@@ -131,6 +132,36 @@ def revoke(name, new_token, db_url, data_dir) -> None:
     with _naming(db_url, data_dir, "revoke") as store:
         _, token = revoke_token(store, name, replace=new_token)
     click.echo(token if token else f"the token of {name!r} is revoked", err=not token)
+
+
+@command.command("admin")
+@click.argument("name")
+@click.option("--off", is_flag=True, help="Take NAME's admin rights away instead.")
+@_db
+@_dir
+def admin(name, off, db_url, data_dir) -> None:
+    """Give local account NAME admin rights; --off takes them away.
+
+    A JupyterHub user's admin rights follow the hub, not this flag. A
+    running service applies the change within its token cache's lifetime
+    (30 s); the API's PUT /users/NAME {"admin": false} acts at once. This
+    command may take the last local admin's rights (it warns): it can give
+    them back, as it can on a fresh database."""
+    from ease_jupyter.errors import NotFoundError
+    from ease_jupyter.service.auth import check_name
+    from ease_jupyter.store.base import LOCAL
+
+    with _naming(db_url, data_dir, "change") as store:
+        try:
+            user = store.user_by_name(check_name("name", name), LOCAL)
+        except NotFoundError:
+            raise click.ClickException(f"user {name!r}: no local account of that name (a JupyterHub user's "
+                                       "admin rights follow the hub)") from None
+        store.set_user_admin(user.id, not off)
+        admins = [u.name for u in store.list_users() if u.is_admin and u.origin == LOCAL]
+    click.echo(f"local account {name!r} is {'no longer ' if off else ''}an admin", err=True)
+    if not admins:
+        click.echo(f"no local account is an admin now; 'easeml users admin {name}' gives the rights back", err=True)
 
 
 @command.command("link")

@@ -277,10 +277,14 @@ def spec() -> dict[str, Any]:
                                body=_obj("name", name=NAME_SCHEMA, admin={"type": "boolean"}),
                                response=_obj(name={"type": "string"}, token={"type": "string"}))},
         "/users/{name}": {"put": _op(
-            "Settings of user {name} (admin): allow_user_models lets her add her own models (task.add_model) "
-            "whatever the service's --allow-user-models", params=_USER_PARAMS,
-            body=_obj("allow_user_models", allow_user_models={"type": "boolean"}),
-            response=_obj(name={"type": "string"}, allow_user_models={"type": "boolean"})),
+            "Settings of user {name} (admin), either or both: allow_user_models lets her add her own models "
+            "(task.add_model) whatever the service's --allow-user-models; admin gives or takes a local account's "
+            "admin rights, at her next request (400 naming admin for a hub user: her rights follow the hub; 409 "
+            "for the caller's own rights). The answer holds the fields set", params=_USER_PARAMS,
+            body={**_obj(allow_user_models={"type": "boolean"}, admin={"type": "boolean"}),
+                  "minProperties": 1, "additionalProperties": False},
+            response=_obj("name", name={"type": "string"}, allow_user_models={"type": "boolean"},
+                          admin={"type": "boolean"})),
             "delete": _op(
                 "Delete user {name} and everything of hers, for good (admin): each of her tasks as DELETE "
                 "/tasks/{name} deletes one (a running job ends first; blobs another user also references stay), "

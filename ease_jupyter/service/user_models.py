@@ -573,19 +573,46 @@ def api_list(service: Any, caller: User, name: str) -> list[dict[str, Any]]:
     return [m.to_json() for m in UserModels(service.store).list(service._task(caller, name).id)]
 
 
+USER_FIELDS = ("allow_user_models", "admin")  # what PUT /users/{name} sets
+
+
 def api_set_user(service: Any, caller: User, name: str, body: Any, origin: str | None = None) -> dict[str, Any]:
     """``PUT /users/{name}[?origin=local|hub]`` (admins): ``{"allow_user_models":
-    true|false}`` (null, the service's default again, is not offered) for
-    the one account ``budget_api.user_named`` addresses."""
+    true|false, "admin": true|false}``, either or both (null, the service's
+    default again, is not offered), for the one account
+    ``budget_api.user_named`` addresses; every field is checked before any
+    is stored. ``admin`` is for local accounts: a hub user's rights follow
+    the hub (400 naming ``admin``). An admin cannot take her own rights
+    (409; another admin can, or ``easeml users admin NAME --off``), so the
+    caller stays an admin and the service never runs out of them. A changed
+    flag applies at her next request (the token cache forgets her), and
+    her open event streams end at once. The answer: her name and the
+    fields set."""
+    from ..errors import InvalidStateError
     from .budget_api import user_named
 
     if not caller.is_admin:
         raise PermissionError("admin rights needed")
     user = user_named(service, name, origin)
-    if not isinstance(body, Mapping) or set(body) - {"allow_user_models"}:
-        raise DataError("body", repr(body)[:80], '{"allow_user_models": true or false}')
-    allow = body.get("allow_user_models")
-    if not isinstance(allow, bool):
-        raise DataError("allow_user_models", repr(allow), "true or false")
-    set_user_setting(service.store, user, allow)
-    return {"name": user.name, "allow_user_models": allow}
+    if not isinstance(body, Mapping) or not body or set(body) - set(USER_FIELDS):
+        raise DataError("body", repr(body)[:80], '{"allow_user_models": true or false, "admin": true or false} '
+                        "(either or both)")
+    for field in USER_FIELDS:
+        if field in body and not isinstance(body[field], bool):
+            raise DataError(field, repr(body[field]), "true or false")
+    admin = body.get("admin")
+    if admin is not None and user.origin == HUB:
+        raise DataError("admin", f"{admin} for hub user {user.name!r}",
+                        "no admin field for a hub user: her admin rights follow the hub (a hub admin, or the "
+                        "custom:easeml:admin scope), so change them there")
+    if admin is False and user.id == caller.id:
+        raise InvalidStateError(f"user {user.name!r} is the caller: an admin cannot take her own admin rights "
+                                "here; another admin can, or `easeml users admin NAME --off` on the database")
+    if "allow_user_models" in body:
+        set_user_setting(service.store, user, body["allow_user_models"])
+    if admin is not None and admin != user.is_admin:
+        user = service.store.set_user_admin(user.id, admin)
+        service.tokens.forget_user(user.id)  # her cached rights go: her next request has the new ones
+        service.events.close_user(user.id)  # a stream opened with the old rights ends now
+    return {"name": user.name, **{field: body[field] for field in USER_FIELDS if field in body}}
+

@@ -233,6 +233,12 @@ class Store(abc.ABC):
         reaches the user any more."""
 
     @abc.abstractmethod
+    def set_user_admin(self, user_id: int, is_admin: bool) -> User:
+        """Give or take the user's admin flag (a bool, else ``DataError``
+        naming ``is_admin``); returns her as she is now. Nothing else of
+        hers changes; an unknown user is a ``NotFoundError``."""
+
+    @abc.abstractmethod
     def link_user_to_hub(self, user_id: int) -> User:
         """Make the local account ``user_id`` the hub user of the same name
         (origin "hub", same id, so its tasks come along) and revoke its token,

@@ -163,6 +163,14 @@ class InMemoryStore(Store):
                 self._token_hashes[token_hash] = user.id
             return user
 
+    def set_user_admin(self, user_id: int, is_admin: bool) -> User:
+        if not isinstance(is_admin, bool):
+            raise DataError("is_admin", repr(is_admin), "true or false")
+        with self._lock:
+            user = replace(self._user(user_id), is_admin=is_admin)
+            self._users[user.id] = user
+            return user
+
     def link_user_to_hub(self, user_id: int) -> User:
         with self._lock:
             user = self._user(user_id)

@@ -199,8 +199,8 @@ def test_there_is_no_way_to_change_or_delete_a_version() -> None:
     }
     # The only mutators touch users, tasks, jobs and tags; nothing reaches a dataset
     # version except the deletion of its whole task.
-    assert mutators == {"set_user_token_hash", "link_user_to_hub", "update_job", "set_task_cancelled", "set_tag",
-                        "delete_task", "delete_user"}
+    assert mutators == {"set_user_token_hash", "set_user_admin", "link_user_to_hub", "update_job",
+                        "set_task_cancelled", "set_tag", "delete_task", "delete_user"}
 
 
 # -- users ----------------------------------------------------------------------
@@ -263,6 +263,27 @@ def test_a_token_hash_can_be_replaced_or_revoked(store: Store) -> None:
         store.set_user_token_hash(999, None)
     with pytest.raises(DataError):
         store.set_user_token_hash(ada.id, "")
+
+
+def test_an_admin_flag_is_given_and_taken_and_nothing_else_changes(store: Store) -> None:
+    ada, bob = user(store, "ada", is_admin=True), user(store, "bob")
+    galaxy = task(store, ada)
+    store.set_tag("user", ada.id, "easeml.budget.seconds", "10.0")
+    demoted = store.set_user_admin(ada.id, False)
+    assert demoted == dataclasses.replace(ada, is_admin=False) == store.get_user(ada.id)
+    assert store.user_by_token_hash("hash-of-ada") == demoted and store.user_by_name("ada") == demoted
+    assert store.task_by_name(ada.id, "galaxy") == galaxy
+    assert store.tags("user", ada.id) == {"easeml.budget.seconds": "10.0"}
+    assert store.set_user_admin(ada.id, False) == demoted  # already so: no change
+    assert store.set_user_admin(bob.id, True) == dataclasses.replace(bob, is_admin=True) == store.get_user(bob.id)
+    assert store.list_users() == (demoted, dataclasses.replace(bob, is_admin=True))
+    with pytest.raises(NotFoundError):
+        store.set_user_admin(999, True)
+    for bad in ("false", 0, None):
+        with pytest.raises(DataError) as info:
+            store.set_user_admin(ada.id, bad)  # type: ignore[arg-type]
+        assert info.value.field == "is_admin"
+    assert store.get_user(ada.id) == demoted  # a refused change changes nothing
 
 
 def test_a_local_account_is_linked_to_the_hub_user_of_its_name(store: Store) -> None:

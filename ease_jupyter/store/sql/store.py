@@ -355,6 +355,15 @@ class SQLStore(Store):
         except IntegrityError:
             raise AlreadyExistsError("token_hash: taken by a concurrent call") from None
 
+    def set_user_admin(self, user_id: int, is_admin: bool) -> User:
+        if not isinstance(is_admin, bool):
+            raise DataError("is_admin", repr(is_admin), "true or false")
+        with self._writing() as s:
+            row = self._row(s, UserRow, user_id, what="user", field="user_id", lock=True)
+            row.is_admin = is_admin
+            s.flush()
+            return row.to_record()
+
     def link_user_to_hub(self, user_id: int) -> User:
         try:
             with self._writing() as s:
