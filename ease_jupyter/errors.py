@@ -101,6 +101,19 @@ class StoreCorruptError(StorageError):
     code, http_status = "store_corrupt", 500
 
 
+class ClusterUnavailableError(EaseMLError, RuntimeError):
+    """The cluster could not run the work now: a worker or the scheduler went
+    away, or no worker was there (``cluster_unavailable``). It says nothing
+    of the model: the service retries such a job later (``failures.py``).
+    The message names a worker by its name, never its address, and holds no
+    library internals."""
+
+    code = "cluster_unavailable"
+
+    def __reduce__(self):
+        return type(self), self.args
+
+
 def _gib(total_memory: int | None) -> str:
     return "unknown size" if total_memory is None else f"{total_memory / 2**30:.1f} GiB"
 

@@ -39,7 +39,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ease_jupyter.errors import EaseMLError
+from ease_jupyter.errors import ClusterUnavailableError, EaseMLError
 from ease_jupyter.execution.engine.base import MEMORY, Engine, UnitDone, UnitLost, cpu_workers
 from ease_jupyter.execution.memory import (
     STEP,
@@ -53,8 +53,10 @@ from ease_jupyter.execution.sklearn_fit import fit_and_score
 
 __all__ = ["GridPoint", "GridResult", "cartesian", "grid_search", "split_80_20"]
 
-#: Times one grid task is submitted again after the workers it was kept to
-#: were all lost (a task that keeps losing its workers fails the grid).
+#: Times one grid task is submitted again after it was lost: the workers it
+#: was kept to all left, or the shared data went with a worker (then the data
+#: is shared again first). A task lost more often fails the grid with
+#: ``ClusterUnavailableError``.
 MAX_LOST = 3
 
 
@@ -298,15 +300,16 @@ def grid_search(
         fixed = int(fixed_bytes if fixed_bytes is not None else (min(worker_mem) if worker_mem else 0))
         if memory in ("auto", "fixed") and fixed <= 0:
             raise EaseMLError("fixed_bytes: found no MEMORY resource on the workers, expected workers that declare MEMORY or memory=None")
-        data = engine.share((X_tr, y_tr, X_te, y_te))
-
+        parts = (X_tr, y_tr, X_te, y_te)
+        shared = [engine.share(parts)]  # its copy may go with a worker: then shared again
         submitted: dict[int, tuple[int | None, bool]] = {}  # point -> (reservation, probe)
+        used: dict[int, int] = {}  # point -> which share its last submission read
 
         def submit(i: int, reserve: int | None, probe: bool) -> str:
             res = {MEMORY: reserve} if reserve else None
-            submitted[i] = (reserve, probe)
-            return engine.submit(_fit_task, make, points_params[i], data, classification, probe, resources=res,
-                                 workers=_grid_workers(engine.worker_resources(), fan_out))
+            submitted[i], used[i] = (reserve, probe), len(shared) - 1
+            return engine.submit(_fit_task, make, points_params[i], shared[-1], classification, probe,
+                                 resources=res, workers=_grid_workers(engine.worker_resources(), fan_out))
 
         def collect(handles: dict[str, int]) -> dict[int, dict[str, Any]]:
             out: dict[int, dict[str, Any]] = {}
@@ -317,9 +320,15 @@ def grid_search(
                 again = {}
                 for h, ev in events.items():
                     i = handles[h]
-                    # the CPU workers it was kept to were all lost: it runs again on the live ones
-                    if isinstance(ev, UnitLost) and lost[i] < MAX_LOST:
+                    if isinstance(ev, UnitLost):
+                        # its workers were all lost (it runs again on the live ones), or its data was
+                        if lost[i] >= MAX_LOST:
+                            raise ClusterUnavailableError(
+                                f"grid task {points_params[i]}: a worker of the cluster was lost "
+                                f"{lost[i] + 1} times while it ran; the job is retried later")
                         lost[i] += 1
+                        if ev.reason == "data-lost" and used[i] == len(shared) - 1:
+                            shared.append(engine.share(parts))
                         again[submit(i, *submitted[i])] = i
                     elif not isinstance(ev, UnitDone):
                         raise EaseMLError(f"grid task {points_params[i]}: {ev}")

@@ -5,7 +5,9 @@ that the model is bad for the task) or because of the storage (a missing
 blob, a full disk, the owner's quota, a store that cannot be written: the
 model is no worse for it). ``fail_job`` records the second kind's error code
 as the job's ``FAILURE_TAG``; the control loop does not report such a job to
-the selector (``failure_code``), and picks its arm again later.
+the selector (``failure_code``), and picks its arm again later. A cluster
+that could not run the job (``ClusterUnavailableError``: no worker, a worker
+lost with the job's data) counts as the second kind too (``storage_code``).
 
 One quota refusal is the model's own: a trained model larger than the room
 its owner has left (``quota.ModelOverQuotaError``). Training it again makes
@@ -30,19 +32,20 @@ import traceback
 from datetime import datetime, timezone
 from typing import Mapping
 
-from ..errors import EaseMLError, StorageError
+from ..errors import ClusterUnavailableError, EaseMLError, StorageError
 from ..store import Job, JobStatus, JobUpdate, Store
 from ..store.space import is_disk_full
 from .budget import run_seconds
 from .quota import ModelOverQuotaError
 
-FAILURE_TAG = "easeml.failure"  # the error code of a job that failed for want of storage
+FAILURE_TAG = "easeml.failure"  # the error code of a job that failed for want of storage or cluster
 ERROR_CODE_TAG = "easeml.error_code"  # the error code of any failure that has one
 
 
 def storage_code(error: BaseException) -> str | None:
-    """The error code of a storage failure; None for any other error."""
-    if isinstance(error, StorageError):
+    """The error code of a storage failure, or of a cluster that could not
+    run the job; None for any other error."""
+    if isinstance(error, (StorageError, ClusterUnavailableError)):
         return error.code
     return "storage_full" if is_disk_full(error) else None
 

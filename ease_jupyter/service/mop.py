@@ -86,6 +86,7 @@ from typing import Any, Callable, ClassVar, Iterator
 import numpy as np
 
 from ..datasets import load
+from ..errors import ClusterUnavailableError
 from ..execution.automl import pick_procedure, pick_survivors
 from ..execution.mop.placement import AUTO_REPLICATION
 from ..execution.mop.pool_driver import PoolDriver
@@ -273,7 +274,9 @@ def run_torch_job(store: Store, blobs: BlobStore, engine: Any, job_id: int, *,
         return store.update_job(job_id, JobStatus.SUCCEEDED,
                                 JobUpdate(accuracy=float(score), cost_seconds=seconds, artifact_blob=digest))
     except Exception as error:  # noqa: BLE001 - recorded on the job
-        if _users_model(job) or from_user_code(error):
+        if isinstance(error, ClusterUnavailableError):  # not the model's: retried later (failures.py)
+            log.warning("torch job %d: %s", job_id, error)
+        elif _users_model(job) or from_user_code(error):
             # its text may hold her prints and traceback: hers, in the job's error, not in the log others read
             log.warning("torch job %d of a user's model failed (%s)", job_id, type(error).__name__)
         else:

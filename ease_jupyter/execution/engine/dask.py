@@ -65,8 +65,9 @@ from ease_jupyter.execution.engine.base import (
     new_handle,
 )
 from ease_jupyter.execution.engine.clusters import close_cluster
+from ease_jupyter.errors import ClusterUnavailableError
 
-__all__ = ["DaskEngine", "WorkerSetup", "DASK_CONFIG", "local_cluster"]
+__all__ = ["DaskEngine", "WorkerSetup", "DASK_CONFIG", "local_cluster", "ClusterLostError"]
 
 #: Dask settings for our workers (key names checked in distributed 2026.8.0).
 DASK_CONFIG: dict[str, Any] = {
@@ -229,6 +230,18 @@ def _load_gateway_comm(address: str) -> None:
 DIRECT_BYTES = 1 << 20
 
 
+class ClusterLostError(EngineError, ClusterUnavailableError):
+    """The cluster could not serve a request now: a worker left, the
+    scheduler is gone, or no worker is there. An ``EngineError`` to the
+    engine's callers (a MOP driver re-queues a unit whose worker went), a
+    ``ClusterUnavailableError`` to the service (the job is retried later)."""
+
+
+# distributed's errors when the cluster is away: CommClosedError is an OSError,
+# a scheduler with no (valid) workers answers TimeoutError.
+_CLUSTER_ERRORS = (OSError, TimeoutError)
+
+
 @dataclass
 class _Pending:
     handle: str
@@ -318,6 +331,7 @@ class DaskEngine(Engine):
         self._name_of: dict[str, str] = {}  # live address -> name
         self._address_of: dict[str, str] = {}  # name -> address (live or lost)
         self._lost: set[str] = set()
+        self._dask_names: dict[str, str] = {}  # address -> the worker's own name (for messages)
         self._generation: dict[str, int] = {}
         self._threads: list[threading.Thread] = []
         self._closed = False
@@ -327,7 +341,9 @@ class DaskEngine(Engine):
         # must not collide.
         self._tag = uuid.uuid4().hex[:12]
         self._client.subscribe_topic("all", self._on_scheduler_event)
-        for address_ in sorted(self._client.scheduler_info(n_workers=-1)["workers"]):
+        info = self._client.scheduler_info(n_workers=-1)["workers"]
+        self._note_names(info)
+        for address_ in sorted(info):
             self._admit(address_)
 
     # -- names ---------------------------------------------------------------------
@@ -343,9 +359,27 @@ class DaskEngine(Engine):
             self._address_of[name] = address
             return name
 
+    def _note_names(self, info: Mapping[str, Any]) -> None:
+        """Remember each worker's own name (``dask worker --name``) from the
+        scheduler's ``workers`` info, for messages that must not show addresses."""
+        with self._lock:
+            for address, i in info.items():
+                name = str(i.get("name", "")) if isinstance(i, Mapping) else ""
+                host = address.split("://")[-1]
+                if name and host not in name and "://" not in name:  # a worker started without --name is its address
+                    self._dask_names[address] = name
+
+    def _label(self, worker: str | None) -> str:
+        """``worker`` as a message names it: by its own name, never its address."""
+        name = self._dask_names.get(self._address_of.get(worker or "", ""))
+        return f"worker {name!r}" if name else "a worker"
+
     def _live_address(self, worker: str) -> str:
         if self._closed:
             raise EngineError("engine: found it closed, expected an open engine")
+        if worker in self._lost:
+            raise ClusterLostError(f"the cluster lost {self._label(worker)}; the work is retried when the "
+                                   "cluster has workers again")
         address = self._address_of.get(worker)
         if address is None or worker in self._lost or self._name_of.get(address) != worker:
             raise EngineError(f"worker: found {worker!r}, expected one of the live workers {self.workers()}")
@@ -379,7 +413,12 @@ class DaskEngine(Engine):
         """Each live worker's resources as the engine reports them (with
         ``MEMORY`` implied by the memory limit where undeclared) and as
         declared to Dask."""
-        info = self._client.scheduler_info(n_workers=-1)["workers"]
+        try:
+            info = self._client.scheduler_info(n_workers=-1)["workers"]
+        except _CLUSTER_ERRORS as error:
+            raise ClusterLostError("the cluster's scheduler cannot be reached; the work is retried when it is "
+                                   "back") from error
+        self._note_names(info)
         out = {}
         with self._lock:
             for address, i in info.items():
@@ -402,7 +441,8 @@ class DaskEngine(Engine):
                 fut = self._client.scatter({dask_key: data}, workers=[address], broadcast=False, hash=False)[dask_key]
             except Exception as error:  # noqa: BLE001 - the scheduler dropped the worker (e.g. its nanny closed) meanwhile
                 self._lose_worker(address, "left while data was placed", [])  # the caller learns by the error
-                raise EngineError(f"worker: {name!r} left while data was placed on it ({error!r})") from error
+                raise ClusterLostError(f"the cluster lost {self._label(name)} while data was placed on it; the "
+                                       "work is retried when the cluster has workers again") from error
             with self._lock:
                 self._placed[(key, name)] = fut
 
@@ -417,7 +457,11 @@ class DaskEngine(Engine):
 
     def share(self, value: Any) -> Any:
         dask_key = self._key(f"shared-{new_handle('value')}")
-        return self._client.scatter({dask_key: value}, hash=False)[dask_key]
+        try:
+            return self._client.scatter({dask_key: value}, hash=False)[dask_key]
+        except _CLUSTER_ERRORS as error:  # no worker joined in time, or the scheduler went away
+            raise ClusterLostError("the cluster has no worker to take the data now; the work is retried when "
+                                   "it has workers again") from error
 
     # -- submission ----------------------------------------------------------------------
     def submit_pinned(self, fn: Callable[..., Any], key: Hashable, *args: Any, worker: str, timeout: float) -> str:
@@ -573,7 +617,9 @@ class DaskEngine(Engine):
         if status == "running" and self._scheduler_gone:
             self._scheduler_gone = False
             self._client.subscribe_topic("all", self._on_scheduler_event)
-            for address in sorted(self._client.scheduler_info(n_workers=-1)["workers"]):
+            info = self._client.scheduler_info(n_workers=-1)["workers"]
+            self._note_names(info)
+            for address in sorted(info):
                 name = self._admit(address)
                 if name is not None:
                     out.append(WorkerAdded(name))

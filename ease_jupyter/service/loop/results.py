@@ -1,6 +1,7 @@
 """Finished jobs: their results go to the selector (ease.ml pvldb §4: a
 finished pick is an observation of its arm), a job its executor lost is run
-again, and a job that failed for want of storage puts its tenant on hold."""
+again, and a job that failed for want of storage or of a cluster that could
+run it (``failures.failure_code``) puts its tenant on hold."""
 
 from __future__ import annotations
 
@@ -16,13 +17,14 @@ from .state import LoopState, Running, measured_quality
 log = logging.getLogger(__package__)  # one logger for the whole loop
 
 MAX_ATTEMPTS = 3  # a job lost by its executor this often is failed
-STORAGE_RETRY_SECONDS = 60.0  # a tenant's wait for new picks after a job failed for want of storage
+STORAGE_RETRY_SECONDS = 60.0  # a tenant's wait for new picks after a job failed for want of storage or cluster
 
 
 class StorageHolds:
     """Tenants that get no new pick for a while: one of their jobs failed for
-    want of storage (``failures.fail_job``), which says nothing of its model,
-    so a missing blob or a full disk does not fail one job after another."""
+    want of storage or of a cluster that could run it (``failures.fail_job``),
+    which says nothing of its model, so a missing blob, a full disk or a
+    cluster without workers does not fail one job after another."""
 
     def __init__(self, retry_seconds: float = STORAGE_RETRY_SECONDS):
         self.retry_seconds = retry_seconds
@@ -96,8 +98,9 @@ class Results:
             if run.tenant not in state.tenants:  # stale (new version) or cancelled: kept, not reported as hers
                 changed |= self._pass_on(run, job)
                 continue
-            if failure_code(state.store, job) is not None:
-                self._hold_after_storage_failure(run)
+            code = failure_code(state.store, job)
+            if code is not None:
+                self._hold_after_storage_failure(run, code)
                 changed = True
                 continue
             quality = measured_quality(job)
@@ -137,10 +140,11 @@ class Results:
             self.state.running[run.job_id] = run
             self._done.put(run.job_id)
 
-    def _hold_after_storage_failure(self, run: Running) -> None:
-        """The arm goes back to the pool unscored, and the tenant is put on hold."""
-        log.warning("job %d failed for want of storage; task %d gets no new pick for %g s",
-                    run.job_id, run.task_id, self.holds.retry_seconds)
+    def _hold_after_storage_failure(self, run: Running, code: str) -> None:
+        """The arm goes back to the pool unscored, and the tenant is put on
+        hold (a storage or cluster failure: ``failures.failure_code``)."""
+        log.warning("job %d failed for want of storage or cluster (%s); task %d gets no new pick for %g s",
+                    run.job_id, code, run.task_id, self.holds.retry_seconds)
         self.holds.hold(run.tenant)
         try:
             self.state.selector.cancel(run.tenant, run.key)
