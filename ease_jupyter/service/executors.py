@@ -8,7 +8,10 @@ engine a job slot trains on, and how to run one job on it:
 
 - ``ThreadExecutor``: ``workers`` threads in the service process, each with
   its own engine, made on its first job (an engine's event stream has one
-  reader). For ``memory://`` stores and quick tests.
+  reader). For ``memory://`` stores and quick tests. Its shutdown waits at
+  most ``SHUTDOWN_SECONDS`` for running jobs: one stuck on a cluster that
+  does not answer is left RUNNING in the store (its daemon thread ends with
+  the process), and the next start re-queues it.
 - A runner with ``shares_engine = True`` (``mop.TorchJobs``: its jobs are
   MOP workloads that one driver per engine interleaves) gets one engine for
   all its job slots: the thread executor's threads share it, and the process
@@ -104,38 +107,102 @@ def _close_engine(engine: Any) -> None:
         log.exception("closing an executor's engine failed")
 
 
+SHUTDOWN_SECONDS = 30.0  # the longest a thread executor's shutdown waits for its running jobs
+
+
+class _DaemonThreads:
+    """Up to ``n`` daemon threads that run submitted calls in turn. Not a
+    ``ThreadPoolExecutor``: the interpreter joins those at exit, so a job
+    stuck on a dead cluster would keep the service from ending."""
+
+    def __init__(self, n: int, prefix: str):
+        self._n, self._prefix = n, prefix
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
+        future: Future = Future()
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("cannot schedule new futures after shutdown")
+            self._queue.put((future, fn, args))
+            if len(self._threads) < self._n:
+                thread = threading.Thread(target=self._work, name=f"{self._prefix}_{len(self._threads)}", daemon=True)
+                self._threads.append(thread)
+                thread.start()
+        return future
+
+    def _work(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            future, fn, args = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                result = fn(*args)
+            except BaseException as error:  # noqa: BLE001 - handed to the future's waiter
+                future.set_exception(error)
+            else:
+                future.set_result(result)
+
+    def shutdown(self, timeout: float) -> list[threading.Thread]:
+        """Cancel the calls not started and wait up to ``timeout`` seconds for
+        the running ones; returns the threads still running."""
+        with self._lock:
+            self._closed = True
+            threads = list(self._threads)
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is not None:
+                item[0].cancel()
+        for _ in threads:
+            self._queue.put(None)
+        end = time.monotonic() + timeout
+        for thread in threads:
+            thread.join(max(0.0, end - time.monotonic()))
+        return [t for t in threads if t.is_alive()]
+
+
 class ThreadExecutor:
     """``workers`` threads in the service, each with its own engine."""
 
     def __init__(self, runner: JobRunner, store: Store, blobs: BlobStore, workers: int = 1, *,
-                 publish: Publish | None = None):
+                 publish: Publish | None = None, shutdown_seconds: float = SHUTDOWN_SECONDS):
         self.runner, self.store, self.blobs = runner, store, blobs
         self.workers = int(workers)
         self.publish = publish or _ignore
+        self.shutdown_seconds = float(shutdown_seconds)
         self._local = threading.local()
-        self._engines: list[Any] = []
+        self._engines: list[tuple[threading.Thread | None, Any]] = []  # (its thread, or None when shared; engine)
         self._engines_lock = threading.Lock()
-        self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="easeml-worker")
-        self._calls = ThreadPoolExecutor(max_workers=1, thread_name_prefix="easeml-call")
+        self._pool = _DaemonThreads(self.workers, "easeml-worker")
+        self._calls = _DaemonThreads(1, "easeml-call")
 
     def _engine(self) -> Any:
         if self.runner.shares_engine:
             with self._engines_lock:
                 if not self._engines:
-                    self._engines.append(self.runner.make_engine())
-                return self._engines[0]
+                    self._engines.append((None, self.runner.make_engine()))
+                return self._engines[0][1]
         engine = getattr(self._local, "engine", None)
         if engine is None:
             engine = self._local.engine = self.runner.make_engine()
             with self._engines_lock:
-                self._engines.append(engine)
+                self._engines.append((threading.current_thread(), engine))
         return engine
 
     def engines(self) -> list[Any]:
         """The engines made so far, one per thread that ran a job (one in all
         for a runner that shares its engine)."""
         with self._engines_lock:
-            return list(self._engines)
+            return [engine for _thread, engine in self._engines]
 
     def _run(self, job_id: int) -> Job:
         return self.runner.run(self.store, self.blobs, self._engine(), job_id, self.publish)
@@ -150,11 +217,22 @@ class ThreadExecutor:
         pass  # threads cost nothing to have; each makes its engine at its first job
 
     def shutdown(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
-        self._calls.shutdown(wait=True, cancel_futures=True)
+        """Cancel the jobs not started and wait at most ``shutdown_seconds``
+        for the running ones. A job still running then (stuck on a cluster
+        that does not answer) is left RUNNING in the store, for the next
+        start to re-queue, and its engine is not closed under it (that would
+        fail the job)."""
+        end = time.monotonic() + self.shutdown_seconds
+        stuck = self._pool.shutdown(self.shutdown_seconds)
+        stuck += self._calls.shutdown(max(0.0, end - time.monotonic()))
+        if stuck:
+            log.warning("%d job thread(s) still running after %g s; their jobs stay running and are "
+                        "re-queued at the next start", len(stuck), self.shutdown_seconds)
         with self._engines_lock:
             engines, self._engines = self._engines, []
-        for engine in engines:
+        for thread, engine in engines:
+            if thread in stuck or (thread is None and stuck):
+                continue
             _close_engine(engine)
 
 
