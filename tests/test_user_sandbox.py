@@ -54,7 +54,8 @@ def test_a_call_that_hangs_times_out_at_the_deadline_and_its_process_is_gone(tmp
         run_user_code(_sleeps_forever, str(pid_file), deadline=deadline, what="sleeps")
     assert time.monotonic() - started < 3 + 10  # at the deadline (slack for a loaded machine), not never
     pid = int(pid_file.read_text())
-    assert pid != os.getpid() and not psutil.pid_exists(pid)
+    # killed at once; on a loaded machine the zygote may reap it a little later
+    assert pid != os.getpid() and _gone_soon(pid, 10.0)
     # The next job gets a fresh child, unaffected.
     assert run_user_code(pow, 2, 5, deadline=time.time() + 30, what="pow") == 32
 
