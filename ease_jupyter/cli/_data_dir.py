@@ -212,6 +212,24 @@ def existing_store(db_url: str | None, data_dir: Path | None, doing: str, *,
         store.close()
 
 
+@contextlib.contextmanager
+def no_service_in(directory: Path, instead: str) -> Iterator[None]:
+    """Hold the data dir's lock for the block: no service runs on
+    ``directory`` and none starts until it ends. A service running there is
+    a click error naming it, then ``instead`` (what to do)."""
+    from ease_jupyter.service.embedded import DataDirInUse, DataDirLock
+
+    try:
+        lock = DataDirLock(directory)
+    except DataDirInUse as busy:
+        raise click.ClickException(
+            f"a service (pid {busy.pid or '?'}, {busy.url or 'still starting'}) uses {directory}: {instead}") from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
 def writable_dir(directory: Path, param_hint: str) -> Path:
     """``directory``, created if need be, once a file can be written in it:
     an output path that cannot take the result fails before the run, not

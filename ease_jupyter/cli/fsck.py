@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -36,26 +37,15 @@ def command(db_url, data_dir, repair, as_json, force) -> None:
     stop it first; the service takes the repairs in when it starts. A
     report alone may run beside the service.
     """
-    from ease_jupyter.service.embedded import DataDirInUse, DataDirLock
     from ease_jupyter.service.fsck import check
 
-    from ._data_dir import existing_store
+    from ._data_dir import existing_store, no_service_in
 
     with existing_store(db_url, data_dir, "check", force=force) as (store, blobs, directory):
-        lock = None
-        if repair:  # a running service would not see the repairs, and would act on what it holds
-            try:
-                lock = DataDirLock(directory)  # no service runs here, and none starts until we are done
-            except DataDirInUse as busy:
-                raise click.ClickException(
-                    f"a service (pid {busy.pid or '?'}, {busy.url or 'still starting'}) uses {directory}: stop it "
-                    f"first (easeml stop --data-dir {directory}), then repair; easeml fsck without --repair may run "
-                    "beside it") from None
-        try:
+        # a running service would not see the repairs, and would act on what it holds
+        with (no_service_in(directory, f"stop it first (easeml stop --data-dir {directory}), then repair; "
+                            "easeml fsck without --repair may run beside it") if repair else contextlib.nullcontext()):
             report = check(store, blobs, repair=repair, progress=None if as_json else _progress_bar)
-        finally:
-            if lock is not None:
-                lock.release()
     if as_json:
         click.echo(json.dumps(report.as_dict(), indent=2))
     else:

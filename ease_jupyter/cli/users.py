@@ -256,10 +256,9 @@ def delete(name, hub, yes, db_url, data_dir) -> None:
     from ease_jupyter.service import deletion
     from ease_jupyter.service.arrays import Uploads
     from ease_jupyter.service.auth import check_name
-    from ease_jupyter.service.embedded import DataDirInUse, DataDirLock
     from ease_jupyter.store.base import HUB, LOCAL
 
-    from ._data_dir import existing_store
+    from ._data_dir import existing_store, no_service_in
 
     try:
         check_name("name", name)
@@ -267,15 +266,9 @@ def delete(name, hub, yes, db_url, data_dir) -> None:
         raise click.BadParameter(f"found {error.found}, expected {error.expected}", param_hint="NAME") from None
     origin = HUB if hub else LOCAL
     with existing_store(db_url, data_dir, "delete users in", force=True) as (store, blobs, directory):
-        try:
-            lock = DataDirLock(directory)  # no service runs here, and none starts until we are done
-        except DataDirInUse as busy:
-            raise click.ClickException(
-                f"a service (pid {busy.pid or '?'}, {busy.url or 'still starting'}) uses {directory}: delete "
-                f"through it (DELETE /api/v1/users/{name}{'?origin=hub' if hub else ''} as an admin), which ends "
-                f"her running jobs first and tells its scheduler, or stop it first (easeml stop --data-dir "
-                f"{directory})") from None
-        try:
+        with no_service_in(directory, f"delete through it (DELETE /api/v1/users/{name}"
+                           f"{'?origin=hub' if hub else ''} as an admin), which ends her running jobs first and tells "
+                           f"its scheduler, or stop it first (easeml stop --data-dir {directory})"):
             try:
                 user = store.user_by_name(name, origin)
             except NotFoundError:
@@ -292,8 +285,6 @@ def delete(name, hub, yes, db_url, data_dir) -> None:
                 raise click.ClickException(f"{error}; nothing more was deleted. If no service runs anywhere on this "
                                            "database, a crashed one left the job so: start the service and delete "
                                            f"through it (DELETE /api/v1/users/{name})") from None
-        finally:
-            lock.release()
     click.echo(f"deleted {origin} user {name!r}: {out['tasks']} task(s)"
                f"{' (' + ', '.join(out['task_names']) + ')' if out['task_names'] else ''}, "
                f"{out['versions']} dataset version(s), {out['jobs']} job(s), {out['blobs_deleted']} stored blob(s) "
