@@ -23,7 +23,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from ..datasets import load, program_of
-from ..errors import StorageError
+from ..errors import StoreCorruptError
 from ..jobspec import best_point, parse_job, recorded_point
 from ..schema.scores import TITLES, score_key
 from ..store import BlobStore, Job, Metric, Node, NodeKind, Store, Task
@@ -142,7 +142,7 @@ def input_preprocessing(store: Store, blobs: BlobStore, task: Task, version: Any
         return steps
     try:
         X = load(store, blobs, version).X
-    except StorageError:  # a lost or damaged blob (``easeml fsck``): the model itself is intact
+    except StoreCorruptError:  # a lost or damaged blob (``easeml fsck``): the model itself is intact
         steps.append({"step": "values seen in training", "min": None, "max": None,
                       "note": "not read: examples of this version are missing or damaged"})
         return steps

@@ -34,6 +34,7 @@ from .validation import validation_size
 # Per blob store, the model digests whose content was read whole and found sound (``check_model``).
 _sound: "weakref.WeakKeyDictionary[BlobStore, set[str]]" = weakref.WeakKeyDictionary()
 _sound_lock = threading.Lock()
+CHECK_MAX_BYTES = 64 * 1024 * 1024  # a larger model is only checked for presence on a read
 
 UNUSABLE_TAG = "easeml.unusable"  # why a finished job's model cannot be used (set by `easeml fsck --repair`)
 BEST_TRIAL_TAG = "easeml.mop.best_trial"  # a torch job's best config: {"trial": id, "lr": rate}
@@ -74,15 +75,18 @@ def read_model(blobs: BlobStore, task: Task, job: Job) -> bytes:
 
 def check_model(blobs: BlobStore, task: Task, job: Job) -> None:
     """``StoreCorruptError`` naming the task and job, as ``infer`` would
-    answer, unless the job's model can be read: there, and its content the
-    one its digest names. The content is read once per digest and process
-    (a digest's content never changes); a blob deleted since is caught by
-    ``exists``."""
+    answer, unless the job's model can be read: there, and (up to
+    ``CHECK_MAX_BYTES``) its content the one its digest names. The content
+    is read once per digest and process (a digest's content never changes);
+    a blob deleted since is caught by its size."""
     digest = job.artifact_blob
     if digest is None:
         return
-    if not blobs.exists(digest):
+    size = blobs.size(digest)
+    if size is None:
         read_model(blobs, task, job)  # raises StoreCorruptError
+    if size is not None and size > CHECK_MAX_BYTES:
+        return  # not read whole on a request: infer, export and easeml fsck read it
     with _sound_lock:
         if digest in _sound.get(blobs, ()):
             return

@@ -15,7 +15,7 @@ import weakref
 from typing import Iterable
 
 from ..datasets import load
-from ..errors import StorageError
+from ..errors import StoreCorruptError
 from ..execution.holdout import validation_mask
 from ..store import BlobStore, DatasetVersion, Store
 
@@ -34,7 +34,7 @@ def validation_size(store: Store, blobs: BlobStore, version: DatasetVersion) -> 
         return known
     try:
         data = load(store, blobs, version)
-    except StorageError:
+    except StoreCorruptError:  # lost or damaged (an unavailable store is the caller's 503)
         return None
     size = int(validation_mask(data.split_keys).sum())  # as runner.evaluate_grid splits
     with _lock:

@@ -208,3 +208,35 @@ def test_a_sound_model_is_read_once_and_a_later_loss_still_caught(trained, monke
     blobs.path(job.artifact_blob).unlink()
     best = trained.call("GET", "/tasks/iris/best", "alice")
     assert best.status == 500 and best.body["error"]["code"] == "store_corrupt"
+
+
+def test_a_store_that_cannot_be_read_is_an_outage_not_a_null_validation_size(trained, monkeypatch):
+    """Only a lost or damaged blob makes the size null: an unavailable store
+    answers 503, as every read does, instead of a best model without it."""
+    from ease_jupyter.errors import StoreUnavailableError
+    from ease_jupyter.service import validation
+
+    def unavailable(*args, **kwargs):
+        raise StoreUnavailableError("the database cannot be read now")
+
+    monkeypatch.setattr(validation, "load", unavailable)
+    monkeypatch.setattr(validation, "_sizes", type(validation._sizes)())  # nothing known yet
+    best = trained.call("GET", "/tasks/iris/best", "alice")
+    assert best.status == 503 and best.body["error"]["code"] == "store_unavailable", best.body
+
+
+def test_a_model_above_the_check_limit_is_not_read_whole_on_a_read(trained, monkeypatch):
+    store, blobs = trained.service.store, trained.service.blobs
+    task = store.task_by_name(store.user_by_name("alice").id, "iris")
+    job = models.best_job(store, task)
+    monkeypatch.setattr(models, "CHECK_MAX_BYTES", blobs.size(job.artifact_blob) - 1)
+    monkeypatch.setattr(models, "_sound", type(models._sound)())
+    reads = []
+    get_bytes = blobs.get_bytes
+    monkeypatch.setattr(blobs, "get_bytes", lambda digest: reads.append(digest) or get_bytes(digest))
+    assert trained.call("GET", "/tasks/iris/best", "alice").status == 200
+    assert trained.call("GET", "/leaderboard", "alice").body[0]["best"]["job_id"] == job.id
+    assert job.artifact_blob not in reads
+    blobs.path(job.artifact_blob).unlink()  # its presence is still checked
+    best = trained.call("GET", "/tasks/iris/best", "alice")
+    assert best.status == 500 and best.body["error"]["code"] == "store_corrupt"
