@@ -22,7 +22,8 @@ torch jobs while the pool has GPU workers, ``cpu`` otherwise. A failed job
 is paid for as any other: it records the seconds its attempt ran as its
 cost (``failures.fail_job``; one failed without, its run time), whether her
 model raised, hit its timeout or made a model too large for her quota,
-its profiling runs included. Jobs of her
+its profiling runs included; one that failed for the service's own
+reason (storage, cluster: ``failures.held_code``) records 0. Jobs of her
 deleted tasks still count: a deletion adds what they took to her
 ``easeml.budget.spent_deleted.<kind>`` tags (:func:`record_deleted`), so
 deleting a task does not give back what it spent.

@@ -20,10 +20,12 @@ Every failure whose error carries a code (a storage error, a GPU out of
 memory, a device that failed) also gets it as ``ERROR_CODE_TAG``, which the
 API shows as the job's ``error_code`` (``error_code``).
 
-Any failed job is paid for: ``mark_failed`` records the seconds its attempt
-ran (its profiling runs included) as its ``cost_seconds``, which its
-owner's budget counts (``budget.job_seconds``). Only the budget sees
-them: a storage failure is still not reported to the selector.
+A failure of the model's own is paid for: ``mark_failed`` records the
+seconds its attempt ran (its profiling runs included) as its
+``cost_seconds``, which its owner's budget counts (``budget.job_seconds``).
+A failure of the service's own (the second kind, ``held_code``: storage or
+cluster) is not: its ``cost_seconds`` is 0, so its owner does not pay for
+a missing blob, a full disk or a lost cluster, nor for its retries.
 """
 
 from __future__ import annotations
@@ -50,27 +52,40 @@ def storage_code(error: BaseException) -> str | None:
     return "storage_full" if is_disk_full(error) else None
 
 
+def held_code(error: BaseException) -> str | None:
+    """The code of a failure of the service's own (storage or cluster: the
+    job is held and retried, not scored, and its owner does not pay for
+    it); None for a failure of the model's own, a model over its owner's
+    quota included (see the module docstring)."""
+    return None if isinstance(error, ModelOverQuotaError) else storage_code(error)
+
+
 def fail_job(store: Store, job_id: int, error: BaseException) -> Job:
     """Mark a running job FAILED with ``error``; a storage failure also gets
     its code as ``FAILURE_TAG`` (see the module docstring)."""
     code = storage_code(error)
+    held = held_code(error)
+    if held is not None:
+        store.set_tag("job", job_id, FAILURE_TAG, held)
     if code is not None:
-        if not isinstance(error, ModelOverQuotaError):
-            store.set_tag("job", job_id, FAILURE_TAG, code)
         message = str(error)  # our storage errors name the object and the limit
     else:
         message = "".join(traceback.format_exception_only(type(error), error)).strip()
     any_code = code or _own_code(error)
     if any_code is not None:
         store.set_tag("job", job_id, ERROR_CODE_TAG, any_code)
-    return mark_failed(store, job_id, message)
+    return mark_failed(store, job_id, message, paid=held is None)
 
 
-def mark_failed(store: Store, job_id: int, message: str) -> Job:
+def mark_failed(store: Store, job_id: int, message: str, *, paid: bool = True) -> Job:
     """Move a running job to FAILED with ``message`` and, as its cost, the
-    seconds its attempt ran (``budget.run_seconds``)."""
+    seconds its attempt ran (``budget.run_seconds``); 0 when not ``paid``
+    (a failure of the service's own, ``held_code``)."""
     job = store.get_job(job_id)
-    seconds = run_seconds(job, datetime.now(timezone.utc)) if job.started_at is not None else None
+    if not paid:
+        seconds: float | None = 0.0  # not None: budget.job_seconds would count its run time
+    else:
+        seconds = run_seconds(job, datetime.now(timezone.utc)) if job.started_at is not None else None
     return store.update_job(job_id, JobStatus.FAILED, JobUpdate(error=message, cost_seconds=seconds))
 
 

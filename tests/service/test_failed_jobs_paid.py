@@ -1,7 +1,8 @@
 """A failed job is paid for: it records the seconds its attempt ran as its
 cost, and its owner's budget counts them, so a capped user whose models
-fail is blocked like one whose models succeed. The selector hears nothing
-new: a model's failure is still quality 0, a storage failure nothing."""
+fail is blocked like one whose models succeed. A failure of the service's
+own (storage, cluster) is not paid for. The selector hears nothing new: a
+model's failure is still quality 0, a storage failure nothing."""
 
 from __future__ import annotations
 
@@ -15,12 +16,13 @@ import pytest
 from sklearn.linear_model import LogisticRegression
 
 from ease_jupyter import datasets
-from ease_jupyter.errors import StorageFullError
+from ease_jupyter.errors import ClusterUnavailableError, StorageFullError
 from ease_jupyter.execution.engine import LocalEngine
 from ease_jupyter.schema import format_program, program_from_shapes
 from ease_jupyter.service import budget as budgets
 from ease_jupyter.service import user_models
 from ease_jupyter.service.failures import failure_code
+from ease_jupyter.service.quota import ModelOverQuotaError
 from ease_jupyter.service.loop import ControlLoop
 from ease_jupyter.service.loop.costs import Costs
 from ease_jupyter.service.runner import run_sklearn_job
@@ -152,15 +154,32 @@ def test_a_capped_user_whose_model_fails_gets_no_more_picks(stores):
     loop.stop()
 
 
-def test_a_storage_failure_is_paid_for_but_not_reported_to_the_selector(stores):
+@pytest.mark.parametrize("error, code", [
+    (StorageFullError("disk full"), "storage_full"),
+    (ClusterUnavailableError("no worker of the cluster is left"), "cluster_unavailable"),
+])
+def test_a_failure_of_the_service_is_not_paid_for_nor_reported_to_the_selector(stores, error, code):
     store, task, executor, loop = capped_loop(stores, 1000.0)
     time.sleep(0.2)
-    executor.fail_all(StorageFullError("disk full"))
+    executor.fail_all(error)
     loop.step()
     failed = store.list_jobs(task.id)[0]
-    assert failed.status is JobStatus.FAILED and failure_code(store, failed) == "storage_full"
-    assert failed.cost_seconds >= 0.2
+    assert failed.status is JobStatus.FAILED and failure_code(store, failed) == code
+    assert failed.cost_seconds == 0.0  # not None: its run time would count then
     spent = budgets.spent(budgets.user_jobs(store, task.owner_id), gpu_pool=False, now=datetime.now(timezone.utc))
-    assert spent.seconds == pytest.approx(failed.cost_seconds)
+    assert spent.seconds == 0.0
     assert loop.results.n_observed == 0
+    loop.stop()
+
+
+def test_a_model_over_its_owners_quota_is_paid_for(stores):
+    """Its owner's own failure (it trained in full), though it has a code."""
+    store, task, executor, loop = capped_loop(stores, 1000.0)
+    time.sleep(0.2)
+    executor.fail_all(ModelOverQuotaError("the model takes 9 MB, 1 MB left of her quota"))
+    loop.step()
+    failed = store.list_jobs(task.id)[0]
+    assert failed.status is JobStatus.FAILED and failure_code(store, failed) is None
+    assert failed.cost_seconds >= 0.2
+    assert loop.results.n_observed == 1
     loop.stop()
