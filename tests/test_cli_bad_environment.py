@@ -295,3 +295,20 @@ def test_any_other_bind_failure_is_an_unusable_address_naming_its_option(monkeyp
     with pytest.raises(AddressUnusable) as caught:
         _bind(ServiceConfig(db_url="memory://", data_dir=None, host="127.0.0.1", port=80))
     assert caught.value.option == option and caught.value.port == 80
+
+
+@pytest.mark.parametrize("code", [errno.EMFILE, errno.ENOBUFS])
+def test_a_bind_failure_not_about_the_address_is_raised_as_it_is(monkeypatch, code):
+    """Too many open files is no bad --host."""
+    import tornado.netutil
+
+    from ease_jupyter.service.app import AddressUnusable, _bind
+    from ease_jupyter.service.config import ServiceConfig
+
+    def refuse(*args, **kwargs):
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(tornado.netutil, "bind_sockets", refuse)
+    with pytest.raises(OSError) as caught:
+        _bind(ServiceConfig(db_url="memory://", data_dir=None, host="127.0.0.1", port=80))
+    assert not isinstance(caught.value, AddressUnusable) and caught.value.errno == code

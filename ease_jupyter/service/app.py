@@ -123,7 +123,9 @@ def _bind(config: ServiceConfig) -> list[socket.socket]:
         if error.errno == errno.EACCES:
             raise AddressUnusable(config.host, config.port, "port", "this user may not listen on that port "
                                                                     "(below 1024 needs root)") from None
-        raise AddressUnusable(config.host, config.port, "host", error.strerror or str(error)) from None
+        if error.errno in (errno.ENODEV, errno.EAFNOSUPPORT, errno.EINVAL):  # other faults of the address
+            raise AddressUnusable(config.host, config.port, "host", error.strerror or str(error)) from None
+        raise  # not the address's fault (too many open files, no buffer space): as it is
 
 
 def _server(app: tornado.web.Application, config: ServiceConfig,
