@@ -11,7 +11,8 @@ engine a job slot trains on, and how to run one job on it:
   reader). For ``memory://`` stores and quick tests. Its shutdown waits at
   most ``SHUTDOWN_SECONDS`` for running jobs: one stuck on a cluster that
   does not answer is left RUNNING in the store (its daemon thread ends with
-  the process), and the next start re-queues it.
+  the process, and should it end first, it writes nothing to the store:
+  ``JobAbandoned``), and the next start re-queues it.
 - A runner with ``shares_engine = True`` (``mop.TorchJobs``: its jobs are
   MOP workloads that one driver per engine interleaves) gets one engine for
   all its job slots: the thread executor's threads share it, and the process
@@ -110,6 +111,36 @@ def _close_engine(engine: Any) -> None:
 SHUTDOWN_SECONDS = 30.0  # the longest a thread executor's shutdown waits for its running jobs
 
 
+class JobAbandoned(RuntimeError):
+    """A thread executor was shut down while the job ran: the job is left
+    RUNNING in the store, for the next start to re-queue."""
+
+
+class _UntilShutdown:
+    """The store as a thread executor's jobs see it: once the executor is
+    shut down, every call raises ``JobAbandoned``. In a process that lives on
+    (tests, a service in a kernel), a job stuck past the shutdown that ends
+    later writes nothing, not SUCCEEDED or FAILED over a job the next start
+    re-queued, and nothing to a store closed since."""
+
+    def __init__(self, store: Any, closed: threading.Event):
+        self._store, self._closed = store, closed
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._store, name)
+        if not callable(value):
+            return value
+        closed = self._closed
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if closed.is_set():
+                raise JobAbandoned(f"store.{name}: the executor was shut down while the job ran; "
+                                   "the job stays running for the next start")
+            return value(*args, **kwargs)
+
+        return call
+
+
 class _DaemonThreads:
     """Up to ``n`` daemon threads that run submitted calls in turn. Not a
     ``ThreadPoolExecutor``: the interpreter joins those at exit, so a job
@@ -121,6 +152,7 @@ class _DaemonThreads:
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._closed = False
+        self.shut = threading.Event()  # set by shutdown: a call that ends later is not reported
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
         future: Future = Future()
@@ -147,7 +179,10 @@ class _DaemonThreads:
             except BaseException as error:  # noqa: BLE001 - handed to the future's waiter
                 future.set_exception(error)
             else:
-                future.set_result(result)
+                if self.shut.is_set():  # its waiter gave up on it: no result to report
+                    future.set_exception(JobAbandoned("the executor was shut down while it ran"))
+                else:
+                    future.set_result(result)
 
     def shutdown(self, timeout: float) -> list[threading.Thread]:
         """Cancel the calls not started and wait up to ``timeout`` seconds for
@@ -167,6 +202,7 @@ class _DaemonThreads:
         end = time.monotonic() + timeout
         for thread in threads:
             thread.join(max(0.0, end - time.monotonic()))
+        self.shut.set()
         return [t for t in threads if t.is_alive()]
 
 
@@ -184,6 +220,8 @@ class ThreadExecutor:
         self._engines_lock = threading.Lock()
         self._pool = _DaemonThreads(self.workers, "easeml-worker")
         self._calls = _DaemonThreads(1, "easeml-call")
+        self._jobs_store = _UntilShutdown(store, self._pool.shut)
+        self._calls_store = _UntilShutdown(store, self._calls.shut)
 
     def _engine(self) -> Any:
         if self.runner.shares_engine:
@@ -205,13 +243,13 @@ class ThreadExecutor:
             return [engine for _thread, engine in self._engines]
 
     def _run(self, job_id: int) -> Job:
-        return self.runner.run(self.store, self.blobs, self._engine(), job_id, self.publish)
+        return self.runner.run(self._jobs_store, self.blobs, self._engine(), job_id, self.publish)
 
     def submit(self, job_id: int) -> "Future[Job]":
         return self._pool.submit(self._run, job_id)
 
     def call(self, fn: Callable[..., Any], *args: Any) -> "Future[Any]":
-        return self._calls.submit(fn, self.store, self.blobs, *args)
+        return self._calls.submit(fn, self._calls_store, self.blobs, *args)
 
     def warm(self) -> None:
         pass  # threads cost nothing to have; each makes its engine at its first job
@@ -221,7 +259,8 @@ class ThreadExecutor:
         for the running ones. A job still running then (stuck on a cluster
         that does not answer) is left RUNNING in the store, for the next
         start to re-queue, and its engine is not closed under it (that would
-        fail the job)."""
+        fail the job). Should it end later, it writes nothing to the store
+        and its future reports ``JobAbandoned``, not its result."""
         end = time.monotonic() + self.shutdown_seconds
         stuck = self._pool.shutdown(self.shutdown_seconds)
         stuck += self._calls.shutdown(max(0.0, end - time.monotonic()))
