@@ -312,3 +312,24 @@ def test_a_bind_failure_not_about_the_address_is_raised_as_it_is(monkeypatch, co
     with pytest.raises(OSError) as caught:
         _bind(ServiceConfig(db_url="memory://", data_dir=None, host="127.0.0.1", port=80))
     assert not isinstance(caught.value, AddressUnusable) and caught.value.errno == code
+
+
+@pytest.mark.parametrize("db", [False, True], ids=["data-dir", "db-url"])
+@pytest.mark.parametrize("args", [["admin", "ada"], ["revoke", "ada"]], ids=["admin", "revoke"])
+def test_a_store_failing_in_a_users_command_is_one_line(tmp_path, clean_env, monkeypatch, db, args):
+    """A database that fails once open (say, locked past the busy timeout by
+    a running service) is the one-line database error, not a traceback."""
+    from ease_jupyter.store.sql import SQLStore
+
+    runner = CliRunner()
+    assert runner.invoke(main, ["users", "add", "ada", "--data-dir", str(tmp_path)]).exit_code == 0
+
+    def locked(self, *args, **kwargs):
+        raise StoreUnavailableError("the database is locked; try again later")
+
+    monkeypatch.setattr(SQLStore, "set_user_admin", locked)
+    monkeypatch.setattr(SQLStore, "set_user_token_hash", locked)
+    where = ["--db", f"sqlite:///{tmp_path / 'easeml.sqlite'}"] if db else ["--data-dir", str(tmp_path)]
+    result = runner.invoke(main, ["users", *args, *where])
+    assert result.exit_code == 1 and "the database" in result.output and "locked" in result.output, result.output
+    _one_clean_line(result)

@@ -42,8 +42,9 @@ def _store(db_url, data_dir, doing: str, *, create: bool = False):
     from ease_jupyter.store import default_data_dir, open_store
 
     if not create and db_url is None:
-        with existing_store(db_url, data_dir, doing, force=True) as (store, _, _):
-            yield store
+        with existing_store(db_url, data_dir, doing, force=True) as (store, _, directory):
+            with store_errors(db_url, directory):  # the command's own reads and writes too
+                yield store
         return
     directory = (data_dir or default_data_dir()).expanduser()
     if db_url is not None:  # its database is all a users command needs: no data dir is made or asked for
@@ -53,10 +54,10 @@ def _store(db_url, data_dir, doing: str, *, create: bool = False):
             require_existing_database(db_url)
         with store_errors(db_url, directory):
             store = SQLStore(db_url)
-        try:
-            yield store
-        finally:
-            store.close()
+            try:
+                yield store
+            finally:
+                store.close()
         return
     directory = make_data_dir(data_dir)  # a usage error where it cannot be made, not the OS's traceback
     with store_errors(db_url, directory):
