@@ -26,12 +26,18 @@ waiting process that imports, while idle, the libraries this process uses
 again.
 
 Output. What her code prints (Python's ``print`` and anything written to
-the process's stdout or stderr, C libraries' too) goes to a pipe of the
-child's own, not to the log of the service or worker, which other
-people read; the child keeps only its last few kilobytes. Each call starts it empty; a call that raises sends its last
-``OUTPUT_TAIL_CHARS`` characters back above her traceback, so she sees what
-her code printed before the error. The output of a call that returns is
-dropped.
+the process's stdout or stderr, C libraries' too) goes to a pipe whose read
+end stays in the parent, not to the log of the service or worker, which
+other people read. The parent drains it while it waits on a call, keeping
+only its last few kilobytes (``_OutputTail``). Each call starts it empty; a
+call that raises gets its last ``OUTPUT_TAIL_CHARS`` characters above her
+traceback, so she sees what her code printed before the error. The output
+of a call that returns is dropped. (Drained in the parent, not by a thread
+of the child: C code that writes while holding the GIL would wait forever
+for that thread. A file instead would grow without bound, or lose what is
+written while it is cut; a limit on file sizes would also refuse the files
+her code or its libraries write.) Between calls nothing drains it: a
+thread of hers that prints more than the pipe holds waits for the next call.
 
 Threads. A job's thread count (the provisioner's, made real by
 ``service/threads.py``) limits the thread pools of the worker thread that
@@ -121,7 +127,7 @@ class Sandbox:
         self.last_used = time.monotonic()
         self.workdir = tempfile.mkdtemp(prefix="easeml-user-model-")
         try:
-            self.proc, self._to, self._from = self._start(deadline)
+            self.proc, self._to, self._from, output = self._start(deadline)
         except BaseException as error:
             shutil.rmtree(self.workdir, ignore_errors=True)
             if isinstance(error, TimeoutError):
@@ -130,28 +136,38 @@ class Sandbox:
                 raise UserModelError(f"the process for her code could not be started: {error}") from None
             raise
         os.set_blocking(self._to, False)  # the parent's writes wait in select, bounded by the deadline
+        self.output = _OutputTail(output)
         self._closed = False
 
-    def _start(self, deadline: float) -> tuple[ForkedChild, int, int]:
-        """Her child and the parent's pipe ends (to it, from it). A zygote
-        that ended before it answered may have left a child on the pipes it
-        was sent, so the second try (from a new zygote) gets new ones."""
+    def _start(self, deadline: float) -> tuple[ForkedChild, int, int, int]:
+        """Her child and the parent's pipe ends (to it, from it, its output).
+        A zygote that ended before it answered may have left a child on the
+        pipes it was sent, so the second try (from a new zygote) gets new ones."""
         for attempt in range(2):
             to_child_r, to_child_w = os.pipe()
             from_child_r, from_child_w = os.pipe()
+            output_r, output_w = os.pipe()
+            try:  # room for what she prints while the parent is not yet reading
+                import fcntl
+
+                fcntl.fcntl(output_r, fcntl.F_SETPIPE_SZ, 1 << 20)
+            except (ImportError, AttributeError, OSError):
+                pass
             try:
-                proc = fork_child(_child_env(), float(deadline), self.workdir, (to_child_r, from_child_w),
+                proc = fork_child(_child_env(), float(deadline), self.workdir, (to_child_r, from_child_w, output_w),
                                   timeout=deadline - time.time())
             except BaseException as error:
                 os.close(to_child_w)
                 os.close(from_child_r)
+                os.close(output_r)
                 if not isinstance(error, ConnectionError) or attempt:
                     raise
                 continue
             finally:
                 os.close(to_child_r)
                 os.close(from_child_w)
-            return proc, to_child_w, from_child_r
+                os.close(output_w)
+            return proc, to_child_w, from_child_r, output_r
         raise AssertionError("unreachable")
 
     @property
@@ -181,9 +197,11 @@ class Sandbox:
             except Exception as error:  # noqa: BLE001 - her object cannot travel: say so with the reason
                 raise UserModelError(f"{what}: could not be pickled to run apart from the service: "
                                      f"{type(error).__name__}: {error}") from None
+            self.output.clear()  # what was printed since the last call's reply (her threads) is not this call's
             try:
-                _write_frame(self._to, request, self.deadline)
-                reply = _read_frame(self._from, self.deadline, MAX_REPLY_BYTES)
+                _write_frame(self._to, request, self.deadline, self.output)
+                reply = _read_frame(self._from, self.deadline, MAX_REPLY_BYTES, self.output)
+                self.output.take()  # the rest of what she wrote before the reply
             except TimeoutError:
                 self.kill()
                 raise UserModelTimeout(f"{what}: still running at the job's time limit, expected it to return "
@@ -201,7 +219,7 @@ class Sandbox:
                                      "returned") from None
             finally:
                 self.last_used = time.monotonic()
-            return _decode(reply, what, returns)
+            return _decode(reply, what, returns, self.output)
 
     def kill(self) -> None:
         """End the child now (it may be running her code), reap it, free its pipes and folder."""
@@ -239,7 +257,7 @@ class Sandbox:
     def _close_pipes(self) -> None:
         if not self._closed:
             self._closed = True
-            for fd in (self._to, self._from):
+            for fd in (self._to, self._from, self.output.fd):
                 try:
                     os.close(fd)
                 except OSError:
@@ -250,11 +268,11 @@ def _exit_text(code: int | None) -> str:
     return "its exit code was not reported" if code is None else f"exit code {code}"
 
 
-def _decode(reply: bytearray, what: str, returns: str) -> Any:
+def _decode(reply: bytearray, what: str, returns: str, output: _OutputTail | None = None) -> Any:
     kind, body = bytes(reply[:1]), memoryview(reply)[1:]  # a view: a large reply is not copied again
     if kind == _ERROR:
-        text = str(body, "utf-8", "replace")
-        raise UserModelError(f"{what} raised:\n{text[-MAX_TRACEBACK_CHARS:]}")
+        text = str(body, "utf-8", "replace")[-MAX_TRACEBACK_CHARS:]
+        raise UserModelError(f"{what} raised:\n{output.before(text) if output is not None else text}")
     if kind == _ARRAY and returns == "array":
         from ease_jupyter.npy_bytes import load_npy
 
@@ -264,11 +282,83 @@ def _decode(reply: bytearray, what: str, returns: str) -> Any:
     raise UserModelError(f"{what}: its process answered {kind!r}, expected a {returns} reply")
 
 
-def _write_frame(fd: int, data: bytes, deadline: float) -> None:
+class _OutputTail:
+    """The parent's end of a child's output pipe (its fds 1 and 2), drained
+    while a call is waited on, keeping only its last ``4 * OUTPUT_TAIL_CHARS``
+    bytes: however much her code prints, the child never waits on it long
+    and nothing of it grows, here or on disk."""
+
+    _KEEP = 4 * OUTPUT_TAIL_CHARS  # UTF-8: at most 4 bytes a character
+    _MOST = 64 << 20  # read by one take: a child that writes on after its reply cannot hold the caller
+
+    def __init__(self, fd: int) -> None:
+        os.set_blocking(fd, False)
+        self.fd = fd
+        self.open = True  # False once no one can write to it (her code closed fds 1 and 2), or the pipe closed
+        self._kept = bytearray()
+        self._cut = False  # bytes were dropped from the front of _kept
+
+    def wanted(self) -> list[int]:
+        """The fds to wait on along with a reply: this one while it is open."""
+        return [self.fd] if self.open else []
+
+    def take(self) -> None:
+        """Move what the pipe holds now into the kept tail."""
+        taken = 0
+        while self.open and taken < self._MOST:
+            try:
+                chunk = os.read(self.fd, 1 << 16)
+            except BlockingIOError:
+                return
+            except OSError:  # closed (the sandbox is ending)
+                self.open = False
+                return
+            if not chunk:
+                self.open = False
+                return
+            taken += len(chunk)
+            self._kept += chunk
+            if len(self._kept) > self._KEEP:
+                del self._kept[:len(self._kept) - self._KEEP]
+                self._cut = True
+
+    def clear(self) -> None:
+        self.take()
+        self._kept.clear()
+        self._cut = False
+
+    def before(self, traceback_text: str) -> str:
+        """``traceback_text``, below the end of what the call printed (if it printed anything)."""
+        self.take()
+        text = bytes(self._kept).decode("utf-8", "replace")
+        printed = text[-OUTPUT_TAIL_CHARS:].rstrip()
+        if not printed:
+            return traceback_text
+        cut = self._cut or len(text) > OUTPUT_TAIL_CHARS
+        cut_text = f" (its last {OUTPUT_TAIL_CHARS:,} characters)" if cut else ""
+        return f"printed before the error{cut_text}:\n{printed}\n\n{traceback_text}"
+
+
+def _wait(reading: list[int], writing: list[int], deadline: float, output: _OutputTail | None) -> bool:
+    """Wait until ``reading`` or ``writing`` is ready (True), or past
+    ``deadline`` (False), draining ``output`` all the while."""
+    extra = output.wanted() if output is not None else []
+    while True:
+        left = deadline - time.time()
+        if left <= 0:
+            return False
+        readable, writable, _ = select.select(reading + extra, writing, [], left)
+        if extra and extra[0] in readable:
+            output.take()  # type: ignore[union-attr]
+            extra = output.wanted()  # type: ignore[union-attr]
+        if writable or any(fd in reading for fd in readable):
+            return True
+
+
+def _write_frame(fd: int, data: bytes, deadline: float, output: _OutputTail | None = None) -> None:
     view = memoryview(_HEADER.pack(len(data)) + data)
     while view:
-        left = deadline - time.time()
-        if left <= 0 or not select.select([], [fd], [], left)[1]:
+        if not _wait([], [fd], deadline, output):
             raise TimeoutError
         try:
             view = view[os.write(fd, view[:1 << 20]):]
@@ -276,20 +366,20 @@ def _write_frame(fd: int, data: bytes, deadline: float) -> None:
             continue
 
 
-def _read_frame(fd: int, deadline: float, max_bytes: int) -> bytearray:
-    (size,) = _HEADER.unpack(_read_exactly(fd, _HEADER.size, deadline))
+def _read_frame(fd: int, deadline: float, max_bytes: int, output: _OutputTail | None = None) -> bytearray:
+    (size,) = _HEADER.unpack(_read_exactly(fd, _HEADER.size, deadline, output))
     if size > max_bytes:
         raise ValueError(f"its reply is {size} bytes, expected at most {max_bytes}")
-    return _read_exactly(fd, size, deadline)
+    return _read_exactly(fd, size, deadline, output)
 
 
-def _read_exactly(fd: int, size: int, deadline: float) -> bytearray:
+def _read_exactly(fd: int, size: int, deadline: float, output: _OutputTail | None = None) -> bytearray:
     """``size`` bytes from ``fd``, each wait bounded by ``deadline``: TimeoutError
-    past it (a child that wrote part of a frame and stopped), EOFError at its end."""
+    past it (a child that wrote part of a frame and stopped), EOFError at its end.
+    ``output`` is drained while it waits."""
     out = bytearray()
     while len(out) < size:
-        left = deadline - time.time()
-        if left <= 0 or not select.select([fd], [], [], left)[0]:
+        if not _wait([fd], [], deadline, output):
             raise TimeoutError
         chunk = os.read(fd, min(size - len(out), 1 << 20))
         if not chunk:
@@ -475,85 +565,29 @@ def build_net(factory: Callable[..., Any], input_shape: tuple[int, ...], output_
 # -- the child ---------------------------------------------------------------------------------------
 
 
-class _Output:
-    """This child's stdout and stderr (file descriptors 1 and 2, so C
-    libraries' writes too) go into a pipe that a thread of the child drains,
-    keeping only the last ``4 * OUTPUT_TAIL_CHARS`` bytes: however much her
-    code prints, the child holds a few kilobytes of it and writes no file.
-    (A file would grow without bound, and a limit on file sizes would also
-    refuse the files her code or its libraries write.)"""
+def _output_to(fd: int) -> None:
+    """Send this child's stdout and stderr (file descriptors 1 and 2, so C
+    libraries' writes too) into ``fd``, the pipe the parent drains."""
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:
+            stream.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    for stream in (sys.stdout, sys.stderr):  # her prints in the order she made them, C writes among them
+        if stream is not None and hasattr(stream, "reconfigure"):
+            stream.reconfigure(line_buffering=True)
 
-    _KEEP = 4 * OUTPUT_TAIL_CHARS  # UTF-8: at most 4 bytes a character
 
-    def __init__(self) -> None:
-        read, write = os.pipe()
-        try:  # room for a burst written while the drain waits for the GIL
-            import fcntl
-
-            fcntl.fcntl(write, fcntl.F_SETPIPE_SZ, 1 << 20)
-        except (ImportError, AttributeError, OSError):
-            pass
-        self._flush()
-        os.dup2(write, 1)
-        os.dup2(write, 2)
-        os.close(write)
-        os.set_blocking(read, False)
-        self._read = read
-        self._kept = bytearray()
-        self._cut = False  # bytes were dropped from the front of _kept
-        self._lock = threading.Lock()
-        threading.Thread(target=self._drain, daemon=True).start()
-        for stream in (sys.stdout, sys.stderr):  # her prints in the order she made them, C writes among them
-            if stream is not None and hasattr(stream, "reconfigure"):
-                stream.reconfigure(line_buffering=True)
-
-    @staticmethod
-    def _flush() -> None:
-        for stream in (sys.stdout, sys.stderr):
-            if stream is not None:
-                stream.flush()
-
-    def _take(self) -> bool:
-        """Move what the pipe holds now into ``_kept`` (under ``_lock``);
-        False once no one can write to it (her code closed fds 1 and 2)."""
-        while True:
+def _flush_output() -> None:
+    """Python's buffers into the pipe, before the reply: the parent reads all
+    she printed up to it."""
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:
             try:
-                chunk = os.read(self._read, 1 << 16)
-            except BlockingIOError:
-                return True
-            if not chunk:
-                return False
-            self._kept += chunk
-            if len(self._kept) > self._KEEP:
-                del self._kept[:len(self._kept) - self._KEEP]
-                self._cut = True
-
-    def _drain(self) -> None:
-        while True:
-            select.select([self._read], [], [])
-            with self._lock:
-                if not self._take():
-                    return
-
-    def clear(self) -> None:
-        self._flush()
-        with self._lock:
-            self._take()
-            self._kept.clear()
-            self._cut = False
-
-    def before(self, traceback_text: str) -> str:
-        """``traceback_text``, below the end of what the call printed (if it printed anything)."""
-        self._flush()
-        with self._lock:  # all she wrote is in the pipe or taken from it
-            self._take()
-            data, cut = bytes(self._kept), self._cut
-        text = data.decode("utf-8", "replace")
-        printed = text[-OUTPUT_TAIL_CHARS:].rstrip()
-        if not printed:
-            return traceback_text
-        cut_text = f" (its last {OUTPUT_TAIL_CHARS:,} characters)" if cut or len(text) > OUTPUT_TAIL_CHARS else ""
-        return f"printed before the error{cut_text}:\n{printed}\n\n{traceback_text}"
+                stream.flush()
+            except Exception:  # noqa: BLE001 - her code closed or replaced it
+                pass
 
 
 def _user_traceback(error: BaseException) -> str:
@@ -629,7 +663,7 @@ def child_main() -> None:
     """Serve calls from the parent until it closes the pipe or the deadline passes."""
     import cloudpickle
 
-    inbox, outbox, deadline = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+    inbox, outbox, output, deadline = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
 
     def end_at_deadline() -> None:
         time.sleep(max(deadline - time.time(), 0.0) + 1.0)
@@ -637,20 +671,20 @@ def child_main() -> None:
 
     threading.Thread(target=end_at_deadline, daemon=True).start()
     pools = _ChildThreads()
-    output = _Output()
+    _output_to(output)
     while True:
         try:
             (size,) = _HEADER.unpack(_child_read(inbox, _HEADER.size))
             request = _child_read(inbox, size)
         except (EOFError, OSError):
             return
-        output.clear()
         try:
             fn, args, kwargs, returns, threads = pickle.loads(request)
             value = pools.run(threads, fn, *args, **kwargs)
             reply = _ARRAY + _array_bytes(value) if returns == "array" else _OBJECT + cloudpickle.dumps(value)
         except BaseException as error:  # noqa: BLE001 - sent to the parent with her traceback
-            reply = _ERROR + (output.before(_user_traceback(error))).encode("utf-8", "replace")
+            reply = _ERROR + _user_traceback(error).encode("utf-8", "replace")
+        _flush_output()
         try:
             _child_write(outbox, reply)
         except OSError:

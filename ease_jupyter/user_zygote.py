@@ -165,9 +165,9 @@ class Zygote:
     def usable(self) -> bool:
         return not (self.lost or self.retired) and self.owner == os.getpid()
 
-    def fork(self, deadline: float, folder: str, fds: tuple[int, int], timeout: float) -> ForkedChild:
+    def fork(self, deadline: float, folder: str, fds: tuple[int, int, int], timeout: float) -> ForkedChild:
         """A child running ``user_sandbox.child_main`` in ``folder`` on the
-        pipe ends ``fds`` (inbox, outbox). ``TimeoutError`` if the zygote does
+        pipe ends ``fds`` (inbox, outbox, output: its stdout and stderr). ``TimeoutError`` if the zygote does
         not answer within ``timeout`` (it is then retired), ``OSError`` if it
         has ended."""
         # Another caller's request may hold the lock up to its own deadline
@@ -272,7 +272,7 @@ def _zygote(env: dict[str, str]) -> Zygote:
         return current
 
 
-def fork_child(env: dict[str, str], deadline: float, folder: str, fds: tuple[int, int],
+def fork_child(env: dict[str, str], deadline: float, folder: str, fds: tuple[int, int, int],
                timeout: float) -> ForkedChild:
     """A child with environment ``env`` (``Zygote.fork``) from this process's
     zygote. ``ConnectionError`` when that zygote has ended: the caller may
@@ -311,7 +311,7 @@ def zygote_main() -> None:
             _reap(sock, live)
         if accepting and sock in ready:
             try:
-                message, fds, _, _ = socket.recv_fds(sock, _MAX_REQUEST_BYTES, 2)
+                message, fds, _, _ = socket.recv_fds(sock, _MAX_REQUEST_BYTES, 3)
             except OSError:
                 message, fds = b"", []
             if not message:
@@ -391,8 +391,8 @@ def _become_child(sock: socket.socket, wake: tuple[int, int], fds: list[int], de
         os.setsid()  # a signal she sends to her process group reaches her child alone
         os.chdir(folder)
         _reseed()
-        inbox, outbox = fds
-        sys.argv = ["-c", str(inbox), str(outbox), repr(deadline)]
+        inbox, outbox, output = fds
+        sys.argv = ["-c", str(inbox), str(outbox), str(output), repr(deadline)]
         from ease_jupyter.user_sandbox import child_main
 
         child_main()

@@ -11,7 +11,7 @@ import numpy as np
 import psutil
 import pytest
 
-from ease_jupyter import user_sandbox
+from ease_jupyter import user_sandbox, user_zygote
 from ease_jupyter.user_sandbox import (
     UserModelError,
     UserModelTimeout,
@@ -474,8 +474,12 @@ def test_a_stopped_zygote_holds_a_later_call_no_longer_than_its_own_limit():
         os.kill(zygote, signal.SIGSTOP)  # her code stopped it: the first request waits up to its own deadline
         try:
             first = threading.Thread(target=_ignoring_timeout, args=(_pid,), kwargs=dict(deadline=firsts, what="first"))
+            lock = user_zygote._ZYGOTE._lock  # the first caller's fork request holds it until its answer
             first.start()
-            time.sleep(0.5)
+            waited = time.monotonic() + 5
+            while not lock.locked():
+                assert time.monotonic() < waited, "the first call never took the fork lock"
+                time.sleep(0.01)
             started = time.monotonic()
             with pytest.raises(UserModelTimeout, match="^second: the process for her code had not started by"):
                 run_user_code(_pid, deadline=time.time() + 1, what="second")
@@ -693,10 +697,11 @@ def test_what_her_code_printed_comes_back_above_her_traceback_and_not_into_the_l
     assert "printed before the error:\nfirst line\nsecond line\nto stderr\nwritten by C code\n\nTraceback" in text
     assert text.rstrip().endswith("ValueError: her error")
     pid = run_user_code(_pid, deadline=deadline, what="pid")
-    ours = {os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd") if os.path.exists(f"/proc/self/fd/{fd}")}
-    for fd in (1, 2):  # her stdout and stderr are a pipe her child drains itself, not the worker's log
+    logs = {os.readlink(f"/proc/self/fd/{fd}") for fd in (1, 2) if os.path.exists(f"/proc/self/fd/{fd}")}
+    drained = os.readlink(f"/proc/self/fd/{user_sandbox.for_job(deadline).output.fd}")
+    for fd in (1, 2):  # her stdout and stderr are a pipe this process drains, not the worker's log
         link = os.readlink(f"/proc/{pid}/fd/{fd}")
-        assert link.startswith("pipe:") and link not in ours, link
+        assert link.startswith("pipe:") and link == drained and link not in logs, link
     assert run_user_code(_prints_then_raises, ["from a call that returned"], True, deadline=deadline, what="ok") == 1
     with pytest.raises(UserModelError) as later:  # each call starts with nothing printed
         run_user_code(_prints_then_raises, [], deadline=deadline, what="fit")
@@ -724,6 +729,33 @@ def test_what_her_code_prints_is_held_to_its_last_kilobytes_however_much_she_pri
         assert on_disk < 1 << 20 and grew_mib < 16, (on_disk, grew_mib)
         with pytest.raises(UserModelError, match="its last 4,000 characters"):  # what is kept still comes back
             run_user_code(_prints_then_raises, [f"line {i}" for i in range(3000)], deadline=deadline, what="fit")
+    finally:
+        user_sandbox.close_job(deadline)
+
+
+def _writes_from_c_holding_the_gil(megabytes):
+    import ctypes
+
+    data = b"y" * ((megabytes << 20) - 1) + b"\n" + b"the end of what C wrote\n"
+    buffer = ctypes.create_string_buffer(data, len(data))
+    libc = ctypes.PyDLL(None)  # PyDLL: the GIL stays held during the call, as in a C library's printf
+    libc.write.restype = ctypes.c_ssize_t
+    written = libc.write(1, buffer, ctypes.c_size_t(len(data)))
+    raise ValueError(f"wrote {written} of {len(data)}")
+
+
+def test_c_code_that_writes_megabytes_holding_the_gil_does_not_wait_on_its_output():
+    deadline = time.time() + 20  # past it, the call would fail as a timeout: it must return long before
+    started = time.monotonic()
+    try:
+        with pytest.raises(UserModelError) as error:
+            run_user_code(_writes_from_c_holding_the_gil, 8, deadline=deadline, what="fit")
+        assert time.monotonic() - started < 10
+        text = str(error.value)
+        length = (8 << 20) + len("the end of what C wrote\n")
+        assert "printed before the error (its last 4,000 characters):\n" in text and f"wrote {length} of {length}" in text
+        assert "yyy\nthe end of what C wrote\n\nTraceback" in text
+        assert len(user_sandbox.for_job(deadline).output._kept) <= 4 * user_sandbox.OUTPUT_TAIL_CHARS
     finally:
         user_sandbox.close_job(deadline)
 
