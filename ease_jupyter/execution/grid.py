@@ -40,7 +40,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from ease_jupyter.errors import ClusterUnavailableError, EaseMLError
-from ease_jupyter.execution.engine.base import MEMORY, Engine, UnitDone, UnitLost, cpu_workers
+from ease_jupyter.execution.engine.base import MEMORY, Engine, UnitDone, UnitFailed, UnitLost, cpu_workers
 from ease_jupyter.execution.memory import (
     STEP,
     CostReport,
@@ -53,10 +53,15 @@ from ease_jupyter.execution.sklearn_fit import fit_and_score
 
 __all__ = ["GridPoint", "GridResult", "cartesian", "grid_search", "split_80_20"]
 
-#: Times one grid task is submitted again after it was lost: the workers it
-#: was kept to all left, or the shared data went with a worker (then the data
-#: is shared again first). A task lost more often fails the grid with
-#: ``ClusterUnavailableError``.
+#: Times one grid task is submitted again after it was lost, for each of two
+#: reasons. Its shared data went with a worker (then the data is shared again
+#: first): a task that loses it more often fails the grid with
+#: ``ClusterUnavailableError`` (the job is retried later). The workers it was
+#: kept to all died while it ran, other workers live: a task that loses them
+#: more often is taken to kill its workers (a crash, its memory), which is the
+#: model's failure (``EaseMLError``, the arm is scored 0). Losing its workers
+#: with no worker left at all (the scheduler gone) is the cluster's:
+#: ``ClusterUnavailableError`` at once.
 MAX_LOST = 3
 
 
@@ -313,15 +318,28 @@ def grid_search(
 
         def collect(handles: dict[str, int]) -> dict[int, dict[str, Any]]:
             out: dict[int, dict[str, Any]] = {}
-            lost: Counter = Counter()
+            lost: Counter = Counter()  # point -> times its data was lost
+            killed: Counter = Counter()  # point -> times the workers it ran on died
             while handles:
                 left = None if end is None else max(0.0, end - time.monotonic())
                 events = engine.wait_all(handles, timeout=left)
                 again = {}
                 for h, ev in events.items():
                     i = handles[h]
-                    if isinstance(ev, UnitLost):
-                        # its workers were all lost (it runs again on the live ones), or its data was
+                    if isinstance(ev, UnitLost) and ev.reason == "worker-lost":
+                        # the workers it was kept to all died: it runs again on the live ones
+                        if not engine.workers():
+                            raise ClusterUnavailableError(
+                                f"grid task {points_params[i]}: no worker of the cluster is left to run it; "
+                                "the job is retried later")
+                        if killed[i] >= MAX_LOST:
+                            raise EaseMLError(
+                                f"grid task {points_params[i]}: the worker running it died {killed[i] + 1} "
+                                "times; the model may crash its worker or run out of memory")
+                        killed[i] += 1
+                        again[submit(i, *submitted[i])] = i
+                    elif isinstance(ev, UnitLost):
+                        # its data was lost with a worker: shared again, and it runs again
                         if lost[i] >= MAX_LOST:
                             raise ClusterUnavailableError(
                                 f"grid task {points_params[i]}: a worker of the cluster was lost "
@@ -330,6 +348,8 @@ def grid_search(
                         if ev.reason == "data-lost" and used[i] == len(shared) - 1:
                             shared.append(engine.share(parts))
                         again[submit(i, *submitted[i])] = i
+                    elif isinstance(ev, UnitFailed) and isinstance(ev.error, EaseMLError):
+                        raise EaseMLError(f"grid task {points_params[i]}: {ev.error}") from ev.error
                     elif not isinstance(ev, UnitDone):
                         raise EaseMLError(f"grid task {points_params[i]}: {ev}")
                     else:

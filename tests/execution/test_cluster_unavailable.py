@@ -5,16 +5,19 @@ message, or recovers where it can: on a real in-process Dask cluster
 
 from __future__ import annotations
 
+import time
+
 import dask
 import numpy as np
 import pytest
 from sklearn.neighbors import KNeighborsClassifier
 
-from ease_jupyter.errors import ClusterUnavailableError
+from ease_jupyter.errors import ClusterUnavailableError, EaseMLError
 from ease_jupyter.execution import grid as grid_module
 from ease_jupyter.execution.engine.base import EngineError
 from ease_jupyter.execution.engine.dask import DaskEngine
 from ease_jupyter.execution.grid import grid_search
+from ease_jupyter.service.failures import storage_code
 
 distributed = pytest.importorskip("distributed")
 
@@ -117,3 +120,75 @@ def test_a_worker_lost_while_data_is_placed_is_named_by_its_name():
         assert engine.holders("part-0") == {second}
     finally:
         engine.close()
+
+
+class _KillsItsWorker(KNeighborsClassifier):
+    """A model whose fit kills the worker running it (a crash, its memory)."""
+
+    def fit(self, X, y):
+        worker = distributed.get_worker()
+        worker.loop.add_callback(worker.close, executor_wait=False)
+        time.sleep(30)  # the worker goes while it runs
+        return super().fit(X, y)
+
+
+def test_a_task_that_kills_its_workers_is_the_models_failure(monkeypatch):
+    """The workers it is kept to (``fan_out``) die each time while others
+    live: after ``MAX_LOST`` resubmissions, the model fails the grid (scored
+    0), not the cluster (held and retried for ever)."""
+    monkeypatch.setattr(grid_module, "MAX_LOST", 1)
+    X, y = _data()
+    engine = DaskEngine(_cluster(3), owns_cluster=True)
+    try:
+        with pytest.raises(EaseMLError) as caught:
+            grid_search(_KillsItsWorker(), {"n_neighbors": [3]}, X, y, engine=engine, memory=None, fan_out=1,
+                        timeout=60)
+        assert len(engine.workers()) == 1  # two were killed, one is left
+    finally:
+        engine.close()
+    assert not isinstance(caught.value, ClusterUnavailableError) and storage_code(caught.value) is None
+    assert "the worker running it died 2 times" in str(caught.value)
+    _plain(str(caught.value))
+
+
+def test_a_task_dask_gives_up_on_for_killing_workers_is_the_models_failure():
+    """Dask's KilledWorker (allowed-failures workers died running it)."""
+    X, y = _data()
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+        engine = DaskEngine(_cluster(2), owns_cluster=True)
+        try:
+            with pytest.raises(EaseMLError) as caught:
+                grid_search(_KillsItsWorker(), {"n_neighbors": [3]}, X, y, engine=engine, memory=None, timeout=60)
+        finally:
+            engine.close()
+    assert not isinstance(caught.value, ClusterUnavailableError) and storage_code(caught.value) is None
+    assert "the workers that ran it died while it ran, 1 in all" in str(caught.value)
+    _plain(str(caught.value))
+
+
+
+def test_a_task_lost_with_no_worker_left_is_a_cluster_error():
+    """Its workers lost and none left (the scheduler gone): the cluster's
+    failure, held and retried, not the model's. An engine that reports so."""
+    from ease_jupyter.execution.engine.base import UnitLost
+    from ease_jupyter.execution.engine.local import LocalEngine
+
+    class _NoneLeft(LocalEngine):
+        def submit(self, fn, *args, **kwargs):
+            return "h"
+
+        def wait_all(self, handles, timeout=None):
+            return {h: UnitLost(h, "w0", "worker-lost") for h in handles}
+
+        def workers(self):
+            return []
+
+    X, y = _data()
+    engine = _NoneLeft(1, torch_threads=None)
+    try:
+        with pytest.raises(ClusterUnavailableError) as caught:
+            grid_search(KNeighborsClassifier(), {"n_neighbors": [3]}, X, y, engine=engine, memory=None, timeout=30)
+    finally:
+        engine.close()
+    assert "no worker of the cluster is left" in str(caught.value)
+    _plain(str(caught.value))

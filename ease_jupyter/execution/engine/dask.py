@@ -65,7 +65,7 @@ from ease_jupyter.execution.engine.base import (
     new_handle,
 )
 from ease_jupyter.execution.engine.clusters import close_cluster
-from ease_jupyter.errors import ClusterUnavailableError
+from ease_jupyter.errors import ClusterUnavailableError, EaseMLError
 
 __all__ = ["DaskEngine", "WorkerSetup", "DASK_CONFIG", "local_cluster", "ClusterLostError"]
 
@@ -235,6 +235,13 @@ class ClusterLostError(EngineError, ClusterUnavailableError):
     scheduler is gone, or no worker is there. An ``EngineError`` to the
     engine's callers (a MOP driver re-queues a unit whose worker went), a
     ``ClusterUnavailableError`` to the service (the job is retried later)."""
+
+
+class TaskKillsWorkers(EaseMLError):
+    """A task's ``UnitFailed`` error when Dask gave up on it because the
+    workers running it kept dying (Dask's ``KilledWorker``): the task's own
+    failure (its model crashes its worker or runs out of memory), not the
+    cluster's, so a job that fails so is its model's failure."""
 
 
 # distributed's errors when the cluster is away: CommClosedError is an OSError,
@@ -557,7 +564,12 @@ class DaskEngine(Engine):
         elif status == "error":
             error = fut.exception()
             if type(error).__name__ == "KilledWorker":
-                out.append(UnitLost(handle, name, "worker-lost"))
+                # Dask's own sign that the task kills its workers (allowed-failures of them died
+                # running it): the task's failure, not a loss of the cluster, and said plainly
+                died = dask.config.get("distributed.scheduler.allowed-failures", 3) + 1
+                out.append(UnitFailed(handle, name, TaskKillsWorkers(
+                    f"the workers that ran it died while it ran, {died} in all; "
+                    "the model may crash its worker or run out of memory")))
             else:
                 out.append(UnitFailed(handle, name, error))
         else:  # cancelled: its input was lost with a worker
