@@ -123,7 +123,10 @@ class VersionHistory(RuleBasedStateMachine):
                 assert [e.dst.id for e in lineage] == chain
 
 
-RUN = settings(max_examples=25, stateful_step_count=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# Rules are drawn before their preconditions are checked, so early steps (one task, no versions)
+# discard many draws: a health check about that draw rate, not about the properties.
+RUN = settings(max_examples=25, stateful_step_count=15, deadline=None,
+               suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
 TestMemoryHistory = VersionHistory.TestCase
 TestMemoryHistory.settings = RUN
