@@ -319,8 +319,7 @@ class Service:
         tasks stay."""
         self._admin(caller)
         user, _ = revoke_token(self.store, name)
-        self.tokens.forget_user(user.id)
-        self.events.close_user(user.id)  # her open event streams end now, not at their next recheck
+        self.rights_changed(user.id)
         return {"id": user.id, "name": user.name, "origin": user.origin, "revoked": True}
 
     def delete_user(self, caller: User, name: str, origin: str | None = None) -> dict[str, Any]:
@@ -343,8 +342,7 @@ class Service:
                                     "service stopped")
         if user.origin == LOCAL:  # a hub user has no token: the hub is how she logs in
             self.store.set_user_token_hash(user.id, None)
-        self.tokens.forget_user(user.id)
-        self.events.close_user(user.id)  # before anything of hers goes, and before a new account gets her id
+        self.rights_changed(user.id)  # before anything of hers goes, and before a new account gets her id
         try:
             out = deletion.delete_user(self.store, self.blobs, self.loop, user,
                                        uploads=self.uploads,
@@ -354,6 +352,14 @@ class Service:
             self.events.close_user(user.id)  # a hub user's stream opened meanwhile
         out["notebooks_deleted"] = self.notebooks.forget_user(user.id)
         return out
+
+    def rights_changed(self, user_id: int) -> None:
+        """A user's token or rights changed in the store (revoked, deleted,
+        made or unmade an admin): her cached look-ups go, so her next request
+        has the new rights, and her open event streams end now rather than at
+        their next recheck."""
+        self.tokens.forget_user(user_id)
+        self.events.close_user(user_id)
 
     def _forget_owner(self, owner_id: int) -> None:
         """Forget what this service keeps in memory about an owner whose rows

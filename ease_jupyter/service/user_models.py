@@ -612,7 +612,6 @@ def api_set_user(service: Any, caller: User, name: str, body: Any, origin: str |
         set_user_setting(service.store, user, body["allow_user_models"])
     if admin is not None and admin != user.is_admin:
         user = service.store.set_user_admin(user.id, admin)
-        service.tokens.forget_user(user.id)  # her cached rights go: her next request has the new ones
-        service.events.close_user(user.id)  # a stream opened with the old rights ends now
+        service.rights_changed(user.id)
     return {"name": user.name, **{field: body[field] for field in USER_FIELDS if field in body}}
 
