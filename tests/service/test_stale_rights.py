@@ -51,10 +51,29 @@ def _finish(held: tuple[http.client.HTTPConnection, bytes]) -> tuple[int, dict]:
 TASK = {"input": [4], "output": [3]}
 
 
-def test_a_request_whose_token_is_revoked_while_its_body_streams_does_not_run(tmp_path):
+@pytest.fixture
+def judged(monkeypatch):
+    """The (method, path) of each request whose token the service has judged
+    from its headers (``prepare``): a held request is in once it passed."""
+    seen: list[tuple[str, str]] = []
+    authenticate = handlers.BaseHandler._authenticate
+
+    async def counted(self):
+        await authenticate(self)
+        seen.append((self.request.method, self.request.path))
+
+    monkeypatch.setattr(handlers.BaseHandler, "_authenticate", counted)
+    return seen
+
+
+def _passed(judged: list, *paths: str) -> bool:
+    return all(("POST", "/api/v1" + path) in judged for path in paths)
+
+
+def test_a_request_whose_token_is_revoked_while_its_body_streams_does_not_run(tmp_path, judged):
     with serving(tmp_path, "bob", admins=("admin",)) as run:
         held = _held(run.url, run.tokens["bob"], "/tasks", {"name": "after_revoke", **TASK})
-        time.sleep(0.3)  # the headers are in: prepare() has accepted the token
+        assert until(lambda: _passed(judged, "/tasks"), 10)  # prepare() has accepted the token
         assert run.call("DELETE", "/users/bob/tokens", "admin").status == 200
         status, body = _finish(held)
         assert status == 401 and body["error"]["code"] == "unauthorized", body
@@ -62,12 +81,12 @@ def test_a_request_whose_token_is_revoked_while_its_body_streams_does_not_run(tm
         assert not run.service.store.list_tasks(bob.id)
 
 
-def test_a_deleted_users_held_requests_do_not_reach_the_account_that_gets_her_id(tmp_path):
+def test_a_deleted_users_held_requests_do_not_reach_the_account_that_gets_her_id(tmp_path, judged):
     with serving(tmp_path, "bob", "ada", admins=("admin",)) as run:
         ada_id = run.service.store.user_by_name("ada").id
         create = _held(run.url, run.tokens["ada"], "/tasks", {"name": "adas_task", **TASK})
         cancel = _held(run.url, run.tokens["ada"], "/tasks/carols_task/cancel", {})
-        time.sleep(0.3)
+        assert until(lambda: _passed(judged, "/tasks", "/tasks/carols_task/cancel"), 10)
         assert run.call("DELETE", "/users/ada", "admin").status == 200
         made = run.call("POST", "/users", "admin", body={"name": "carol"})
         assert made.status == 201
@@ -92,7 +111,7 @@ def hub_mode(tmp_path, monkeypatch):
         yield running, fake
 
 
-def test_a_held_request_of_a_deleted_hub_user_does_not_run_as_her_new_account(hub_mode):
+def test_a_held_request_of_a_deleted_hub_user_does_not_run_as_her_new_account(hub_mode, judged):
     """Her hub token still works after the deletion and makes a new, empty
     account, with her old id: the held request was judged for the old one,
     so it is 401 (the same id is not the same account)."""
@@ -101,7 +120,7 @@ def test_a_held_request_of_a_deleted_hub_user_does_not_run_as_her_new_account(hu
     run.tokens["ada"] = token
     old = run.call("GET", "/whoami", "ada").body
     held = _held(run.url, token, "/tasks", {"name": "adas_task", **TASK})
-    time.sleep(0.3)
+    assert until(lambda: _passed(judged, "/tasks"), 10)
     assert run.call("DELETE", "/users/ada?origin=hub", "admin").status == 200
     status, body = _finish(held)
     assert status == 401 and body["error"]["code"] == "unauthorized", body
