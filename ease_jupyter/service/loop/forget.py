@@ -15,7 +15,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Callable, TypeVar
 
-from ...errors import InvalidStateError, NotFoundError, StorageError
+from ...errors import InvalidStateError, StorageError
 from ..runner import one_blas_thread
 
 if TYPE_CHECKING:
@@ -45,11 +45,7 @@ def forget_task(loop: "ControlLoop", task_id: int, name: str, remove: Callable[[
                 for tenant in [n for n, t in state.tenants.items() if t.task_id == task_id]:
                     state.selector.remove_user(tenant)
                     del state.tenants[tenant]
-                try:  # its state's holder moves only if the deleted task had it (listing every job is slow)
-                    state.store.get_job(state.last_job_id)
-                except NotFoundError:
-                    jobs = state.store.list_jobs()
-                    state.last_job_id = jobs[-1].id if jobs else 0
+                state.keep_state_holder()  # it moves only if the deleted task had it
                 loop.saved.unsaved = True
                 try:
                     loop._save_state()

@@ -74,11 +74,7 @@ class SavedState:
         state = self.state
         if self._holder_lost:
             self._holder_lost = False
-            try:
-                state.store.get_job(state.last_job_id)
-            except NotFoundError:  # the newest job left holds it (a deletion moves it too: forget.py)
-                jobs = state.store.list_jobs()
-                state.last_job_id = jobs[-1].id if jobs else 0
+            state.keep_state_holder()
         if state.last_job_id == 0 or state.selector is None:
             return None
         self.unsaved, self._saved_at = False, time.monotonic()

@@ -8,6 +8,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ...errors import NotFoundError
 from ...jobspec import JobSpec, parse_job
 from ...selection.selector import Selector
 from ...store import BlobStore, Job, JobStatus, Store, Task
@@ -120,6 +121,18 @@ class LoopState:
     @property
     def workers(self) -> int:
         return sum(e.workers for e in self.executors.values())
+
+    def keep_state_holder(self) -> None:
+        """Where the job that carries the saved state's tag (``last_job_id``)
+        was deleted with its task, the newest job left carries it (0: none).
+        Reads one job; lists them all only when it is gone."""
+        if self.last_job_id == 0:
+            return
+        try:
+            self.store.get_job(self.last_job_id)
+        except NotFoundError:
+            jobs = self.store.list_jobs()
+            self.last_job_id = jobs[-1].id if jobs else 0
 
     def free(self) -> int:
         return self.workers - sum(not r.express for r in self.running.values())
