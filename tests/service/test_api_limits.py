@@ -20,7 +20,7 @@ import tornado.websocket
 from ease_jupyter.service.tag_limits import MAX_TAG_VALUE_CHARS, MAX_TAGS_PER_TASK
 from ease_jupyter.service import websocket
 
-from .conftest import start
+from .conftest import start, until
 
 
 def _raw_request(url: str, head: str, wait: float = 3.0) -> bytes:
@@ -171,6 +171,8 @@ def test_a_page_of_examples_reads_each_feed_chunk_once(svc, monkeypatch):
     task = svc.client("alice").task("once", input=[4], output=[3])
     for _ in range(3):
         task.feed(rng.normal(size=(10, 4)).astype("float32"), rng.integers(0, 3, 10), mode="append")
+    task.cancel()  # its training jobs read the same chunks through the same blob store: none runs while counting
+    assert until(lambda: svc.service.loop.n_running() == 0, 120)
     blobs = svc.service.blobs
     reads, get = Counter(), blobs.get_referenced
     monkeypatch.setattr(blobs, "get_referenced", lambda digest, what: (reads.update([digest]), get(digest, what))[1])
