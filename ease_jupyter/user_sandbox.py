@@ -568,9 +568,7 @@ def build_net(factory: Callable[..., Any], input_shape: tuple[int, ...], output_
 def _output_to(fd: int) -> None:
     """Send this child's stdout and stderr (file descriptors 1 and 2, so C
     libraries' writes too) into ``fd``, the pipe the parent drains."""
-    for stream in (sys.stdout, sys.stderr):
-        if stream is not None:
-            stream.flush()
+    _flush_output()  # what was written before goes where it was meant to
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)

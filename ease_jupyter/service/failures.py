@@ -81,10 +81,9 @@ def mark_failed(store: Store, job_id: int, message: str, *, paid: bool = True) -
     """Move a running job to FAILED with ``message`` and, as its cost, the
     seconds its attempt ran (``budget.run_seconds``); 0 when not ``paid``
     (a failure of the service's own, ``held_code``)."""
-    job = store.get_job(job_id)
-    if not paid:
-        seconds: float | None = 0.0  # not None: budget.job_seconds would count its run time
-    else:
+    seconds: float | None = 0.0  # unpaid: not None, or budget.job_seconds would count its run time
+    if paid:
+        job = store.get_job(job_id)
         seconds = run_seconds(job, datetime.now(timezone.utc)) if job.started_at is not None else None
     return store.update_job(job_id, JobStatus.FAILED, JobUpdate(error=message, cost_seconds=seconds))
 

@@ -388,7 +388,7 @@ class DaskEngine(Engine):
             raise ClusterLostError(f"the cluster lost {self._label(worker)}; the work is retried when the "
                                    "cluster has workers again")
         address = self._address_of.get(worker)
-        if address is None or worker in self._lost or self._name_of.get(address) != worker:
+        if address is None or self._name_of.get(address) != worker:  # (a lost one: raised above)
             raise EngineError(f"worker: found {worker!r}, expected one of the live workers {self.workers()}")
         return address
 
