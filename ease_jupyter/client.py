@@ -1068,10 +1068,11 @@ class Task:
         one the service had shown her (it has its ``id``), so a 404 means it
         is gone, and that is success: ``already_deleted`` True, with zero
         counts (what went was in the lost answer). The request names the
-        task's ``id`` and ``created_at`` (a store may give a new task the id
-        of a deleted one), so a delete sent again after the task was deleted
-        and another one declared under its name (by another notebook of
-        hers) leaves that one alone: the service answers 404 as for a task
+        task's ``id`` and ``created_at`` (a service whose database predates
+        schema 0004 may give a new task the id of a deleted one), so a
+        delete sent again after the task was deleted and another one
+        declared under its name (by another notebook of hers) leaves that one
+        alone: the service answers 404 as for a task
         that is gone. The service's 404 stays plain, the same for a name
         that never existed and another user's task, so it tells nobody whose
         tasks existed. A Task made by hand, without an ``id``, deletes

@@ -363,8 +363,8 @@ class Service:
 
     def _forget_owner(self, owner_id: int) -> None:
         """Forget what this service keeps in memory about an owner whose rows
-        were deleted: where the store reuses ids (SQLite), a user made later
-        may get hers."""
+        were deleted (a SQLite database from before schema 0004 may still
+        give a later user her id once)."""
         self.tokens.forget_user(owner_id)
         forget_usage(self.store, owner_id)
         if self.feed_processes is not None:

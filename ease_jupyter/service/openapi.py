@@ -173,8 +173,8 @@ def spec() -> dict[str, Any]:
                                           "a task declared under the name since"},
                     {"name": "created_at", "in": "query", "required": False,
                      "schema": {"type": "string", "format": "date-time"},
-                     "description": "the task's created_at as the caller saw it (a store may give a new task the "
-                                    "id of a deleted one)"}],
+                     "description": "the task's created_at as the caller saw it (a database from before schema 0004 "
+                                    "may give a new task the id of a deleted one)"}],
             response=_obj("id", "name", "deleted", id={"type": "integer"}, name={"type": "string"},
                           deleted={"const": True}, versions={"type": "integer"}, jobs={"type": "integer"},
                           blobs_deleted={"type": "integer"}, bytes_freed={"type": "integer"}))},

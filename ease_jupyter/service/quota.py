@@ -147,7 +147,8 @@ class _StoredBytes:
     their version gives (``added``); if anyone else wrote meanwhile, the
     stamp differs and the owner is counted again. The one write that could
     bring an old stamp back, deleting a task and then reusing its ids
-    (SQLite may reuse the highest id), goes through ``forget``. Blobs are
+    (which a SQLite database from before schema 0004 may still do once),
+    goes through ``forget``. Blobs are
     content-addressed and never rewritten, so the size of a digest stays
     right while the blob stays; the garbage collector deletes only blobs no
     row references."""

@@ -136,7 +136,7 @@ class SuspicionScorer:
             raise NoModelError(f"task {task.name!r} has no finished model yet to score examples with; "
                                "wait for the first job to finish")
         top = models[:k]
-        # Ids alone may be reused once a task is deleted (SQLite): the version's
+        # Ids alone are not trusted across a deletion (schema 0004 stopped SQLite's reuse): the version's
         # time and the models' content-addressed artifacts pin what was scored.
         key = (version.id, version.created_at, tuple((j.id, j.artifact_blob) for j in top), k)
         with self._lock:

@@ -19,7 +19,8 @@ from ..errors import StoreCorruptError
 from ..execution.holdout import validation_mask
 from ..store import BlobStore, DatasetVersion, Store
 
-# Keyed by the version's id and its members blob: ids may be reused once a task is deleted (SQLite).
+# Keyed by the version's id and its members blob: ids alone are not trusted across a deletion (a SQLite
+# database from before schema 0004 reused them).
 _sizes: "weakref.WeakKeyDictionary[Store, dict[tuple[int, str], int]]" = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 

@@ -11,6 +11,8 @@ Guarantees, checked by ``tests/store/test_contract.py`` against every backend:
   transaction: either all of it is stored or none of it.
 * Version numbers count 1, 2, 3, ... per task, in creation order, with no gaps.
 * Example ids count 0, 1, 2, ... per task, in feed order, and are never reused.
+* Record ids (users, tasks, versions, chunks, jobs, edges) are never given
+  again once their row is deleted, so an id never names a later record.
 * Jobs move only along the life cycle of ``JOB_TRANSITIONS`` (ACAI §3.3):
   queued -> running -> succeeded | failed | cancelled; queued -> cancelled;
   running -> queued (re-queued after a lost worker or a restart).
@@ -263,8 +265,8 @@ class Store(abc.ABC):
         A user who still owns a task is an ``InvalidStateError``; an unknown
         one a ``NotFoundError``. Either changes nothing, and no other user's
         rows ever change. Her name and token hash are free again at once;
-        where a backend reuses ids (SQLite), a user made later may get hers,
-        and nothing of hers is left to attach to it."""
+        her id is never given to a later user, and nothing of hers is left
+        to attach to one."""
 
     # -- tasks --------------------------------------------------------------
     @abc.abstractmethod

@@ -62,7 +62,8 @@ class Live:
 
     def _same_task(self, info: dict[str, Any]) -> bool:
         """Whether ``info`` (``GET /tasks/{name}``) is this widget's task: the
-        same id and creation time (a store may give a new task a freed id)."""
+        same id and creation time (a database from before schema 0004 may give
+        a new task a freed id)."""
         created = getattr(self, "_task_created", None)
         return info.get("id") == self.task_id and (created is None or info.get("created_at") in (None, created))
 

@@ -86,6 +86,25 @@ def serving(tmp_path, *users: str, admins: tuple[str, ...] = (), **config: Any) 
         running.thread.stop()
 
 
+def lend_deleted_ids(monkeypatch, store) -> None:
+    """Make the service's SQLite store give new users, tasks, versions and
+    jobs the ids of its deleted newest rows, as a database upgraded from
+    before migration 0004 can once: what the service's checks of an id
+    against its account, task or count must survive."""
+
+    def lending(create):
+        def create_after_lending(*args, **kwargs):
+            with store._writing_rows() as connection:  # the store's own write path: no lock fights
+                for (table,) in connection.exec_driver_sql("SELECT name FROM sqlite_sequence").all():
+                    connection.exec_driver_sql(f"UPDATE sqlite_sequence SET seq = (SELECT COALESCE(MAX(id), 0) "
+                                               f"FROM {table}) WHERE name = ?", (table,))
+            return create(*args, **kwargs)
+        return create_after_lending
+
+    for name in ("create_user", "create_task", "create_dataset_version", "create_job"):
+        monkeypatch.setattr(store, name, lending(getattr(store, name)))
+
+
 @pytest.fixture
 def svc(tmp_path) -> Iterator[Running]:
     with serving(tmp_path, "alice", "bob", admins=("admin",)) as running:

@@ -21,7 +21,7 @@ from ease_jupyter.service.loop import STATE_TAG, ControlLoop
 from ease_jupyter.store import JobStatus
 from ease_jupyter.zoo import Engine
 
-from .conftest import ManualExecutor, until
+from .conftest import ManualExecutor, lend_deleted_ids, until
 
 FLAT = format_program(program_from_shapes([2], [2]))
 
@@ -286,18 +286,20 @@ def test_deleting_again_after_an_answer_lost_on_a_new_connection_is_success(svc,
     assert statuses == [200, 404] and again["deleted"] and again["already_deleted"]
 
 
-def test_a_delete_sent_again_leaves_a_task_declared_under_its_name_since(svc):
+def test_a_delete_sent_again_leaves_a_task_declared_under_its_name_since(svc, monkeypatch):
     """Task.delete names its task (``?id=&created_at=``): when its first
     request deleted the task but the answer was lost, and the name was
     declared again meanwhile (another notebook of hers), the delete sent
     again meets another task and is answered 404, the plain 404 of a
-    missing task. SQLite gives the new task the deleted one's id (it was the
-    highest), so the id alone would not tell them apart."""
+    missing task. Here the store gives the new task the deleted one's id (as
+    a SQLite database from before migration 0004 can), so the id alone would
+    not tell them apart."""
+    lend_deleted_ids(monkeypatch, svc.service.store)
     alice = svc.client("alice")
     old = alice.task("reused", input=[2], output=[2])
     assert svc.call("DELETE", "/tasks/reused", "alice").status == 200  # the first request: its answer lost
     new = alice.task("reused", input=[3], output=[2])
-    assert new.info["created_at"] != old.info["created_at"]
+    assert new.info["id"] == old.info["id"] and new.info["created_at"] != old.info["created_at"]
 
     out = old.delete()  # sent again
     assert (out["already_deleted"], out["id"]) == (True, old.info["id"])

@@ -20,7 +20,7 @@ from ease_jupyter.service.user_models import user_setting
 from ease_jupyter.store.base import HUB
 from ease_jupyter.zoo import Engine
 
-from .conftest import ManualExecutor, serving
+from .conftest import ManualExecutor, lend_deleted_ids, serving
 from .test_delete_task import _blobs_of, _data
 from .test_hub_accounts import FakeHub, hub_mode  # noqa: F401 - the fixture
 
@@ -29,9 +29,10 @@ CAP = budget.CAP_PREFIX + "seconds"
 
 def test_an_admin_deletes_a_user_with_all_of_hers_and_nothing_of_others(tmp_path, monkeypatch):
     monkeypatch.setattr(gc, "DELETE_GRACE_SECONDS", 0.0)  # the test's blobs are seconds old
-    # alice is added last: SQLite gives the next user her id again once she is gone
+    # alice is added last: the store lends her id to the next user once she is gone
     with serving(tmp_path, "bob", "alice", admins=("admin",), torch=False) as svc:
         store, blobs, service = svc.service.store, svc.service.blobs, svc.service
+        lend_deleted_ids(monkeypatch, store)
         X, y = _data(0)
         his = svc.client("bob").task("his", input=[2], output=[2])
         his.feed(X, y)
@@ -110,7 +111,7 @@ def test_an_admin_deletes_a_user_with_all_of_hers_and_nothing_of_others(tmp_path
         assert svc.call("POST", "/tasks", "bob", body={"name": "later", "input": [2], "output": [2]}).status == 201
         svc.user("alice")
         fresh = store.user_by_name("alice")
-        assert fresh.id == me.id  # (SQLite, as here: the reuse that the service must not be fooled by)
+        assert fresh.id == me.id  # (lent again: the reuse that the service must not be fooled by)
         assert svc.call("GET", "/tasks", "alice").body == []
         for path in ("/tasks/shared", "/tasks/own", "/tasks/own/tags", f"/uploads/{upload}"):
             assert svc.call("GET", path, "alice").status == 404, path

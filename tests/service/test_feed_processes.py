@@ -15,7 +15,7 @@ from ease_jupyter.service import ServiceConfig
 from ease_jupyter.service.arrays import to_npy_bytes
 from ease_jupyter.service.testing import alive
 
-from .conftest import serving, start, until
+from .conftest import lend_deleted_ids, serving, start, until
 
 KIB = 1024
 QUOTA = 20 * KIB
@@ -90,10 +90,12 @@ def test_the_quota_holds_in_the_feed_process_and_an_upload_feed_consumes_it(fed)
     assert [v["number"] for v in fed.call("GET", "/tasks/u/versions", "carol").body] == [1]
 
 
-def test_deleting_a_task_makes_the_feed_process_count_again(fed):
-    """After a delete, SQLite may give a new version the deleted one's id, so
-    the owner's stamp is the one the feed process counted at; the service
-    tells the process to forget its count, or it would refuse this last feed."""
+def test_deleting_a_task_makes_the_feed_process_count_again(fed, monkeypatch):
+    """After a delete, a store may give a new version the deleted one's id
+    (lent here as a SQLite database from before migration 0004 can), so the
+    owner's stamp is the one the feed process counted at; the service tells
+    the process to forget its count, or it would refuse this last feed."""
+    lend_deleted_ids(monkeypatch, fed.service.store)
     rng = np.random.default_rng(1)
     rows = lambda n: {"X": rng.normal(size=(n, 4)).astype("float32").tolist(), "y": [0] * n}  # noqa: E731
     for name in ("kept", "gone"):

@@ -14,6 +14,8 @@ from ease_jupyter.service.auth import create_user
 from ease_jupyter.service.core import Service
 from ease_jupyter.store import JobStatus, JobUpdate, open_store
 
+from .conftest import lend_deleted_ids
+
 
 @pytest.fixture
 def service(tmp_path):
@@ -69,7 +71,8 @@ def test_a_model_stored_by_another_process_is_counted(service, tmp_path) -> None
     assert _usage(service, user.id) == before + 1500 == _counted_afresh(service, user.id)
 
 
-def test_deleting_a_task_forgets_the_count(service) -> None:
+def test_deleting_a_task_forgets_the_count(service, monkeypatch) -> None:
+    lend_deleted_ids(monkeypatch, service.store)
     user, _ = create_user(service.store, "alice")
     for name in ("kept", "gone"):
         service.create_task(user, {"name": name, "input": [4], "output": [3]})
@@ -77,8 +80,8 @@ def test_deleting_a_task_forgets_the_count(service) -> None:
     _feed(service, user, "gone", 1)  # the newest version: its id is the highest
     _usage(service, user.id)
     service.delete_task(user, "gone")
-    # A refine (no quota check) then takes the deleted version's id (SQLite
-    # reuses the highest), so the owner's stamp is the one counted before.
+    # A refine (no quota check) then takes the deleted version's id (lent
+    # again), so the owner's stamp is the one counted before.
     kept = service.store.task_by_name(user.id, "kept")
     datasets.refine(service.store, service.blobs, kept, drop=[0])
     assert _usage(service, user.id) == _counted_afresh(service, user.id)

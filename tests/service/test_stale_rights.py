@@ -1,7 +1,8 @@
 """Rights are judged when a request runs, not only when its headers came:
 a request whose token is revoked, or whose account is deleted, while its
-body is on the way is 401 and does nothing, even where SQLite has given
-the deleted account's id to a new one; a body that never comes is cut off;
+body is on the way is 401 and does nothing, even where the store has given
+the deleted account's id to a new one (as a SQLite database from before
+migration 0004 can; ``lend_deleted_ids``); a body that never comes is cut off;
 an event stream closes at once when its user's token is revoked or her
 account deleted, and its recheck tells a new account with her id from her."""
 
@@ -20,7 +21,7 @@ import tornado.websocket
 
 from ease_jupyter.service import handlers, websocket
 
-from .conftest import serving, until
+from .conftest import lend_deleted_ids, serving, until
 from .test_hub_accounts import FakeHub
 
 
@@ -81,8 +82,9 @@ def test_a_request_whose_token_is_revoked_while_its_body_streams_does_not_run(tm
         assert not run.service.store.list_tasks(bob.id)
 
 
-def test_a_deleted_users_held_requests_do_not_reach_the_account_that_gets_her_id(tmp_path, judged):
+def test_a_deleted_users_held_requests_do_not_reach_the_account_that_gets_her_id(tmp_path, judged, monkeypatch):
     with serving(tmp_path, "bob", "ada", admins=("admin",)) as run:
+        lend_deleted_ids(monkeypatch, run.service.store)
         ada_id = run.service.store.user_by_name("ada").id
         create = _held(run.url, run.tokens["ada"], "/tasks", {"name": "adas_task", **TASK})
         cancel = _held(run.url, run.tokens["ada"], "/tasks/carols_task/cancel", {})
@@ -90,7 +92,7 @@ def test_a_deleted_users_held_requests_do_not_reach_the_account_that_gets_her_id
         assert run.call("DELETE", "/users/ada", "admin").status == 200
         made = run.call("POST", "/users", "admin", body={"name": "carol"})
         assert made.status == 201
-        assert made.body["id"] == ada_id  # SQLite reuses the id: what makes a stale request dangerous
+        assert made.body["id"] == ada_id  # the id lent again: what makes a stale request dangerous
         run.tokens["carol"] = made.body["token"]
         assert run.call("POST", "/tasks", "carol", body={"name": "carols_task", **TASK}).status == 201
         for held in (create, cancel):
@@ -111,11 +113,12 @@ def hub_mode(tmp_path, monkeypatch):
         yield running, fake
 
 
-def test_a_held_request_of_a_deleted_hub_user_does_not_run_as_her_new_account(hub_mode, judged):
+def test_a_held_request_of_a_deleted_hub_user_does_not_run_as_her_new_account(hub_mode, judged, monkeypatch):
     """Her hub token still works after the deletion and makes a new, empty
     account, with her old id: the held request was judged for the old one,
     so it is 401 (the same id is not the same account)."""
     run, fake = hub_mode
+    lend_deleted_ids(monkeypatch, run.service.store)
     token = fake.add("ada")
     run.tokens["ada"] = token
     old = run.call("GET", "/whoami", "ada").body
@@ -216,6 +219,7 @@ def test_a_deleted_users_stream_closes_at_once_and_sees_nothing_of_the_account_w
         return await _until_closed(ws, 3.0)
 
     with serving(tmp_path, "bob", "ada", admins=("admin",)) as run:
+        lend_deleted_ids(monkeypatch, run.service.store)
         events, code = asyncio.run(main(run, run.service.store.user_by_name("ada").id))
     assert code == websocket.POLICY_VIOLATION
     assert events == []  # not carol's task event
@@ -228,6 +232,7 @@ def test_a_streams_recheck_tells_a_new_account_with_the_same_id_from_its_own(hub
     run, fake = hub_mode
     monkeypatch.setattr(websocket, "RECHECK_SECONDS", 0.2)
     monkeypatch.setattr(run.service.events, "close_user", lambda user_id: 0)
+    lend_deleted_ids(monkeypatch, run.service.store)
     token = fake.add("ada")
     run.tokens["ada"] = token
     old_id = run.call("GET", "/whoami", "ada").body["id"]

@@ -166,3 +166,51 @@ def test_upgrading_0001_data_makes_every_user_local_and_keeps_their_tasks(sql_ur
         assert current_revision(store) == "0002"
         upgrade(store.engine)
         assert schema_diffs(store) == []
+
+
+def test_upgrading_0003_data_keeps_every_row_under_its_id_and_stops_reusing_ids(sql_url: str) -> None:
+    from sqlalchemy import text
+
+    from ease_jupyter.store.sql.engine import make_engine
+    from ease_jupyter.testing.store_contract import _a_task_with_history, _everything_of, _ids_of_task, user
+
+    engine = make_engine(sql_url)
+    try:
+        upgrade(engine, "0003")
+    finally:
+        engine.dispose()
+    with SQLStore(sql_url, migrate=False) as old:  # the store's code on 0003's schema
+        ada, bob = user(old, "ada"), user(old, "bob")
+        kept = _a_task_with_history(old, ada, "stars", "s")
+        newest = _a_task_with_history(old, bob, "galaxy", "g")
+        before = {t.id: _everything_of(old, t.id) for t in (kept, newest)}
+        users = old.list_users()
+    with SQLStore(sql_url) as store:  # migrates to head
+        assert schema_diffs(store) == []
+        assert store.list_users() == users
+        assert {t.id: _everything_of(store, t.id) for t in (kept, newest)} == before
+        with store.engine.connect() as connection:  # the rebuilt tables still anchor foreign keys
+            with pytest.raises(Exception, match="(?i)foreign key"):
+                connection.execute(text("INSERT INTO tasks (owner_id, name, program, created_at, cancelled) "
+                                        "VALUES (9999, 'orphan', '', '2025-01-01 00:00:00', false)"))
+                connection.commit()
+        gone = _ids_of_task(store, newest.id)
+        store.delete_task(newest.id)
+        store.delete_user(bob.id)
+        again = _ids_of_task(store, _a_task_with_history(store, ada, "galaxy", "again").id)
+        assert all(min(again[kind]) > max(ids) for kind, ids in gone.items())
+        assert user(store, "carol").id > bob.id
+        kept_rows = _everything_of(store, kept.id)
+        downgrade(store.engine, "0003")
+        assert _everything_of(store, kept.id) == kept_rows
+        upgrade(store.engine)
+        assert schema_diffs(store) == [] and _everything_of(store, kept.id) == kept_rows
+
+
+def test_on_sqlite_every_table_keyed_by_id_is_an_autoincrement_table(tmp_path) -> None:
+    with SQLStore(f"sqlite:///{tmp_path / 'db.sqlite'}") as store, store.engine.connect() as connection:
+        ddl = dict(connection.exec_driver_sql("SELECT name, sql FROM sqlite_master WHERE type = 'table'").all())
+    keyed_by_id = {table.name for table in Base.metadata.sorted_tables if list(table.primary_key.columns.keys()) == ["id"]}
+    assert keyed_by_id == {"users", "tasks", "dataset_versions", "example_chunks", "jobs", "provenance_edges"}
+    assert {name for name, sql in ddl.items() if "AUTOINCREMENT" in sql} == keyed_by_id
+    assert all(Base.metadata.tables[name].kwargs.get("sqlite_autoincrement") for name in keyed_by_id)

@@ -66,6 +66,10 @@ NAME = String(200)
 # backend; PostgreSQL would enforce a length, SQLite never does.
 KEY = String(200).with_variant(Text(), "postgresql")
 STATUSES = tuple(s.value for s in JobStatus)
+# SQLite remembers the largest id it gave and never gives it again (migration
+# 0004), as PostgreSQL's sequences and the memory store do: a deleted row's id
+# never names a later row. For the tables whose rows are named by an ``id``.
+NEVER_REUSED = {"sqlite_autoincrement": True}
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -106,7 +110,8 @@ class Base(DeclarativeBase):
 class UserRow(Base):
     __tablename__ = "users"
     # Each origin (a local account, a hub login) is its own namespace of names.
-    __table_args__ = (UniqueConstraint("origin", "name"), CheckConstraint(_in("origin", USER_ORIGINS), name="origin"))
+    __table_args__ = (UniqueConstraint("origin", "name"), CheckConstraint(_in("origin", USER_ORIGINS), name="origin"),
+                      NEVER_REUSED)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(NAME)
@@ -123,7 +128,7 @@ class UserRow(Base):
 
 class TaskRow(Base):
     __tablename__ = "tasks"
-    __table_args__ = (UniqueConstraint("owner_id", "name"),)
+    __table_args__ = (UniqueConstraint("owner_id", "name"), NEVER_REUSED)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     owner_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
@@ -145,6 +150,7 @@ class DatasetVersionRow(Base):
         CheckConstraint("number >= 1", name="number_positive"),
         CheckConstraint("n_examples >= 0", name="n_examples_nonnegative"),
         CheckConstraint(_in("kind", tuple(k.value for k in VersionKind)), name="kind"),
+        NEVER_REUSED,
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -169,6 +175,7 @@ class ExampleChunkRow(Base):
         UniqueConstraint("task_id", "first_example_id"),  # example ids are never reused
         CheckConstraint("count >= 1", name="count_positive"),
         CheckConstraint("first_example_id >= 0", name="first_example_id_nonnegative"),
+        NEVER_REUSED,
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -203,6 +210,7 @@ class JobRow(Base):
         CheckConstraint("attempts >= 0", name="attempts_nonnegative"),
         Index(None, "task_id", "status"),  # the control loop asks for a task's queued/running jobs
         Index(None, "status"),
+        NEVER_REUSED,
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -260,6 +268,7 @@ class EdgeRow(Base):
         CheckConstraint(_in("kind", tuple(k.value for k in EdgeKind)), name="kind"),
         # A source is either absent (data from outside) or complete.
         CheckConstraint("(src_kind IS NULL) = (src_id IS NULL)", name="src_complete"),
+        NEVER_REUSED,
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
