@@ -12,9 +12,12 @@ at the deadline (should its parent be stuck or gone) and when its parent
 closes the pipe; the parent closes it when the job ends (``JobScope``), or
 after ``IDLE_SECONDS`` without calls.
 
-A timeout, not an isolation boundary: the child runs with the worker's user
-and file system rights, so it can read everything the worker can, the
-worker's own environment (``/proc``) included. It gets a minimal
+Where the kernel has Landlock, the child is also confined
+(``user_confine``): it reads the Python installation and the system's files,
+writes only its own folder, and cannot open the data directory, the
+database, other processes' ``/proc`` entries, TCP connections or (ABI 6)
+signal the worker. Without Landlock it runs with the worker's user and file
+system rights (``docs/models.md``, "Trust"). Either way it gets a minimal
 environment (nothing of the service's is handed to it), an empty temporary
 working directory and a process group of its own.
 
@@ -64,9 +67,11 @@ import tempfile
 import threading
 import time
 import traceback
+import logging
 import weakref
 from typing import Any, Callable
 
+from .user_confine import PROTECTED_ENV, READABLE_ENV, WRITABLE_ENV, abi_version
 from .user_zygote import ForkedChild, ForkFailed, fork_child
 
 IDLE_SECONDS = 60.0  # the parent closes a child with no call for this long (its job is over)
@@ -77,8 +82,9 @@ MAX_TRACEBACK_CHARS = 20_000
 OUTPUT_TAIL_CHARS = 4_000  # of her printed output, sent back with the error of a call that raised
 CHILD_ENV_KEYS = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "TZ", "OMP_NUM_THREADS",
                   "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS",
-                  "CUDA_VISIBLE_DEVICES")
+                  "CUDA_VISIBLE_DEVICES", READABLE_ENV, WRITABLE_ENV, PROTECTED_ENV)
 _HEADER = struct.Struct("!Q")
+log = logging.getLogger(__name__)
 _ERROR, _ARRAY, _OBJECT = b"E", b"A", b"O"
 
 
@@ -422,9 +428,19 @@ def for_job(deadline: float) -> Sandbox:
     with _LOCK:
         _SANDBOXES[key] = box  # the key is this thread's: no other thread starts one for it
         if _REAPER is None:
+            _log_confinement()
             _REAPER = threading.Thread(target=_reap_forever, name="easeml-user-model-reaper", daemon=True)
             _REAPER.start()
     return box
+
+
+def _log_confinement() -> None:
+    abi = abi_version()
+    if abi:
+        log.info("users' code runs confined by Landlock (ABI %d; docs/models.md, \"Trust\")", abi)
+    else:
+        log.warning("users' code runs unconfined: this kernel has no Landlock, so it can read and write "
+                    "whatever this worker can (docs/models.md, \"Trust\")")
 
 
 def _reap() -> None:
@@ -657,8 +673,9 @@ class _ChildThreads:
                 torch.set_num_threads(before)
 
 
-def child_main() -> None:
-    """Serve calls from the parent until it closes the pipe or the deadline passes."""
+def child_main(refusal: str | None = None) -> None:
+    """Serve calls from the parent until it closes the pipe or the deadline
+    passes; with a ``refusal``, answer each call with it instead of running it."""
     import cloudpickle
 
     inbox, outbox, output, deadline = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
@@ -677,6 +694,8 @@ def child_main() -> None:
         except (EOFError, OSError):
             return
         try:
+            if refusal is not None:
+                raise PermissionError(refusal)
             fn, args, kwargs, returns, threads = pickle.loads(request)
             value = pools.run(threads, fn, *args, **kwargs)
             reply = _ARRAY + _array_bytes(value) if returns == "array" else _OBJECT + cloudpickle.dumps(value)

@@ -390,12 +390,19 @@ def _become_child(sock: socket.socket, wake: tuple[int, int], fds: list[int], de
             os.close(fd)
         os.setsid()  # a signal she sends to her process group reaches her child alone
         os.chdir(folder)
+        from ease_jupyter.user_confine import Exposed, confine
+
+        refusal = None
+        try:
+            confine(folder)  # before any of her code
+        except Exposed as error:  # fails closed: each call of hers is answered with why
+            refusal = f"her code was not run: {error}"
         _reseed()
         inbox, outbox, output = fds
         sys.argv = ["-c", str(inbox), str(outbox), str(output), repr(deadline)]
         from ease_jupyter.user_sandbox import child_main
 
-        child_main()
+        child_main(refusal)
         code = 0
     finally:
         os._exit(code)

@@ -56,3 +56,17 @@ def embedded_data_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("EASEML_DATA_DIR", str(tmp_path / "data"))
     yield tmp_path / "data"
     embedded.stop(tmp_path / "data", timeout=10)
+
+
+@pytest.fixture
+def notes(tmp_path, monkeypatch):
+    """A folder where a user's code may write what a test reads back (the pids
+    it ran in): a confined child writes nowhere else (``user_confine``), so the
+    worker's environment opens this one, as a deployment may open a scratch
+    folder. Set before the service or its workers start."""
+    from ease_jupyter.user_confine import WRITABLE_ENV
+
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    monkeypatch.setenv(WRITABLE_ENV, str(folder))
+    return folder

@@ -30,6 +30,8 @@ from ..schema import format_program, parse, program_from_shapes
 from ..schema.limits import check_program_size, check_program_text
 from ..store import DatasetVersion, Edge, Job, Node, NodeKind, Store, BlobStore, Task, User, open_store
 from ..store.base import LOCAL
+from ..store.sql.engine import sqlite_file
+from ..user_confine import protect
 from . import arrays, deletion, task_schema
 from .auth import TokenCache, check_name, create_user, revoke_token
 from .config import ServiceConfig, engine_form
@@ -152,6 +154,8 @@ class Service:
         self.config = config
         data_dir = Path(config.data_dir) if config.data_dir else Path(tempfile.mkdtemp(prefix="easeml-"))
         self.data_dir = data_dir
+        # Before any worker or child starts: they inherit it (docs/models.md, "Trust").
+        protect(data_dir, *([] if config.db_url is None else sqlite_file(config.db_url)))
         own_store = store is None  # opened from the config, as a feed process can too
         if own_store:
             store, blobs = open_store(config.db_url, data_dir)

@@ -105,6 +105,19 @@ def lend_deleted_ids(monkeypatch, store) -> None:
         monkeypatch.setattr(store, name, lending(getattr(store, name)))
 
 
+@contextlib.contextmanager
+def writable_notes(parent) -> Iterator[Any]:
+    """``notes`` (tests/conftest.py) for a module's fixture: ``parent/notes``,
+    which users' code may write, for services started within the block."""
+    from ease_jupyter.user_confine import WRITABLE_ENV
+
+    folder = parent / "notes"
+    folder.mkdir()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(WRITABLE_ENV, str(folder))
+        yield folder
+
+
 @pytest.fixture
 def svc(tmp_path) -> Iterator[Running]:
     with serving(tmp_path, "alice", "bob", admins=("admin",)) as running:

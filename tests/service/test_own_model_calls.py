@@ -20,7 +20,7 @@ from ease_jupyter.errors import UserModelCallError, UserModelCallTimeout
 from ease_jupyter.service.models import UNUSABLE_TAG
 from ease_jupyter.service.suspicion import MAX_TOP_K
 
-from .conftest import serving, start
+from .conftest import serving, start, writable_notes
 
 CLASSES = {"classes_fraction": [0.0, 1.5, 2.0], "classes_twice": [0, 0, 2]}
 LIMIT = 20.0  # her model's limit: her training job (child starts, loads, fits) fits in it on a loaded machine (10 s did not, once); a hang ends at it
@@ -110,9 +110,10 @@ def trained(tmp_path_factory, iris):
     behaving again."""
     X, y = iris
     tmp_path = tmp_path_factory.mktemp("own_calls")
-    mode_file = tmp_path / "mode"
-    mode_file.write_text("")
-    with serving(tmp_path / "svc", "ada", "bob", torch=False, workers=1, allow_user_models=True) as running:
+    with writable_notes(tmp_path) as notes, serving(tmp_path / "svc", "ada", "bob", torch=False, workers=1,
+                                                    allow_user_models=True) as running:
+        mode_file = notes / "mode"  # her code reads it and notes its pids beside it
+        mode_file.write_text("")
         ada = running.client("ada").task("iris", input=[4], output=[3])
         bob = running.client("bob").task("flowers", input=[4], output=[3])
         ada.add_model(Switch(str(mode_file)), name="mine", limit=LIMIT)

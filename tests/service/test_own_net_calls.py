@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 
-from .conftest import serving
+from .conftest import serving, writable_notes
 from .test_own_model_calls import (
     CALL_WAIT,
     _serve_only,
@@ -73,16 +73,16 @@ def trained(tmp_path_factory, iris):
     behaving again."""
     X, y = iris
     tmp_path = tmp_path_factory.mktemp("own_net_calls")
-    mode_file = tmp_path / "mode"
-    mode_file.write_text("")
-    with serving(tmp_path / "svc", "ada", "bob", torch=True, torch_epochs=1, workers=1,
-                 allow_user_models=True) as running:
+    with writable_notes(tmp_path) as notes, serving(tmp_path / "svc", "ada", "bob", torch=True, torch_epochs=1,
+                                                    workers=1, allow_user_models=True) as running:
+        mode_file = notes / "mode"  # her net reads it and notes its pids beside it
+        mode_file.write_text("")
         ada = running.client("ada").task("iris", input=[4], output=[3])
         bob = running.client("bob").task("flowers", input=[4], output=[3])
         ada.add_model(SwitchFactory(str(mode_file)), grid={"lr": [0.1]}, name="mine",
                       limit=LIMIT)
-        (tmp_path / "his_mode").write_text("")  # his net always behaves
-        bob.add_model(SwitchFactory(str(tmp_path / "his_mode")), grid={"lr": [0.1]}, name="his", limit=HIS_LIMIT)
+        (notes / "his_mode").write_text("")  # his net always behaves
+        bob.add_model(SwitchFactory(str(notes / "his_mode")), grid={"lr": [0.1]}, name="his", limit=HIS_LIMIT)
         ada.feed(X, y)
         bob.feed(X, y)
         assert ada.wait(timeout=300) and bob.wait(timeout=300)

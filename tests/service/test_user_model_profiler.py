@@ -258,10 +258,10 @@ def test_the_loop_reprices_her_arm_once_her_family_has_history(stores):
     assert selector_cost(loop, tenant, "mine") == pytest.approx(law(n), rel=0.15)
 
 
-def test_her_estimators_first_job_is_profiled_in_her_sandbox_and_paid_for(stores, tmp_path):
+def test_her_estimators_first_job_is_profiled_in_her_sandbox_and_paid_for(stores, notes):
     store, blobs = stores
     task, version = flat_task(stores, "t", 400, d=8)
-    pid_file = tmp_path / "pids"
+    pid_file = notes / "pids"
     add_own(stores, task, NotesWhereItFits(str(pid_file)))
     costs = Costs(store, torch_epochs=None)
     spec = costs.configs(task)["mine"]

@@ -175,9 +175,9 @@ def json_tag(store, job_id):
     return json.loads(store.tags("job", job_id)[BEST_TRIAL_TAG])
 
 
-def test_models_that_raise_hang_or_give_wrong_shapes_fail_only_their_own_jobs(allowed, iris, tmp_path):
+def test_models_that_raise_hang_or_give_wrong_shapes_fail_only_their_own_jobs(notes, allowed, iris):
     X, y = iris
-    pid_file = tmp_path / "sleeps.pids"
+    pid_file = notes / "sleeps.pids"
     ada = allowed.client("ada").task("iris", input=[4], output=[3])
     bob = allowed.client("bob").task("flowers", input=[4], output=[3])
     ada.add_model(Raises(), name="raises")
@@ -411,13 +411,13 @@ class RecordsWhereItLoads(LogisticRegression):
                 out.write(f"{os.getpid()}\n")
 
 
-def test_her_model_predicts_where_the_jobs_run_not_in_the_service_process(tmp_path, iris):
+def test_her_model_predicts_where_the_jobs_run_not_in_the_service_process(tmp_path, notes, iris):
     X, y = iris
     running = start(tmp_path / "svc", executor="process", torch=False, workers=1, allow_user_models=True)
     try:
         running.user("ada")
         task = running.client("ada").task("iris", input=[4], output=[3])
-        pid_file = tmp_path / "pids"
+        pid_file = notes / "pids"
         task.add_model(RecordsWhereItLoads(str(pid_file)), name="mine")
         task.feed(X, y)
         assert task.wait(timeout=240)
@@ -484,9 +484,9 @@ def test_deleting_a_task_deletes_her_models_code(allowed, iris, monkeypatch):
     assert not blobs.exists(record["code"])
 
 
-def test_her_calls_run_in_child_processes_that_end_with_their_jobs(allowed, iris, tmp_path):
+def test_her_calls_run_in_child_processes_that_end_with_their_jobs(notes, allowed, iris):
     X, y = iris
-    pid_file = tmp_path / "calls"
+    pid_file = notes / "calls"
     task = allowed.client("ada").task("iris", input=[4], output=[3])
     task.add_model(Recorded(str(pid_file)), grid={"C": [0.1, 10.0]}, name="no_return")
     task.add_model(Recorded(str(pid_file)), name="as_given")

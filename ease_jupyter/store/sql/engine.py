@@ -24,6 +24,7 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
 from sqlalchemy.pool import StaticPool
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
@@ -46,6 +47,17 @@ def is_sqlite_memory(url: URL) -> bool:
     return url.get_backend_name() == "sqlite" and (
         url.database in (None, "", ":memory:") or url.query.get("mode") == "memory"
     )
+
+
+def sqlite_file(url: str | URL) -> list[str]:
+    """The database file of a SQLite ``url`` ([] for another database or an in-memory one)."""
+    try:
+        url = make_url(url)
+    except ArgumentError:  # not a SQLAlchemy URL: no file
+        return []
+    if url.get_backend_name() != "sqlite" or is_sqlite_memory(url):
+        return []
+    return [str(url.database)]
 
 
 def make_engine(url: str | URL, **kwargs: Any) -> Engine:
