@@ -378,6 +378,16 @@ def _reseed() -> None:
         sys.modules["torch"].seed()
 
 
+def _keep_priority() -> None:
+    """Keep the worker's priority in a new session: where the kernel groups
+    sessions for scheduling (autogroup), a session's group competes at nice
+    0 with the service's whole group, whatever its processes' own nice. Its
+    group gets this process's nice instead (raising it needs no privilege)."""
+    with contextlib.suppress(OSError):  # no autogroups here: the process's own nice orders it
+        with open("/proc/self/autogroup", "w") as group:
+            group.write(str(os.nice(0)))
+
+
 def _become_child(sock: socket.socket, wake: tuple[int, int], fds: list[int], deadline: float, folder: str) -> None:
     """In the forked child: drop the zygote's ends and serve calls, as a
     freshly started child would (``user_sandbox.child_main``); never returns."""
@@ -389,6 +399,7 @@ def _become_child(sock: socket.socket, wake: tuple[int, int], fds: list[int], de
         for fd in wake:
             os.close(fd)
         os.setsid()  # a signal she sends to her process group reaches her child alone
+        _keep_priority()
         os.chdir(folder)
         from ease_jupyter.user_confine import Exposed, confine
 

@@ -405,6 +405,8 @@ def test_a_zygote_whose_socket_fails_is_replaced_at_the_next_fork():
     from ease_jupyter import user_zygote
 
     deadline = time.time() + 30
+    if user_zygote._ZYGOTE is not None:  # one whose only child is this test's: children of earlier tests'
+        user_zygote._ZYGOTE.retire()     # jobs would keep it from exiting below
     try:
         child = run_user_code(_pid, deadline=deadline, what="pid")
         stale = user_zygote._ZYGOTE
@@ -798,3 +800,31 @@ def test_long_output_comes_back_cut_to_its_end_with_the_whole_traceback():
     assert len(shown) <= user_sandbox.OUTPUT_TAIL_CHARS and shown.endswith("line 2999\nto stderr\nwritten by C code")
     assert "line 0\n" not in text and text.rstrip().endswith("ValueError: her error")
     user_sandbox.close_job(deadline)
+
+
+_AT_NICE = """
+import os, sys, time
+os.nice(int(sys.argv[1]))
+from ease_jupyter.user_sandbox import run_user_code
+
+def group():
+    with open("/proc/self/autogroup") as f:
+        return f.read().split()[-1], os.getsid(0) == os.getpid()
+
+print(*run_user_code(group, deadline=time.time() + 60, what="group"))
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/autogroup"), reason="this kernel groups no sessions (autogroup)")
+def test_her_child_keeps_the_workers_priority_in_a_session_of_its_own(tmp_path):
+    """A session of its own is a scheduling group of its own, which would
+    compete with the whole service at nice 0: it gets the worker's nice."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "at_nice.py"
+    script.write_text(_AT_NICE)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(user_sandbox.__file__)))
+    out = subprocess.run([sys.executable, str(script), "7"], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": root}, check=True).stdout.split()
+    assert out == ["7", "True"]  # its group's nice, and it leads a session of its own
