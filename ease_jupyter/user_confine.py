@@ -3,12 +3,14 @@ later): what it may open on the file system, whether it may use TCP, and
 whether it may signal or reach processes outside itself.
 
 The child that runs her code (``user_sandbox``) is a process of the worker,
-run as the same OS user. Unconfined, her code could read and write whatever
-the worker can: the data directory with every user's data and models, the
-SQLite database, the ``/proc`` entries of the service's processes, and it
-could connect to the Dask scheduler (which runs any function it is sent on
-the workers, outside any sandbox). Landlock lets an unprivileged process
-give up those rights for itself and every process it starts, for good.
+run as the same OS user. Unconfined, her code there could read and write
+whatever the worker can: the data directory with every user's data and
+models, the SQLite database, the ``/proc`` entries of the service's
+processes, the Dask scheduler (which runs any function it is sent on the
+workers). Landlock lets an unprivileged process give up those rights for
+itself and every process it starts, for good. This confines the calls that
+run in the child, not her code as a whole: parts of it run in the worker
+(``docs/models.md``, "Trust").
 
 What a confined child keeps:
 
@@ -17,25 +19,26 @@ What a confined child keeps:
   ``/bin``, ``/etc``), ``/sys``, its own ``/proc/self`` and the few
   ``/proc`` files that libraries read to count CPUs and memory;
 * reading and writing its own empty folder (also its ``HOME`` and
-  ``TMPDIR``) and the ``/dev`` files that carry no data (``null``, ``zero``,
-  ``urandom``, ``random``, ``full``) and GPUs (``nvidia*``, ``dri``);
+  ``TMPDIR``; no device files) and the ``/dev`` files that carry no data
+  (``null``, ``zero``, ``urandom``, ``random``, ``full``) and GPUs
+  (``nvidia*``, ``dri``);
 * what the worker's environment names in ``EASEML_USER_CODE_READABLE``
   (read) and ``EASEML_USER_CODE_WRITABLE`` (read and write), directories
   separated by ``os.pathsep``: a deployment's shared weights or scratch space.
 
-Nothing else on the file system: not the data directory, not the
-database, not other users' children's folders, not ``/tmp``, not ``HOME``,
-not ``/dev/shm`` (where other processes' shared memory lives; Python's
-``multiprocessing`` locks need it, so her code cannot start process pools).
-With Landlock ABI 4 or later no TCP connection or listening socket; with
-ABI 6 or later no signal to, and no abstract UNIX socket of, a process
-outside the child (the worker, the zygote, other users' children).
+Nothing else on the file system: not the data directory or the database
+(``protect``), not other users' children's folders, not ``/tmp``, not
+``HOME``, not ``/dev/shm`` (where other processes' shared memory lives;
+Python's ``multiprocessing`` locks need it, so her code cannot start process
+pools). With Landlock ABI 4 or later no TCP connection or listening socket;
+with ABI 6 or later no signal to, and no abstract UNIX socket of, a process
+outside the child (the worker, the zygote, other users' children). Landlock
+does not cover UDP, UNIX sockets reached by a path, MPTCP, or changes to
+the metadata of files the child cannot open.
 
 The kernel decides: a system without Landlock (another OS, an older kernel,
 or Landlock left out of the ``lsm=`` boot list) runs her code unconfined, as
-before; ``abi_version`` says which, and ``docs/models.md`` what each ABI
-adds. A data directory placed inside one of the readable places above
-(the Python installation, ``/usr``, ``/etc``) would stay readable.
+before; ``abi_version`` says which.
 
 The syscalls are called through ``ctypes``: the PyPI binding covers the file
 system rules only, not TCP or scoping.
@@ -65,6 +68,8 @@ _SCOPE_ABSTRACT_UNIX_SOCKET, _SCOPE_SIGNAL = 1 << 0, 1 << 1
 _FILE_RIGHTS = _EXECUTE | _WRITE_FILE | _READ_FILE | _TRUNCATE | _IOCTL_DEV  # the rights a rule on a file may grant
 
 _READ = _EXECUTE | _READ_FILE | _READ_DIR
+_MAKE_CHAR, _MAKE_BLOCK = 1 << 6, 1 << 11  # device files: never, not even in her own folder
+IMPORTABLE_SUFFIXES = (".py", ".pyc", ".so", ".pth", ".zip", ".egg")
 READABLE_ENV, WRITABLE_ENV = "EASEML_USER_CODE_READABLE", "EASEML_USER_CODE_WRITABLE"
 PROTECTED_ENV = "EASEML_USER_CODE_PROTECTED"  # set by ``protect``: what no rule may reach
 SYSTEM_READ = ("/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/etc", "/sys")
@@ -129,8 +134,24 @@ def protect(*paths: str | os.PathLike[str]) -> None:
 
 
 def _holding(root: str, protected: list[str]) -> str | None:
-    """The first protected path at or beneath ``root``."""
-    return next((p for p in protected if os.path.commonpath([root, p]) == root), None)
+    """The first protected path at or beneath ``root``, or that holds it."""
+    return next((p for p in protected if os.path.commonpath([root, p]) in (root, p)), None)
+
+
+def _importable(folder: str, protected: list[str]) -> list[str]:
+    """What Python may import from ``folder``, an import path that holds a
+    protected path (the folder the service was started in: a notebook's
+    own modules beside the data directory): its modules and packages, not
+    hidden entries, not what holds a protected path."""
+    found = []
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            path = os.path.realpath(entry.path)
+            if entry.name.startswith(".") or _holding(path, protected) is not None:
+                continue
+            if os.path.isdir(path) or entry.name.endswith(IMPORTABLE_SUFFIXES):
+                found.append(path)
+    return found
 
 
 def readable_roots() -> list[str]:
@@ -163,9 +184,11 @@ def _granted(protected: list[str]) -> tuple[list[str], list[str]]:
             (write if listed.get(root) == WRITABLE_ENV else read).append(root)
         elif root in needed or root in listed:
             named = f"{listed[root]} names {root}" if root in listed else f"her code must read {root}"
-            raise Exposed(f"{named}, which holds {inside}, where every user's data is: move the data "
-                          f"directory out of it")
-        # else an import path around the data directory (the folder the service started in): left out
+            relation = "lies in" if os.path.commonpath([root, inside]) == inside else "holds"
+            raise Exposed(f"{named}, which {relation} {inside}, where every user's data is: keep the data "
+                          f"directory apart from it")
+        elif os.path.commonpath([root, inside]) == root:  # an import path around the data directory
+            read.extend(_importable(root, protected))
     return read, write
 
 
@@ -185,7 +208,7 @@ def confine(folder: str) -> int:
     if fd < 0:
         raise OSError(ctypes.get_errno(), f"landlock_create_ruleset: {os.strerror(ctypes.get_errno())}")
     try:
-        everything = handled.handled_access_fs
+        everything = handled.handled_access_fs & ~(_MAKE_CHAR | _MAKE_BLOCK)
         read, write = _granted(_listed(PROTECTED_ENV))
         for path in (*read, os.path.realpath("/proc/self"), *PROC_FILES):
             _allow(libc, fd, path, _READ & everything)

@@ -17,9 +17,11 @@ Where the kernel has Landlock, the child is also confined
 writes only its own folder, and cannot open the data directory, the
 database, other processes' ``/proc`` entries, TCP connections or (ABI 6)
 signal the worker. Without Landlock it runs with the worker's user and file
-system rights (``docs/models.md``, "Trust"). Either way it gets a minimal
-environment (nothing of the service's is handed to it), an empty temporary
-working directory and a process group of its own.
+system rights. Either way the child bounds the calls it runs, not her code
+as a whole: unpickling its replies runs her classes' code in the worker
+(``docs/models.md``, "Trust"). It gets a minimal environment (nothing of
+the service's is handed to it), an empty temporary working directory and a
+session of its own.
 
 One child per job and thread (``for_job``), started on the first call: a
 job's calls pay the start of one process and the pickling of their

@@ -138,11 +138,14 @@ def test_her_error_from_a_refused_open_names_the_path_she_tried(data_dir):
         run_user_code(_read, str(data_dir / "easeml.sqlite"), deadline=time.time() + 60, what="read")
 
 
-def test_an_import_path_that_holds_the_data_directory_is_left_out(tmp_path, monkeypatch):
-    project = tmp_path / "project"  # the folder a service was started in, on its import path
-    (project / "data").mkdir(parents=True)
-    (project / "notes.txt").write_text("beside the data")
-    (project / "data" / "easeml.sqlite").write_text("everyone's records")
+def test_an_import_path_that_holds_the_data_directory_opens_only_its_modules(tmp_path, monkeypatch):
+    project = tmp_path / "project"  # the folder a service was started in (a notebook's), on its import path
+    for folder in ("data", "package", ".ssh"):
+        (project / folder).mkdir(parents=True)
+    files = {"notes.txt": "beside the data", "mine.py": "X = 1", "package/__init__.py": "Y = 2",
+             ".ssh/id_rsa": "key", "data/easeml.sqlite": "everyone's records"}
+    for name, text in files.items():
+        (project / name).write_text(text)
     monkeypatch.setattr("sys.path", [*__import__("sys").path, str(project)])
     deadline = time.time() + 60
     try:
@@ -153,11 +156,38 @@ def test_an_import_path_that_holds_the_data_directory_is_left_out(tmp_path, monk
     monkeypatch.setenv(PROTECTED_ENV, str(project / "data"))
     deadline = time.time() + 60
     try:
-        for path in (project / "notes.txt", project / "data" / "easeml.sqlite"):
-            seen = run_user_code(_attempt, _read, str(path), deadline=deadline, what="read")
-            assert seen == ("refused", "PermissionError"), path  # ...unless it holds the data
+        seen = {name: run_user_code(_attempt, _read, str(project / name), deadline=deadline, what="read")
+                for name in files}
     finally:
         user_sandbox.close_job(deadline)
+    # ...unless it holds the data: then its modules and packages only
+    assert seen == {"notes.txt": ("refused", "PermissionError"), "mine.py": ("ok", "X = 1"),
+                    "package/__init__.py": ("ok", "Y = 2"), ".ssh/id_rsa": ("refused", "PermissionError"),
+                    "data/easeml.sqlite": ("refused", "PermissionError")}
+
+
+def test_a_folder_opened_to_her_code_inside_the_data_directory_runs_none_of_it(tmp_path, monkeypatch):
+    (tmp_path / "data" / "shared").mkdir(parents=True)
+    monkeypatch.setenv(PROTECTED_ENV, str(tmp_path / "data"))
+    monkeypatch.setenv(READABLE_ENV, str(tmp_path / "data" / "shared"))
+    deadline = time.time() + 60
+    try:
+        with pytest.raises(UserModelError, match=rf"{READABLE_ENV} names {tmp_path / 'data' / 'shared'}, "
+                                                 rf"which lies in {tmp_path / 'data'}"):
+            run_user_code(os.getpid, deadline=deadline, what="pid")
+    finally:
+        user_sandbox.close_job(deadline)
+
+
+def _make_device():
+    import stat
+
+    os.mknod("kmsg", stat.S_IFCHR | 0o600, os.makedev(1, 11))
+
+
+def test_her_code_makes_no_device_file_even_in_its_folder():
+    with pytest.raises(UserModelError, match="PermissionError"):
+        run_user_code(_make_device, deadline=time.time() + 60, what="mknod")
 
 
 def test_a_folder_opened_to_her_code_that_holds_the_data_directory_runs_none_of_it(tmp_path, monkeypatch):
