@@ -60,9 +60,10 @@ def held_code(error: BaseException) -> str | None:
     return None if isinstance(error, ModelOverQuotaError) else storage_code(error)
 
 
-def fail_job(store: Store, job_id: int, error: BaseException) -> Job:
+def fail_job(store: Store, job_id: int, error: BaseException, *, earlier_seconds: float = 0.0) -> Job:
     """Mark a running job FAILED with ``error``; a storage failure also gets
-    its code as ``FAILURE_TAG`` (see the module docstring)."""
+    its code as ``FAILURE_TAG`` (see the module docstring). ``earlier_seconds``:
+    what its earlier attempts ran and kept (``mark_failed``)."""
     code = storage_code(error)
     held = held_code(error)
     if held is not None:
@@ -74,17 +75,20 @@ def fail_job(store: Store, job_id: int, error: BaseException) -> Job:
     any_code = code or _own_code(error)
     if any_code is not None:
         store.set_tag("job", job_id, ERROR_CODE_TAG, any_code)
-    return mark_failed(store, job_id, message, paid=held is None)
+    return mark_failed(store, job_id, message, paid=held is None, earlier_seconds=earlier_seconds)
 
 
-def mark_failed(store: Store, job_id: int, message: str, *, paid: bool = True) -> Job:
+def mark_failed(store: Store, job_id: int, message: str, *, paid: bool = True, earlier_seconds: float = 0.0) -> Job:
     """Move a running job to FAILED with ``message`` and, as its cost, the
-    seconds its attempt ran (``budget.run_seconds``); 0 when not ``paid``
-    (a failure of the service's own, ``held_code``)."""
+    seconds its attempt ran (``budget.run_seconds``) plus ``earlier_seconds``,
+    what its earlier attempts ran and left for this one to resume from (a
+    torch job's finished units, as its success would count them); 0 when
+    not ``paid`` (a failure of the service's own, ``held_code``)."""
     seconds: float | None = 0.0  # unpaid: not None, or budget.job_seconds would count its run time
     if paid:
         job = store.get_job(job_id)
-        seconds = run_seconds(job, datetime.now(timezone.utc)) if job.started_at is not None else None
+        seconds = run_seconds(job, datetime.now(timezone.utc)) + earlier_seconds if job.started_at is not None \
+            else None
     return store.update_job(job_id, JobStatus.FAILED, JobUpdate(error=message, cost_seconds=seconds))
 
 

@@ -137,6 +137,7 @@ def run_torch_job(store: Store, blobs: BlobStore, engine: Any, job_id: int, *,
     job = store.update_job(job_id, JobStatus.RUNNING)
     task = store.get_task(job.task_id)
     started = time.monotonic()
+    earlier = 0.0  # what earlier attempts ran and left to resume from: a failure pays it, as a success does
     try:
         if quota is not None:
             quota.check_model(store, blobs, task, job, 1)
@@ -157,6 +158,7 @@ def run_torch_job(store: Store, blobs: BlobStore, engine: Any, job_id: int, *,
             progress.partitions = partitions if partitions is not None or TAG_RESOURCES not in tags \
                 else job_resources(tags).partitions
         cost = progress.seconds
+        earlier = cost + (sum(r["seconds"] for r in profiling_runs(tags)) if TAG_RUNS in tags else 0.0)
         resume = None
         if resumed:
             resume = progress.resume_state(blobs)
@@ -281,7 +283,7 @@ def run_torch_job(store: Store, blobs: BlobStore, engine: Any, job_id: int, *,
             log.warning("torch job %d of a user's model failed (%s)", job_id, type(error).__name__)
         else:
             log.exception("torch job %d failed", job_id)
-        return user_models.fail_any_job(store, job, error)
+        return user_models.fail_any_job(store, job, error, earlier_seconds=earlier)
 
 
 def _users_model(job: Any) -> bool:

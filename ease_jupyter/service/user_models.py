@@ -491,10 +491,11 @@ def torch_module(store: Store, blobs: BlobStore, task: Task, job: Job) -> Any:
 # -- failures ----------------------------------------------------------------------------------------
 
 
-def fail_any_job(store: Store, job: Job, error: BaseException) -> Job:
+def fail_any_job(store: Store, job: Job, error: BaseException, *, earlier_seconds: float = 0.0) -> Job:
     """Record a failed job: a user model's with her own traceback
     (:func:`fail_user_job`), any other's as usual (a config that does not
-    even parse is not a user model's)."""
+    even parse is not a user model's). ``earlier_seconds``: see
+    ``failures.mark_failed``."""
     from ..jobspec import parse_job
     from .failures import fail_job
 
@@ -502,10 +503,10 @@ def fail_any_job(store: Store, job: Job, error: BaseException) -> Job:
         own = parse_job(job.model, job.config).is_user_model
     except Exception:  # noqa: BLE001 - the job fails for that reason below
         own = False
-    return (fail_user_job if own else fail_job)(store, job.id, error)
+    return (fail_user_job if own else fail_job)(store, job.id, error, earlier_seconds=earlier_seconds)
 
 
-def fail_user_job(store: Store, job_id: int, error: BaseException) -> Job:
+def fail_user_job(store: Store, job_id: int, error: BaseException, *, earlier_seconds: float = 0.0) -> Job:
     """Fail a user model's job with an error its owner can act on: the
     job's error, then the user code's own (``UserModelError`` carries her
     traceback), not the service's frames; a storage failure as
@@ -513,7 +514,7 @@ def fail_user_job(store: Store, job_id: int, error: BaseException) -> Job:
     from .failures import fail_job, mark_failed, storage_code
 
     if storage_code(error) is not None:
-        return fail_job(store, job_id, error)
+        return fail_job(store, job_id, error)  # the service's failure: nothing of it is paid
     parts = ["".join(traceback.format_exception_only(type(error), error)).strip()]
     cause, seen = error.__cause__, 0
     while cause is not None and seen < 8:  # a MOP workload wraps its unit's error: the user's is inside
@@ -521,7 +522,7 @@ def fail_user_job(store: Store, job_id: int, error: BaseException) -> Job:
             parts.append(f"{type(cause).__name__}: {cause}")
         cause, seen = cause.__cause__, seen + 1
     text = "\n".join(parts)
-    return mark_failed(store, job_id, text[-MAX_TRACEBACK_CHARS:])
+    return mark_failed(store, job_id, text[-MAX_TRACEBACK_CHARS:], earlier_seconds=earlier_seconds)
 
 
 def config_points(spec: JobSpec) -> list[dict[str, Any]]:

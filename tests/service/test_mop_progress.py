@@ -107,3 +107,30 @@ def test_a_metrics_event_that_cannot_go_out_does_not_fail_the_job():
     assert done.status is JobStatus.SUCCEEDED, done.error
     assert len(sent) == 1 and {m.name for m in store.list_metrics(job.id)} >= {"val_accuracy", "train_loss"}
     assert json.loads(store.tags("job", job.id)[PROGRESS_TAG])["epoch"] == 1
+
+
+def test_a_resumed_job_that_fails_of_its_own_pays_for_its_earlier_attempts_too():
+    """Its earlier attempts' units are its work (a success counts them in its
+    cost): a failure of the model's own after a restart pays for them too,
+    not only for the attempt that failed."""
+    from ease_jupyter.execution.engine import LocalEngine
+    from ease_jupyter.service.mop import BEST_TRIAL_TAG, PROGRESS_TAG, run_torch_job
+    from ease_jupyter.store import JobStatus
+
+    store, blobs, job = _digits_job()
+    earlier = 500.0  # seconds an earlier attempt trained and recorded before the service stopped
+    store.set_tag("job", job.id, PROGRESS_TAG, JobProgress(partitions=2, seconds=earlier).to_json())
+    set_tag = store.set_tag
+
+    def breaks_at_the_end(entity, entity_id, key, value):
+        if key == BEST_TRIAL_TAG:
+            raise RuntimeError("the model's own failure, after training")
+        set_tag(entity, entity_id, key, value)
+
+    store.set_tag = breaks_at_the_end
+    with LocalEngine(1) as engine:
+        done = run_torch_job(store, blobs, engine, job.id, partitions=2)
+    store.set_tag = set_tag
+    assert done.status is JobStatus.FAILED and "the model's own failure" in done.error, done.error
+    ran = (done.finished_at - done.started_at).total_seconds()
+    assert earlier < done.cost_seconds <= earlier + ran + 0.01
