@@ -59,14 +59,15 @@ def embedded_data_dir(tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def notes(tmp_path, monkeypatch):
+def notes(tmp_path_factory, monkeypatch):
     """A folder where a user's code may write what a test reads back (the pids
     it ran in): a confined child writes nowhere else (``user_confine``), so the
     worker's environment opens this one, as a deployment may open a scratch
-    folder. Set before the service or its workers start."""
+    folder. Set before the service or its workers start. Not in ``tmp_path``,
+    which a test's service may take as its data directory: a folder opened to
+    her code may not lie in one."""
     from ease_jupyter.user_confine import WRITABLE_ENV
 
-    folder = tmp_path / "notes"
-    folder.mkdir()
+    folder = tmp_path_factory.mktemp("notes")
     monkeypatch.setenv(WRITABLE_ENV, str(folder))
     return folder

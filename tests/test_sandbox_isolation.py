@@ -98,7 +98,7 @@ def test_a_failed_torch_job_logs_her_errors_type_only_and_our_own_traceback(monk
         raise RuntimeError("our own bug")
 
     monkeypatch.setattr(mop, "candidate_of", candidate_of)
-    monkeypatch.setattr(user_models, "fail_any_job", lambda store, job, error: job)
+    monkeypatch.setattr(user_models, "fail_any_job", lambda store, job, error, **_: job)
     with caplog.at_level(logging.WARNING, logger=mop.log.name):
         mop.run_torch_job(store, None, None, job.id)
     assert "torch job 7" in caplog.text
