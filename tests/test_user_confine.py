@@ -166,14 +166,18 @@ def test_an_import_path_that_holds_the_data_directory_opens_only_its_modules(tmp
                     "data/easeml.sqlite": ("refused", "PermissionError")}
 
 
-def test_a_folder_opened_to_her_code_inside_the_data_directory_runs_none_of_it(tmp_path, monkeypatch):
+@pytest.mark.parametrize("variable, opened, relation", [(WRITABLE_ENV, ".", "holds"),
+                                                         (READABLE_ENV, "data/shared", "lies in")])
+def test_a_folder_opened_to_her_code_that_holds_or_lies_in_the_data_directory_runs_none_of_it(
+        tmp_path, monkeypatch, variable, opened, relation):
     (tmp_path / "data" / "shared").mkdir(parents=True)
     monkeypatch.setenv(PROTECTED_ENV, str(tmp_path / "data"))
-    monkeypatch.setenv(READABLE_ENV, str(tmp_path / "data" / "shared"))
+    folder = (tmp_path / opened).resolve()
+    monkeypatch.setenv(variable, str(folder))
     deadline = time.time() + 60
     try:
-        with pytest.raises(UserModelError, match=rf"{READABLE_ENV} names {tmp_path / 'data' / 'shared'}, "
-                                                 rf"which lies in {tmp_path / 'data'}"):
+        with pytest.raises(UserModelError, match=rf"her code was not run: {variable} names {folder}, "
+                                                 rf"which {relation} {tmp_path / 'data'}"):
             run_user_code(os.getpid, deadline=deadline, what="pid")
     finally:
         user_sandbox.close_job(deadline)
@@ -188,19 +192,6 @@ def _make_device():
 def test_her_code_makes_no_device_file_even_in_its_folder():
     with pytest.raises(UserModelError, match="PermissionError"):
         run_user_code(_make_device, deadline=time.time() + 60, what="mknod")
-
-
-def test_a_folder_opened_to_her_code_that_holds_the_data_directory_runs_none_of_it(tmp_path, monkeypatch):
-    (tmp_path / "data").mkdir()
-    monkeypatch.setenv(PROTECTED_ENV, str(tmp_path / "data"))
-    monkeypatch.setenv(WRITABLE_ENV, str(tmp_path))
-    deadline = time.time() + 60
-    try:
-        with pytest.raises(UserModelError, match=rf"her code was not run: {WRITABLE_ENV} names {tmp_path}, "
-                                                 rf"which holds {tmp_path / 'data'}"):
-            run_user_code(os.getpid, deadline=deadline, what="pid")
-    finally:
-        user_sandbox.close_job(deadline)
 
 
 def test_the_service_protects_its_data_directory_and_database_file(tmp_path, monkeypatch):
