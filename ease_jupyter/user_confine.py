@@ -133,6 +133,22 @@ def protect(*paths: str | os.PathLike[str]) -> None:
     os.environ[PROTECTED_ENV] = os.pathsep.join(listed)
 
 
+def code_env() -> dict[str, str | None]:
+    """This process's settings for users' code (None: unset), to hand to a
+    worker it starts: one forked from a fork server has the environment the
+    server started with, which may predate them (``adopt_code_env``)."""
+    return {key: os.environ.get(key) for key in (READABLE_ENV, WRITABLE_ENV, PROTECTED_ENV)}
+
+
+def adopt_code_env(env: dict[str, str | None]) -> None:
+    """Take ``code_env()`` of the process that started this one."""
+    for key, value in env.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
 def _holding(root: str, protected: list[str]) -> str | None:
     """The first protected path at or beneath ``root``, or that holds it."""
     return next((p for p in protected if os.path.commonpath([root, p]) in (root, p)), None)

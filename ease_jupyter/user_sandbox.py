@@ -18,8 +18,9 @@ writes only its own folder, and cannot open the data directory, the
 database, other processes' ``/proc`` entries, TCP connections or (ABI 6)
 signal the worker. Without Landlock it runs with the worker's user and file
 system rights. Either way the child bounds the calls it runs, not her code
-as a whole: unpickling its replies runs her classes' code in the worker
-(``docs/models.md``, "Trust"). It gets a minimal environment (nothing of
+as a whole: a net's factory and built net come back as objects, which the
+worker unpickles (an estimator comes back as data: ``fit_sealed``;
+``docs/models.md``, "Trust"). It gets a minimal environment (nothing of
 the service's is handed to it), an empty temporary working directory and a
 session of its own.
 
@@ -548,8 +549,34 @@ def fit_estimator(estimator: Any, options: dict[str, Any], X: Any, y: Any) -> An
     return fitted
 
 
-def predict_with(estimator: Any, X: Any) -> Any:
-    return estimator.predict(X)
+def checked_estimator(data: bytes) -> Any:
+    """Her estimator's bytes loaded and checked to fit and predict: a packed
+    reply (``fitted_calls.packed``) with its type's name, or the error."""
+    from .fitted_calls import packed
+
+    estimator = load_code(data)
+    if not (hasattr(estimator, "fit") and hasattr(estimator, "predict")):
+        return packed({"error": {"field": "model", "found": type(estimator).__name__,
+                                 "expected": "a scikit-learn estimator (fit and predict)"}})
+    return packed({"type": type(estimator).__name__})
+
+
+def fit_sealed(data: bytes, options: dict[str, Any], X: Any, y: Any) -> Any:
+    """``fit_estimator`` on her estimator's bytes; the fitted copy comes back
+    as the bytes of its cloudpickle (packed), which the parent keeps without
+    loading: a reply it unpickled would run whatever her objects name there."""
+    import cloudpickle
+
+    from .fitted_calls import packed
+
+    return packed({}, cloudpickle.dumps(fit_estimator(load_code(data), options, X, y)))
+
+
+def predict_sealed(data: bytes, X: Any) -> Any:
+    """``predict`` of her fitted estimator's bytes (loaded once per child)."""
+    from .fitted_calls import load_fitted
+
+    return load_fitted(data).predict(X)
 
 
 def build_net(factory: Callable[..., Any], input_shape: tuple[int, ...], output_shape: tuple[int, ...],

@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from ..store import BlobStore, Job, Store, open_store
+from ..user_confine import adopt_code_env, code_env
 
 log = logging.getLogger(__name__)
 
@@ -329,11 +330,13 @@ def ignore_interrupts() -> None:
 
 
 def _serve_jobs(runner: JobRunner, db_url: str | None, data_dir: str, conn: Connection, parent_pid: int,
-                nice: int, jobs_at_once: int = 1) -> None:
+                nice: int, jobs_at_once: int = 1, code_env: dict[str, str | None] | None = None) -> None:
     """A worker process: run the jobs that arrive on ``conn`` (up to
     ``jobs_at_once`` at a time, on one engine), until ``None``, and answer
-    calls on a thread of their own meanwhile."""
+    calls on a thread of their own meanwhile. ``code_env``: the service's
+    settings for users' code (``user_confine.code_env``)."""
     ignore_interrupts()
+    adopt_code_env(code_env or {})
     if nice:
         try:
             os.nice(nice)  # see ServiceConfig.worker_nice
@@ -434,7 +437,7 @@ class ProcessExecutor:
         self.publish = publish or _ignore
         self._jobs_at_once = self.workers if runner.shares_engine else 1
         self._processes = -(-self.workers // self._jobs_at_once)
-        self._args = (db_url, str(data_dir), os.getpid(), int(nice), self._jobs_at_once)
+        self._args = (db_url, str(data_dir), os.getpid(), int(nice), self._jobs_at_once, code_env())
         self._ctx = worker_context()
         self._slots: list[_Slot] = []
         self._queue = _Queue()

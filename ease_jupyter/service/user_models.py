@@ -50,6 +50,7 @@ import base64
 import binascii
 import json
 import math
+import pickle
 import time
 import traceback
 from dataclasses import asdict, dataclass, replace
@@ -62,15 +63,17 @@ from ..errors import AlreadyExistsError, DataError
 from ..jobspec import DEFAULT_LRS, JobSpec, SklearnGrid, TorchWorkload, check_user_grid
 from ..store import BlobStore, Job, JobStatus, Store, Task, User
 from ..store.base import HUB
+from ..fitted_calls import unpacked
 from ..user_sandbox import (
     JobScope,
     UserModelError,
     UserModelTimeout,
     build_net,
+    checked_estimator,
     close_job,
-    fit_estimator,
+    fit_sealed,
     load_code,
-    predict_with,
+    predict_sealed,
     run_user_code,
 )
 from ..zoo import Candidate, Engine, ModelConfig, Workload
@@ -292,8 +295,28 @@ def user_candidate(task: Task, spec: JobSpec, blobs: BlobStore, *, started: floa
 
 
 @dataclass(frozen=True)
+class Sealed:
+    """Her estimator as the bytes of its cloudpickle. This process holds,
+    copies and pickles it without running any of her code (pickled, it is
+    these bytes again); only her job's child loads it (``fit_sealed``,
+    ``predict_sealed``)."""
+
+    data: bytes
+
+
+def _sealed_reply(reply: Any, what: str) -> tuple[dict[str, Any], bytes]:
+    """A packed reply of her child's; one that is not (her code wrote to its
+    pipe) is her model's error."""
+    try:
+        return unpacked(reply)
+    except ValueError as error:
+        raise UserModelError(f"{what}: its process answered something else than a packed reply ({error})") from None
+
+
+@dataclass(frozen=True)
 class EstimatorBuilder:
-    """The user's estimator, loaded in the job's child process and guarded (``Guarded``)."""
+    """The user's estimator, checked in the job's child process and guarded
+    (``Guarded``) as its bytes: never loaded here."""
 
     name: str
     code: bytes
@@ -301,24 +324,29 @@ class EstimatorBuilder:
     scope: JobScope | None = None  # held while the job's candidate lives
 
     def __call__(self, config: ModelConfig) -> Any:
-        estimator = run_user_code(load_code, self.code, deadline=self.deadline, what=f"loading user model {self.name!r}")
-        if not (hasattr(estimator, "fit") and hasattr(estimator, "predict")):
-            raise DataError("model", type(estimator).__name__, "a scikit-learn estimator (fit and predict)")
-        return Guarded(estimator, self.deadline, self.name)
+        what = f"loading user model {self.name!r}"
+        header, _ = _sealed_reply(run_user_code(checked_estimator, self.code, deadline=self.deadline, what=what,
+                                                returns="array"), what)
+        refused = header.get("error")
+        if isinstance(refused, dict):
+            raise DataError(str(refused.get("field")), str(refused.get("found")), str(refused.get("expected")))
+        return Guarded(Sealed(self.code), self.deadline, self.name)
 
 
 class Guarded(BaseEstimator):
-    """The user's estimator, each fit and predict run in the job's child
-    process (bounded by the job's deadline) and the output's shape checked.
-    Options set on it are kept and set on a copy of the estimator in the
-    child before it fits (the grid's keys are the estimator's own: ``C``,
-    ``svc__C`` for a pipeline step): cloning this, or setting options on it,
-    runs none of her code here. The job's artifact is ``estimator``, unwrapped."""
+    """The user's estimator (``Sealed``), each fit and predict run in the
+    job's child process (bounded by the job's deadline) and the output's
+    shape checked. Options set on it are kept and set on a copy of the
+    estimator in the child before it fits (the grid's keys are the
+    estimator's own: ``C``, ``svc__C`` for a pipeline step): cloning this,
+    setting options on it, fitting it or pickling it runs none of her code
+    here; the fitted estimator comes back sealed. The job's artifact is that
+    estimator, unwrapped (``artifact``)."""
 
     _options: Mapping[str, Any] = MappingProxyType({})  # set_params' options, until fit
     _fitted = False
 
-    def __init__(self, estimator: Any = None, deadline: float = math.inf, name: str = "user model",
+    def __init__(self, estimator: Sealed | None = None, deadline: float = math.inf, name: str = "user model",
                  params: str = AS_GIVEN[1]):
         self.estimator = estimator
         self.deadline = deadline
@@ -348,25 +376,47 @@ class Guarded(BaseEstimator):
         return self._fitted
 
     def fit(self, X: Any, y: Any) -> "Guarded":
-        # copied, given its options and fitted in the job's child process: that copy comes back
-        self.estimator = run_user_code(fit_estimator, self.estimator, dict(self._options), X, y,
-                                       deadline=self.deadline, what=f"{self.name}.fit")
-        self._options, self._fitted = {}, True
+        # copied, given its options and fitted in the job's child process: that copy comes back, sealed
+        what = f"{self.name}.fit"
+        _, data = _sealed_reply(run_user_code(fit_sealed, self._sealed().data, dict(self._options), X, y,
+                                              deadline=self.deadline, what=what, returns="array"), what)
+        self.estimator, self._options, self._fitted = Sealed(data), {}, True
         return self
 
     def predict(self, X: Any) -> Any:
-        out = run_user_code(predict_with, self.estimator, X, deadline=self.deadline, what=f"{self.name}.predict",
-                            returns="array")  # a numpy array, loaded without pickle
+        out = run_user_code(predict_sealed, self._sealed().data, X, deadline=self.deadline,
+                            what=f"{self.name}.predict", returns="array")  # a numpy array, loaded without pickle
         if out.ndim == 0 or out.shape[0] != len(X):
             raise DataError(f"{self.name}.predict", f"shape {out.shape}", f"({len(X)},): one output per example")
         return out
 
+    def _sealed(self) -> Sealed:
+        if not isinstance(self.estimator, Sealed):
+            raise TypeError(f"{self.name}: holds {type(self.estimator).__name__}, expected her estimator sealed")
+        return self.estimator
+
+
+class _Unsealed:
+    """Her sealed estimator inside a pickle made here (a table task's
+    pipeline around it): dumped as a call that loads her bytes, so the
+    pickle loads as her estimator wherever it is loaded, and making it runs
+    none of her code."""
+
+    def __init__(self, sealed: Sealed):
+        self.data = sealed.data
+
+    def __reduce__(self) -> tuple[Any, tuple[bytes]]:
+        return pickle.loads, (self.data,)
+
 
 def artifact(model: Any) -> bytes:
     """What a user sklearn job stores: its fitted estimator itself (cloudpickled,
-    so a class defined in a notebook loads where cloudpickle is installed)."""
+    so a class defined in a notebook loads where cloudpickle is installed),
+    or the pipeline around it with her estimator in its place."""
     import cloudpickle
 
+    if isinstance(model, Guarded):
+        return model._sealed().data  # her fitted estimator's own cloudpickle, from her child
     return cloudpickle.dumps(unwrap(model))
 
 
@@ -374,7 +424,7 @@ def unwrap(model: Any) -> Any:
     """``model`` with every ``Guarded`` replaced by the estimator inside it
     (also as a step of a pipeline that a table task's preprocessing put around it)."""
     if isinstance(model, Guarded):
-        return model.estimator
+        return _Unsealed(model._sealed())
     steps = getattr(model, "steps", None)
     if isinstance(steps, list):
         model.steps = [(name, unwrap(step)) for name, step in steps]

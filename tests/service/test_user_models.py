@@ -411,6 +411,56 @@ class RecordsWhereItLoads(LogisticRegression):
                 out.write(f"{os.getpid()}\n")
 
 
+def test_her_estimator_trains_without_any_of_her_code_loading_in_a_worker_or_the_service(tmp_path, notes, iris):
+    """The worker holds her estimator as bytes (``Sealed``): loading it, and
+    the fitted copies her child sends back, happen in her children only, so
+    her classes' code (a ``__setstate__``, a crafted reply) never runs with
+    the worker's rights."""
+    from ease_jupyter.service.testing import worker_processes
+
+    X, y = iris
+    running = start(tmp_path / "svc", executor="process", torch=False, workers=1, allow_user_models=True)
+    try:
+        running.user("ada")
+        task = running.client("ada").task("iris", input=[4], output=[3])
+        pid_file = notes / "pids"
+        task.add_model(RecordsWhereItLoads(str(pid_file)), grid={"C": [0.1, 10.0]}, name="mine")
+        workers = set(worker_processes(os.getpid()))
+        task.feed(X, y)
+        assert task.wait(timeout=240)
+        assert _jobs(task)["mine"]["status"] == "succeeded", _jobs(task)["mine"]["error"]
+        loaded_in = {int(p) for p in pid_file.read_text().split()}
+        assert workers and loaded_in and not loaded_in & (workers | {os.getpid()})
+    finally:
+        running.thread.stop()
+
+
+def test_workers_forked_from_an_older_fork_server_take_the_services_settings_for_her_code(tmp_path, iris,
+                                                                                            monkeypatch):
+    """Workers come from multiprocessing's fork server, whose environment is
+    the one it started with: a scratch folder opened to her code (or a data
+    directory protected) after it started still reaches her children."""
+    from ease_jupyter.user_confine import WRITABLE_ENV
+
+    X, y = iris
+    monkeypatch.delenv(WRITABLE_ENV, raising=False)
+    start(tmp_path / "first", executor="process", torch=False, workers=1).thread.stop()  # the server runs on
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    monkeypatch.setenv(WRITABLE_ENV, str(notes))
+    running = start(tmp_path / "svc", executor="process", torch=False, workers=1, allow_user_models=True)
+    try:
+        running.user("ada")
+        task = running.client("ada").task("iris", input=[4], output=[3])
+        task.add_model(RecordsWhereItLoads(str(notes / "pids")), name="mine")
+        task.feed(X, y)
+        assert task.wait(timeout=240)
+        assert _jobs(task)["mine"]["status"] == "succeeded", _jobs(task)["mine"]["error"]
+        assert (notes / "pids").read_text().split()  # written by her children, in the folder opened since
+    finally:
+        running.thread.stop()
+
+
 def test_her_model_predicts_where_the_jobs_run_not_in_the_service_process(tmp_path, notes, iris):
     X, y = iris
     running = start(tmp_path / "svc", executor="process", torch=False, workers=1, allow_user_models=True)
