@@ -16,7 +16,7 @@ What a confined child keeps:
 
 * reading (and running) the Python installation and import path it was
   started with, and the system's libraries and settings (``/usr``, ``/lib*``,
-  ``/bin``, ``/etc``), ``/sys``, its own ``/proc/self`` and the few
+  ``/bin``, ``/etc`` less its ``SECRETS``), ``/sys``, its own ``/proc/self`` and the few
   ``/proc`` files that libraries read to count CPUs and memory;
 * reading and writing its own empty folder (also its ``HOME`` and
   ``TMPDIR``; no device files) and the ``/dev`` files that carry no data
@@ -73,6 +73,9 @@ IMPORTABLE_SUFFIXES = (".py", ".pyc", ".so", ".pth", ".zip", ".egg")
 READABLE_ENV, WRITABLE_ENV = "EASEML_USER_CODE_READABLE", "EASEML_USER_CODE_WRITABLE"
 PROTECTED_ENV = "EASEML_USER_CODE_PROTECTED"  # set by ``protect``: what no rule may reach
 SYSTEM_READ = ("/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/etc", "/sys")
+# Left out of the system's settings: readable to a service run as root, and no library needs them.
+SECRETS = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/sudoers", "/etc/sudoers.d",
+           "/etc/ssh", "/etc/ssl/private")
 PROC_FILES = ("/proc/cpuinfo", "/proc/meminfo", "/proc/stat", "/proc/sys/kernel/osrelease", "/proc/driver/nvidia")
 DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/dri")
 DEVICE_PATTERNS = ("/dev/nvidia*",)
@@ -188,6 +191,19 @@ def _existing(paths: list[str]) -> list[str]:
     return list(dict.fromkeys(os.path.realpath(p) for p in paths if os.path.exists(p)))
 
 
+def _around(root: str, hidden: list[str]) -> list[str]:
+    """``root``'s entries but the ``hidden`` paths beneath it (an entry that
+    holds one is split the same way), or ``root`` itself when it holds none."""
+    if not any(os.path.commonpath([root, h]) == root for h in hidden):
+        return [root]
+    found = []
+    with os.scandir(root) as entries:
+        for entry in entries:
+            if entry.path not in hidden:
+                found.extend(_around(entry.path, hidden) if entry.is_dir(follow_symlinks=False) else [entry.path])
+    return found
+
+
 def _granted(protected: list[str]) -> tuple[list[str], list[str]]:
     """The places to read and to write beneath; ``Exposed`` where one that
     her code needs, or that the worker's environment names, holds a protected path."""
@@ -196,7 +212,9 @@ def _granted(protected: list[str]) -> tuple[list[str], list[str]]:
     read, write = [], []
     for root in [*readable_roots(), *listed]:
         inside = _holding(root, protected)
-        if inside is None:
+        if inside is None and root in needed and root not in listed:
+            read.extend(_around(root, [os.path.realpath(p) for p in SECRETS]))
+        elif inside is None:
             (write if listed.get(root) == WRITABLE_ENV else read).append(root)
         elif root in needed or root in listed:
             named = f"{listed[root]} names {root}" if root in listed else f"her code must read {root}"

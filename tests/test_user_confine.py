@@ -208,3 +208,13 @@ def test_the_service_protects_its_data_directory_and_database_file(tmp_path, mon
         assert PROTECTED_ENV in user_sandbox.CHILD_ENV_KEYS  # her children see it
     finally:
         service.stop()
+
+
+def test_her_code_reads_the_systems_settings_but_not_its_secrets():
+    deadline = time.time() + 60
+    try:
+        seen = {path: run_user_code(_attempt, _read, path, deadline=deadline, what="read")[0]
+                for path in ("/etc/passwd", "/etc/hosts", "/etc/shadow", "/etc/gshadow")}
+    finally:
+        user_sandbox.close_job(deadline)
+    assert seen == {"/etc/passwd": "ok", "/etc/hosts": "ok", "/etc/shadow": "refused", "/etc/gshadow": "refused"}
