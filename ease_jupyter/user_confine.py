@@ -199,7 +199,7 @@ def _around(root: str, hidden: list[str]) -> list[str]:
     found = []
     with os.scandir(root) as entries:
         for entry in entries:
-            if entry.path not in hidden:
+            if os.path.realpath(entry.path) not in hidden:  # a link to a secret is the secret: rules follow links
                 found.extend(_around(entry.path, hidden) if entry.is_dir(follow_symlinks=False) else [entry.path])
     return found
 
